@@ -1,0 +1,196 @@
+// inih-based parser and validator for /etc/dyni.conf.
+#include "common/config.h"
+
+#include <ini.h>
+
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "common/errno_text.h"
+
+namespace dyni {
+namespace {
+
+// Feeds inih one line at a time and remembers which line it is on, so the
+// handler can report line numbers (Debian's inih has no INI_HANDLER_LINENO).
+// It also turns the bare names of [exeList] ("mysqld") into "mysqld =", because
+// Debian's inih is built without INI_ALLOW_NO_VALUE.
+struct LineReader {
+  std::istringstream in;
+  int line = 0;
+  std::string section;
+  bool saw_exe_list = false;
+  int overlong_line = 0;
+};
+
+std::string trim(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(s.find_last_not_of(ws) + 1);
+  s.erase(0, s.find_first_not_of(ws));
+  return s;
+}
+
+// Drops an inline " ; comment" the way inih does (';' after whitespace).
+std::string strip_inline_comment(const std::string& trimmed) {
+  for (std::size_t i = 1; i < trimmed.size(); ++i)
+    if (trimmed[i] == ';' && (trimmed[i - 1] == ' ' || trimmed[i - 1] == '\t'))
+      return trim(trimmed.substr(0, i));
+  return trimmed;
+}
+
+bool is_bare_name(const std::string& content) {
+  return !content.empty() && content.find_first_of("=:;#[") == std::string::npos;
+}
+
+char* read_line(char* buffer, int size, void* stream) {
+  auto* reader = static_cast<LineReader*>(stream);
+  std::string text;
+  if (!std::getline(reader->in, text)) return nullptr;
+  ++reader->line;
+  std::string trimmed = trim(text);
+  std::string content = strip_inline_comment(trimmed);
+  if (trimmed.starts_with("[") && trimmed.find(']') != std::string::npos) {
+    reader->section = trimmed.substr(1, trimmed.find(']') - 1);
+    if (reader->section == "exeList") reader->saw_exe_list = true;
+  } else if (reader->section == "exeList" && is_bare_name(content)) {
+    text = content + " =";
+  }
+  if (text.size() + 2 > static_cast<std::size_t>(size)) {
+    if (!reader->overlong_line) reader->overlong_line = reader->line;
+    text = "[";  // a line inih rejects, so the error surfaces at this line
+  }
+  std::memcpy(buffer, text.c_str(), text.size());
+  buffer[text.size()] = '\n';
+  buffer[text.size() + 1] = '\0';
+  return buffer;
+}
+
+struct ParseState {
+  LineReader* reader;
+  Config config;
+  int error_line = 0;
+  std::string error;
+};
+
+using Setter = std::function<std::string(Config&, const std::string&)>;
+
+// Parses an integer within [lo, hi]; returns an error text or "".
+std::string parse_int(const std::string& value, int lo, int hi, int& out) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size())
+    return "'" + value + "' is not an integer";
+  if (v < lo || v > hi)
+    return "'" + value + "' out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  out = v;
+  return "";
+}
+
+std::string parse_percent(const std::string& value, double& out) {
+  int v = 0;
+  std::string err = parse_int(value, 1, 100000, v);
+  if (err.empty()) out = v;
+  return err;
+}
+
+std::string parse_bool(const std::string& value, bool& out) {
+  if (value == "true" || value == "yes" || value == "on" || value == "1") return out = true, "";
+  if (value == "false" || value == "no" || value == "off" || value == "0") return out = false, "";
+  return "'" + value + "' is not a boolean (true/false)";
+}
+
+std::string parse_path(const std::string& value, std::string& out) {
+  if (value.empty() || value[0] != '/') return "'" + value + "' is not an absolute path";
+  out = value;
+  return "";
+}
+
+const std::map<std::string, Setter>& option_setters() {
+  static const std::map<std::string, Setter> setters = {
+      {"busy_threshold_percent",
+       [](Config& c, const std::string& v) { return parse_percent(v, c.busy_threshold_percent); }},
+      {"busy_window_ms",
+       [](Config& c, const std::string& v) { return parse_int(v, 100, 600000, c.busy_window_ms); }},
+      {"scan_interval_ms",
+       [](Config& c, const std::string& v) { return parse_int(v, 50, 60000, c.scan_interval_ms); }},
+      {"log_file", [](Config& c, const std::string& v) { return parse_path(v, c.log_file); }},
+      {"log_debug", [](Config& c, const std::string& v) { return parse_bool(v, c.log_debug); }},
+  };
+  return setters;
+}
+
+std::string add_exe_entry(ParseState& state, const std::string& name, const std::string& value) {
+  if (!value.empty())
+    return "[exeList] entries are bare executable names or paths, not 'key = value'";
+  if (name.find('/') != std::string::npos && name[0] != '/')
+    return "'" + name + "' must be a basename or an absolute path";
+  for (const auto& existing : state.config.exe_list)
+    if (existing == name) return "'" + name + "' is listed twice";
+  state.config.exe_list.push_back(name);
+  return "";
+}
+
+std::string handle_entry(ParseState& state, const std::string& section, const std::string& name,
+                         const std::string& value) {
+  if (section == "exeList") return add_exe_entry(state, name, value);
+  if (section == "options") {
+    auto it = option_setters().find(name);
+    if (it == option_setters().end()) return "unknown key '" + name + "' in [options]";
+    return it->second(state.config, value);
+  }
+  if (section == "license") {
+    if (name == "public_key") return parse_path(value, state.config.license_public_key);
+    return "unknown key '" + name + "' in [license]";
+  }
+  if (section.empty()) return "'" + name + "' appears before any [section]";
+  return "unknown section [" + section + "]";
+}
+
+int on_entry(void* user, const char* section, const char* name, const char* value) {
+  auto* state = static_cast<ParseState*>(user);
+  std::string error = handle_entry(*state, section, name, value ? value : "");
+  if (error.empty()) return 1;
+  if (!state->error_line) {
+    state->error_line = state->reader->line;
+    state->error = error;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<Config> parse_config(const std::string& text, const std::string& name) {
+  LineReader reader{std::istringstream(text), 0, "", false, 0};
+  ParseState state{&reader, Config{}, 0, ""};
+  state.config.path = name;
+  int syntax_line = ini_parse_stream(read_line, &reader, on_entry, &state);
+  if (syntax_line < 0) return fail(name + ": cannot parse");
+  if (reader.overlong_line && (!state.error_line || reader.overlong_line < state.error_line)) {
+    state.error_line = reader.overlong_line;
+    state.error = "line too long";
+  }
+  if (syntax_line > 0 && (!state.error_line || syntax_line < state.error_line)) {
+    state.error_line = syntax_line;
+    state.error = "syntax error (expected [section], name, or key = value)";
+  }
+  if (state.error_line)
+    return fail(name + ":" + std::to_string(state.error_line) + ": " + state.error);
+  if (!reader.saw_exe_list)
+    return fail(name + ": missing [exeList] section (it lists the executables to optimize)");
+  return state.config;
+}
+
+Result<Config> load_config(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return fail(sys_error("cannot read config " + path));
+  std::stringstream text;
+  text << file.rdbuf();
+  if (file.bad()) return fail(sys_error("cannot read config " + path));
+  return parse_config(text.str(), path);
+}
+
+}  // namespace dyni

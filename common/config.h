@@ -1,0 +1,36 @@
+// /etc/dyni.conf: which executables to optimize and how dynid behaves.
+// Parsed with inih; anything unknown or malformed is an error naming file,
+// line and reason, because a silently ignored typo in a root daemon's config
+// is worse than a refusal to start.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace dyni {
+
+struct Config {
+  std::string path;  // the file it was read from, for messages
+
+  // [exeList]: executable basenames ("mariadbd") or absolute paths.
+  std::vector<std::string> exe_list;
+
+  // [options]
+  double busy_threshold_percent = 50.0;  // CPU of one core, averaged over the window
+  int busy_window_ms = 3000;             // window for the busy test
+  int scan_interval_ms = 500;            // how often /proc is rescanned
+  std::string log_file = "/var/log/dyni/dynid.log";
+  bool log_debug = false;
+
+  // [license]
+  std::string license_public_key;  // PEM file to trust; empty = built-in vendor key
+};
+
+// Parses INI text; `name` is used in messages ("name:line: reason").
+Result<Config> parse_config(const std::string& text, const std::string& name);
+// Reads and parses a config file.
+Result<Config> load_config(const std::string& path);
+
+}  // namespace dyni

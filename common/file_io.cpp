@@ -1,0 +1,58 @@
+// Whole-file read, atomic write, directory creation.
+#include "common/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/errno_text.h"
+
+namespace dyni {
+
+Result<std::string> read_file(const std::string& path, std::size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(sys_error("cannot read " + path));
+  std::string content;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) {
+    content.append(buf, static_cast<std::size_t>(n));
+    if (content.size() > max_bytes) {
+      ::close(fd);
+      return fail(path + ": file too large");
+    }
+  }
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return fail(sys_error("cannot read " + path, err));
+  return content;
+}
+
+Status write_file_atomic(const std::string& path, const std::string& content, mode_t mode) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return fail(sys_error("cannot write " + tmp));
+  bool written = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  bool synced = written && ::fsync(fd) == 0;
+  int err = errno;
+  ::close(fd);
+  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = synced ? errno : err;
+    ::unlink(tmp.c_str());
+    return fail(sys_error("cannot write " + path, err));
+  }
+  return ok();
+}
+
+Status ensure_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
+    return fail(sys_error("cannot create directory " + path));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return fail(sys_error("cannot stat " + path));
+  if (!S_ISDIR(st.st_mode)) return fail(path + " exists and is not a directory");
+  if ((st.st_mode & 07777) != mode && ::chmod(path.c_str(), mode) != 0)
+    return fail(sys_error("cannot chmod " + path));
+  return ok();
+}
+
+}  // namespace dyni

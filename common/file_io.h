@@ -1,0 +1,19 @@
+// Small file helpers with Result errors: whole-file read, atomic replace.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/result.h"
+
+namespace dyni {
+
+Result<std::string> read_file(const std::string& path, std::size_t max_bytes = 1 << 20);
+// Writes to a temporary file beside `path`, fsyncs, renames over `path`:
+// a crash leaves either the old or the new content, never a mix.
+Status write_file_atomic(const std::string& path, const std::string& content, mode_t mode);
+// mkdir -p for one level below an existing parent, then enforces `mode`.
+Status ensure_dir(const std::string& path, mode_t mode);
+
+}  // namespace dyni

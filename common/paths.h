@@ -1,0 +1,20 @@
+// Where dyni's files live. Each default can be overridden by an environment
+// variable so tests (and unusual hosts) never touch the host's /etc or /run.
+#pragma once
+
+#include <string>
+
+namespace dyni::paths {
+
+std::string config_file();      // DYNI_CONFIG,       default /etc/dyni.conf
+std::string run_dir();          // DYNI_RUN_DIR,      default /run/dyni
+std::string state_dir();        // DYNI_STATE_DIR,    default /var/lib/dyni
+std::string machine_id_file();  // DYNI_MACHINE_ID,   default /etc/machine-id
+
+std::string socket_file();      // <run_dir>/dynid.sock
+std::string lock_file();        // <run_dir>/dynid.lock (holds dynid's pid)
+std::string license_file();     // <state_dir>/license.json
+
+inline constexpr const char* kDefaultLogFile = "/var/log/dyni/dynid.log";
+
+}  // namespace dyni::paths

@@ -1,0 +1,69 @@
+// Parsing and validation of dyni's flags.
+#include "dyni-cli/cli_args.h"
+
+#include <map>
+#include <optional>
+
+namespace dyni::cli {
+
+const char* const kUsage =
+    "usage: dyni <command>\n"
+    "  -start                         start the dyni daemon (dynid)\n"
+    "  -stop                          stop the daemon; optimized targets stay optimized\n"
+    "  -status [-json]                daemon state and one line per target\n"
+    "  -undo                          return every target to its original code\n"
+    "  -redo                          re-apply the kept optimization\n"
+    "  -reload                        re-read /etc/dyni.conf\n"
+    "  -license=start -token=TOKEN    bind a subscription license to this host\n"
+    "  -license=stop -token=TOKEN     release this host's license\n"
+    "  -license=status                show this host's license\n"
+    "  -version                       print the version\n"
+    "  -help                          print this help\n"
+    "All commands but -help and -version must be run as root.\n";
+
+namespace {
+
+const std::map<std::string, Action>& simple_flags() {
+  static const std::map<std::string, Action> flags = {
+      {"-start", Action::Start},   {"-stop", Action::Stop},     {"-status", Action::Status},
+      {"-undo", Action::Undo},     {"-redo", Action::Redo},     {"-reload", Action::Reload},
+      {"-version", Action::Version}, {"-help", Action::Help},   {"--help", Action::Help},
+      {"-license=start", Action::LicenseStart}, {"-license=stop", Action::LicenseStop},
+      {"-license=status", Action::LicenseStatus},
+  };
+  return flags;
+}
+
+}  // namespace
+
+Result<Command> parse_args(const std::vector<std::string>& args) {
+  Command command;
+  std::optional<Action> action;
+  bool has_token = false;
+  for (const std::string& a : args) {
+    if (a == "-json") {
+      command.json = true;
+    } else if (a.starts_with("-token=")) {
+      if (has_token) return fail("-token given twice");
+      command.token = a.substr(7);
+      has_token = true;
+    } else if (auto it = simple_flags().find(a); it != simple_flags().end()) {
+      if (action) return fail("only one command at a time: " + a);
+      action = it->second;
+    } else if (a.starts_with("-license=")) {
+      return fail("-license takes start, stop or status, not '" + a.substr(9) + "'");
+    } else {
+      return fail("unknown flag '" + a + "'");
+    }
+  }
+  if (!action) return fail("no command given");
+  command.action = *action;
+  if (command.json && command.action != Action::Status) return fail("-json goes with -status");
+  bool wants_token = command.action == Action::LicenseStart || command.action == Action::LicenseStop;
+  if (wants_token && (!has_token || command.token.empty()))
+    return fail("-license=start and -license=stop need -token=TOKEN");
+  if (!wants_token && has_token) return fail("-token goes with -license=start or -license=stop");
+  return command;
+}
+
+}  // namespace dyni::cli

@@ -1,0 +1,33 @@
+// Command-line flags of `dyni`, Dynimize-compatible single-dash style.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace dyni::cli {
+
+enum class Action {
+  Start, Stop, Status, Undo, Redo, Reload,
+  LicenseStart, LicenseStop, LicenseStatus, Version, Help,
+};
+
+struct Command {
+  Action action = Action::Help;
+  bool json = false;   // -status -json
+  std::string token;   // -license=start|stop -token=T
+};
+
+// Exactly one action; -json only with -status; -token only with -license=start|stop.
+Result<Command> parse_args(const std::vector<std::string>& args);
+
+extern const char* const kUsage;
+
+// Exit codes, documented in README.md.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNotRunning = 3;
+
+}  // namespace dyni::cli

@@ -1,0 +1,159 @@
+// dyni: the command-line interface. Talks to dynid over its control socket;
+// starts dynid for -start; handles the license itself (it works without the daemon).
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "common/config.h"
+#include "common/instance_lock.h"
+#include "common/license_store.h"
+#include "common/paths.h"
+#include "dyni-cli/cli_args.h"
+#include "dyni-cli/control_client.h"
+#include "dyni-cli/daemon_launcher.h"
+
+namespace dyni::cli {
+namespace {
+
+constexpr const char* kNotRunning = "dyni is not running";
+
+int report_error(const std::string& message) {
+  std::cerr << "dyni: " << message << "\n";
+  return kExitError;
+}
+
+// Sends one request; prints "dyni is not running" (exit 3) when there is no daemon.
+int request(const std::string& command, auto&& on_response) {
+  auto r = call(paths::socket_file(), {command, nlohmann::json::object()});
+  if (!r) return report_error(r.error().message());
+  if (!r->daemon_running) {
+    std::cout << kNotRunning << "\n";
+    return kExitNotRunning;
+  }
+  if (!r->response.ok) return report_error(r->response.message);
+  return on_response(r->response);
+}
+
+int print_message(const protocol::Response& response) {
+  std::cout << response.message << "\n";
+  return kExitOk;
+}
+
+int do_start() {
+  auto ping = call(paths::socket_file(), {protocol::cmd::kPing, {}}, 3000);
+  if (ping && ping->daemon_running && ping->response.ok) {
+    std::cout << "dyni is already running\n";
+    return kExitOk;
+  }
+  if (auto started = start_daemon(paths::config_file()); !started)
+    return report_error(started.error().message());
+  std::cout << "dyni started\n";
+  return kExitOk;
+}
+
+int do_stop() {
+  return request(protocol::cmd::kStop, [](const protocol::Response&) {
+    // The daemon answered; it is gone once its instance lock is free.
+    for (int waited = 0; InstanceLock::is_held(paths::lock_file()); waited += 50) {
+      if (waited >= 10000) return report_error("dynid did not exit within 10 s");
+      ::usleep(50 * 1000);
+    }
+    std::cout << "dyni stopped\n";
+    return kExitOk;
+  });
+}
+
+int print_status(const protocol::Response& response, bool json) {
+  const auto& data = response.data;
+  if (json) {
+    nlohmann::json out = {{"running", true}};
+    out.update(data);
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << "dyni is running\n";
+  for (const auto& t : data.value("targets", nlohmann::json::array()))
+    std::cout << t.value("name", "?") << ", pid: " << t.value("pid", 0) << ", "
+              << t.value("status", "?") << "\n";
+  std::cout << "license: " << data["license"].value("summary", "unknown") << "\n";
+  return kExitOk;
+}
+
+int do_status(bool json) {
+  auto r = call(paths::socket_file(), {protocol::cmd::kStatus, {}});
+  if (!r) return report_error(r.error().message());
+  if (!r->daemon_running) {
+    std::cout << (json ? "{\n  \"running\": false\n}" : kNotRunning) << "\n";
+    return kExitNotRunning;
+  }
+  if (!r->response.ok) return report_error(r->response.message);
+  return print_status(r->response, json);
+}
+
+int64_t now_s() { return static_cast<int64_t>(::time(nullptr)); }
+
+// Tells a running daemon to re-read the license; silent when none runs.
+void notify_daemon_of_license() {
+  auto r = call(paths::socket_file(), {protocol::cmd::kLicenseChanged, {}}, 3000);
+  (void)r;
+}
+
+int do_license(const Command& command) {
+  auto config = load_config(paths::config_file());
+  if (!config) return report_error(config.error().message());
+  if (command.action == Action::LicenseStatus) {
+    auto state = license::current(*config, now_s());
+    std::cout << "license " << state.summary << "\n";
+    return state.active ? kExitOk : kExitError;
+  }
+  if (command.action == Action::LicenseStop) {
+    if (auto released = license::release(command.token); !released)
+      return report_error(released.error().message());
+    notify_daemon_of_license();
+    std::cout << "license released\n";
+    return kExitOk;
+  }
+  auto claims = license::bind(command.token, *config, now_s());
+  if (!claims) return report_error("license not started: " + claims.error().message());
+  notify_daemon_of_license();
+  std::cout << "license active: subscription " << claims->subscription << ", " << claims->hosts
+            << (claims->hosts == 1 ? " host" : " hosts") << ", expires "
+            << license::format_date(claims->expires) << "\n";
+  return kExitOk;
+}
+
+int run(const Command& command) {
+  switch (command.action) {
+    case Action::Help: std::cout << kUsage; return kExitOk;
+    case Action::Version: std::cout << "dyni " << DYNI_VERSION << "\n"; return kExitOk;
+    default: break;
+  }
+  if (::geteuid() != 0) {
+    std::cerr << "dyni must be run as root\n";
+    return kExitError;
+  }
+  switch (command.action) {
+    case Action::Start: return do_start();
+    case Action::Stop: return do_stop();
+    case Action::Status: return do_status(command.json);
+    case Action::Undo: return request(protocol::cmd::kUndo, print_message);
+    case Action::Redo: return request(protocol::cmd::kRedo, print_message);
+    case Action::Reload: return request(protocol::cmd::kReload, print_message);
+    default: return do_license(command);
+  }
+}
+
+}  // namespace
+}  // namespace dyni::cli
+
+int main(int argc, char** argv) {
+  using namespace dyni::cli;
+  auto command = parse_args(std::vector<std::string>(argv + 1, argv + argc));
+  if (!command) {
+    std::cerr << "dyni: " << command.error().message() << "\n" << kUsage;
+    return kExitUsage;
+  }
+  return run(*command);
+}

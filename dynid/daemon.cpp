@@ -1,0 +1,212 @@
+// dynid's main loop and control-request handling.
+#include "dynid/daemon.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/errno_text.h"
+#include "common/file_io.h"
+#include "common/log.h"
+#include "common/paths.h"
+#include "dynid/discovery.h"
+
+namespace dyni {
+namespace {
+
+constexpr int64_t kLicenseCheckIntervalMs = 60000;
+
+Status open_log(const Config& config, bool to_stderr) {
+  log::set_debug(config.log_debug);
+  if (to_stderr) {
+    log::use_stderr();
+    return ok();
+  }
+  return log::open_file(config.log_file);
+}
+
+// SIGTERM/SIGINT/SIGHUP arrive through a signalfd polled by the main loop.
+Result<int> open_signal_fd() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  if (sigprocmask(SIG_BLOCK, &set, nullptr) != 0) return fail(sys_error("sigprocmask"));
+  int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0) return fail(sys_error("signalfd"));
+  ::signal(SIGPIPE, SIG_IGN);
+  return fd;
+}
+
+int64_t now_unix_s() { return now_unix_ms() / 1000; }
+
+}  // namespace
+
+Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
+  if (::geteuid() != 0) return fail("dynid must be run as root");
+  auto config = load_config(options.config_path);
+  if (!config) return std::unexpected(config.error());
+  if (auto logged = open_log(*config, options.log_to_stderr); !logged)
+    return std::unexpected(logged.error());
+  if (auto dir = ensure_dir(paths::run_dir(), 0700); !dir) return std::unexpected(dir.error());
+  auto lock = InstanceLock::acquire(paths::lock_file());
+  if (!lock) return std::unexpected(lock.error());
+  auto server = ControlServer::listen(paths::run_dir(), paths::socket_file());
+  if (!server) return std::unexpected(server.error());
+  auto signal_fd = open_signal_fd();
+  if (!signal_fd) return std::unexpected(signal_fd.error());
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(options, std::move(*config), std::move(*lock),
+                                                   std::move(*server), *signal_fd));
+  log::info("dynid {} started, pid {}, config {}, socket {}", DYNI_VERSION, ::getpid(),
+            options.config_path, paths::socket_file());
+  daemon->check_license();
+  return daemon;
+}
+
+Daemon::Daemon(DaemonOptions options, Config config, InstanceLock lock, ControlServer server,
+               int signal_fd)
+    : options_(std::move(options)), config_(std::move(config)), lock_(std::move(lock)),
+      server_(std::move(server)), signal_fd_(signal_fd), started_unix_ms_(now_unix_ms()) {}
+
+Daemon::~Daemon() { ::close(signal_fd_); }
+
+int Daemon::run() {
+  int64_t stop_deadline = 0;
+  while (true) {
+    int64_t now = now_mono_ms();
+    if (stopping_) {
+      // Let replies (the "stop" answer itself) reach their clients, briefly.
+      if (!stop_deadline) stop_deadline = now + 1000;
+      if (!server_.has_pending_replies() || now >= stop_deadline) break;
+    }
+    if (!stopping_ && now >= next_scan_ms_) {
+      scan();
+      next_scan_ms_ = now + config_.scan_interval_ms;
+    }
+    std::vector<pollfd> fds = server_.poll_fds();
+    fds.push_back({signal_fd_, POLLIN, 0});
+    int ready = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
+    if (ready < 0 && errno != EINTR) {
+      log::error("poll failed: {}", errno_text());
+      return 1;
+    }
+    if (ready <= 0) continue;
+    if (fds.back().revents) on_signal();
+    fds.pop_back();
+    server_.serve(fds, [this](const protocol::Request& r) { return handle(r); });
+  }
+  log::info("dynid stopped (targets keep their current code)");
+  return 0;
+}
+
+int Daemon::poll_timeout_ms(int64_t now) {
+  int until_scan = static_cast<int>(std::max<int64_t>(0, next_scan_ms_ - now));
+  int until_expiry = server_.expire(now);
+  int timeout = until_expiry < 0 ? until_scan : std::min(until_scan, until_expiry);
+  return stopping_ ? std::min(timeout, 50) : timeout;
+}
+
+void Daemon::scan() {
+  if (now_mono_ms() >= next_license_check_ms_) check_license();
+  targets_.reconcile(discover(config_.exe_list, options_.proc_root, ::getpid()), now_mono_ms());
+  targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
+}
+
+void Daemon::check_license() {
+  license::LicenseState next = license::current(config_, now_unix_s());
+  if (next.summary != license_.summary)
+    (next.active ? log::info("license {}", next.summary) : log::warn("license {}", next.summary));
+  license_ = next;
+  next_license_check_ms_ = now_mono_ms() + kLicenseCheckIntervalMs;
+}
+
+void Daemon::on_signal() {
+  signalfd_siginfo info{};
+  while (::read(signal_fd_, &info, sizeof info) == sizeof info) {
+    if (info.ssi_signo == SIGHUP) {
+      if (auto r = reload("SIGHUP"); !r) log::error("reload failed, keeping the old config: {}", r.error().message());
+    } else {
+      log::info("received signal {}, stopping", info.ssi_signo);
+      stopping_ = true;
+    }
+  }
+}
+
+// Re-reads the config; on error keeps the running one. Targets keep their state.
+Status Daemon::reload(const std::string& why) {
+  auto config = load_config(options_.config_path);
+  if (!config) return std::unexpected(config.error());
+  if (config->log_file != config_.log_file || config->log_debug != config_.log_debug) {
+    if (auto logged = open_log(*config, options_.log_to_stderr); !logged)
+      return std::unexpected(logged.error());
+  } else if (auto reopened = log::reopen(); !reopened) {
+    return std::unexpected(reopened.error());
+  }
+  config_ = std::move(*config);
+  log::info("config reloaded from {} ({}): {} executables listed", options_.config_path, why,
+            config_.exe_list.size());
+  check_license();
+  next_scan_ms_ = 0;  // apply a changed [exeList] at once
+  return ok();
+}
+
+protocol::Response Daemon::handle(const protocol::Request& request) {
+  namespace cmd = protocol::cmd;
+  const std::string& c = request.command;
+  log::debug("control request: {}", c);
+  if (c == cmd::kPing) return {true, "pong", {{"pid", ::getpid()}}};
+  if (c == cmd::kStatus) return status();
+  if (c == cmd::kStop) {
+    log::info("stop requested over the control socket");
+    stopping_ = true;
+    return {true, "dyni stopped", {}};
+  }
+  if (c == cmd::kReload) {
+    if (auto r = reload("dyni -reload"); !r) return protocol::error_response(r.error().message());
+    return {true, "config reloaded", {}};
+  }
+  if (c == cmd::kUndo || c == cmd::kRedo) return undo_or_redo(c == cmd::kUndo);
+  if (c == cmd::kLicenseChanged) {
+    check_license();
+    next_scan_ms_ = 0;
+    return {license_.active, "license " + license_.summary, {}};
+  }
+  return protocol::error_response("unknown command \"" + c + "\"");
+}
+
+protocol::Response Daemon::status() const {
+  nlohmann::json license = {{"active", license_.active}, {"summary", license_.summary}};
+  if (license_.active) {
+    license["subscription"] = license_.claims.subscription;
+    license["hosts"] = license_.claims.hosts;
+    license["expires"] = license::format_date(license_.claims.expires);
+  }
+  nlohmann::json daemon = {{"running", true},
+                           {"pid", ::getpid()},
+                           {"version", DYNI_VERSION},
+                           {"since", format_unix_ms(started_unix_ms_)},
+                           {"config", options_.config_path},
+                           {"exe_list", config_.exe_list},
+                           {"busy_threshold_percent", config_.busy_threshold_percent},
+                           {"busy_window_ms", config_.busy_window_ms}};
+  return {true, "dyni is running",
+          {{"daemon", daemon}, {"license", license}, {"targets", targets_.to_json()}}};
+}
+
+// Undo and redo act on dynimized (resp. undone) targets. Until injection lands
+// (issue: live injection) no target can reach those states, so the honest
+// answer names what there is to act on.
+protocol::Response Daemon::undo_or_redo(bool undo) const {
+  TargetState from = undo ? TargetState::Dynimized : TargetState::Undone;
+  std::size_t n = targets_.count_in(from);
+  if (n == 0)
+    return {true, undo ? "nothing to undo: no target is dynimized"
+                       : "nothing to redo: no target has been undone", {}};
+  return protocol::error_response("this dynid cannot undo or redo yet");
+}
+
+}  // namespace dyni

@@ -1,0 +1,65 @@
+// dynid's top level: owns the config, the instance lock, the control socket
+// and the target table, and runs the main loop:
+//
+//   every scan_interval_ms:  discover targets in /proc → reconcile → advance states
+//   on a control request:    answer it (status, stop, reload, undo, redo, ...)
+//   on SIGHUP:               reload the config;  on SIGTERM/SIGINT: stop
+//
+// Stopping never touches targets: optimized targets stay optimized (I2).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "common/instance_lock.h"
+#include "common/license_store.h"
+#include "common/protocol.h"
+#include "dynid/control_server.h"
+#include "dynid/target_table.h"
+
+namespace dyni {
+
+struct DaemonOptions {
+  std::string config_path;
+  bool log_to_stderr = false;     // under systemd: journald takes stderr
+  std::string proc_root = "/proc";
+};
+
+class Daemon {
+ public:
+  // Reads the config, opens the log, takes the lock, opens the socket.
+  // Any failure is returned with the message the operator should see.
+  static Result<std::unique_ptr<Daemon>> start(const DaemonOptions& options);
+  ~Daemon();
+
+  // Serves until stopped; returns the process exit code.
+  int run();
+
+ private:
+  Daemon(DaemonOptions options, Config config, InstanceLock lock, ControlServer server,
+         int signal_fd);
+
+  void scan();
+  void check_license();
+  void on_signal();
+  Status reload(const std::string& why);
+  protocol::Response handle(const protocol::Request& request);
+  protocol::Response status() const;
+  protocol::Response undo_or_redo(bool undo) const;
+  int poll_timeout_ms(int64_t now);
+
+  DaemonOptions options_;
+  Config config_;
+  InstanceLock lock_;
+  ControlServer server_;
+  int signal_fd_;
+  TargetTable targets_;
+  license::LicenseState license_;
+  bool stopping_ = false;
+  int64_t started_unix_ms_;
+  int64_t next_scan_ms_ = 0;
+  int64_t next_license_check_ms_ = 0;
+};
+
+}  // namespace dyni

@@ -1,0 +1,42 @@
+// Reads what discovery needs about a process from /proc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace dyni {
+
+// Fields of /proc/PID/stat that dynid uses.
+struct ProcStat {
+  pid_t pid = 0;
+  std::string comm;          // may contain spaces and ')' (set by the process)
+  char state = '?';
+  uint64_t cpu_ticks = 0;    // utime + stime of all threads, in clock ticks
+  uint64_t start_time = 0;   // since boot, in clock ticks: (pid, start_time) names a process
+};
+
+// Parses the text of /proc/PID/stat.
+Result<ProcStat> parse_proc_stat(const std::string& text);
+Result<ProcStat> read_proc_stat(const std::string& proc_root, pid_t pid);
+
+// The executable as the kernel names it: /proc/PID/exe with a " (deleted)"
+// suffix removed. Fails for kernel threads and vanished processes.
+struct ExePath {
+  std::string path;
+  bool deleted = false;  // the file was unlinked or replaced (package upgrade)
+};
+Result<ExePath> read_exe(const std::string& proc_root, pid_t pid);
+
+// "mnt:[4026531841]": tells processes in other mount namespaces (containers).
+std::string read_mount_namespace(const std::string& proc_root, pid_t pid);
+
+// Numeric entries of /proc.
+std::vector<pid_t> list_pids(const std::string& proc_root);
+
+}  // namespace dyni

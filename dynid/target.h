@@ -1,0 +1,49 @@
+// A target: one live process whose executable is listed in [exeList], and
+// where it stands in dyni's pipeline (DESIGN.md §1, §3).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "dynid/busy_window.h"
+
+namespace dyni {
+
+// In pipeline order, then the end states. `-status` prints state_text().
+enum class TargetState {
+  Waiting,      // listed and found, not CPU-busy yet
+  Profiling,    // busy: being sampled
+  Dynimizing,   // hot code being built and injected
+  Dynimized,    // running from the code cache
+  Undone,       // returned to its original code by -undo
+  Unsupported,  // dyni cannot handle it (reason says why)
+  Failed,       // dyni tried and gave up (reason says why); the target is unharmed
+  Unlicensed,   // no active license: dyni optimizes nothing
+};
+
+const char* state_name(TargetState state);
+
+struct Target {
+  // Identity: a pid is reused, (pid, start_time) is not.
+  pid_t pid = 0;
+  uint64_t start_time = 0;
+
+  std::string name;  // executable basename
+  std::string exe;   // executable path as /proc/PID/exe names it
+  bool exe_deleted = false;
+  std::string mount_ns;
+
+  TargetState state = TargetState::Waiting;
+  std::string reason;    // for Unsupported/Failed
+  int64_t since_ms = 0;  // wall clock (unix ms) of the last state change
+
+  BusyWindow cpu;
+  double cpu_percent = -1;  // over the busy window; -1 until measured
+};
+
+// "waiting", "failed: <reason>", ...
+std::string state_text(const Target& target);
+
+}  // namespace dyni

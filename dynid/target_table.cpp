@@ -1,0 +1,135 @@
+// Reconciling /proc scans with known targets and advancing their states.
+#include "dynid/target_table.h"
+
+#include <ctime>
+#include <set>
+
+#include "common/log.h"
+
+namespace dyni {
+
+int64_t now_unix_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t now_mono_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+std::string format_unix_ms(int64_t unix_ms) {
+  time_t secs = static_cast<time_t>(unix_ms / 1000);
+  tm utc{};
+  gmtime_r(&secs, &utc);
+  char buf[40];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &utc);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(unix_ms % 1000));
+}
+
+namespace {
+
+Target new_target(const DiscoveredProcess& p) {
+  Target t;
+  t.pid = p.stat.pid;
+  t.start_time = p.stat.start_time;
+  t.name = p.name;
+  t.exe = p.exe.path;
+  t.exe_deleted = p.exe.deleted;
+  t.mount_ns = p.mount_ns;
+  t.since_ms = now_unix_ms();
+  return t;
+}
+
+}  // namespace
+
+void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t now_mono) {
+  std::lock_guard lock(mutex_);
+  std::set<pid_t> seen;
+  for (const auto& p : found) {
+    seen.insert(p.stat.pid);
+    auto it = targets_.find(p.stat.pid);
+    if (it != targets_.end() && it->second.start_time != p.stat.start_time) {
+      log::info("target pid {} ({}) exited; pid reused by a new {}", it->first, it->second.name,
+                p.name);
+      targets_.erase(it);
+      it = targets_.end();
+    }
+    if (it == targets_.end()) {
+      it = targets_.emplace(p.stat.pid, new_target(p)).first;
+      log::info("target found: {} pid {} exe {}{}", p.name, p.stat.pid, p.exe.path,
+                p.exe.deleted ? " (deleted)" : "");
+    }
+    it->second.exe_deleted = p.exe.deleted;
+    it->second.cpu.add(now_mono, p.stat.cpu_ticks);
+  }
+  for (auto it = targets_.begin(); it != targets_.end();) {
+    if (seen.count(it->first)) {
+      ++it;
+      continue;
+    }
+    log::info("target gone: {} pid {} (exited or no longer listed)", it->second.name, it->first);
+    it = targets_.erase(it);
+  }
+}
+
+void TargetTable::set_state(Target& target, TargetState state, const std::string& why) {
+  log::info("target {} pid {}: {} -> {} ({})", target.name, target.pid, state_name(target.state),
+            state_name(state), why);
+  target.state = state;
+  target.reason.clear();
+  target.since_ms = now_unix_ms();
+}
+
+void TargetTable::advance(const BusyRule& rule, bool licensed) {
+  std::lock_guard lock(mutex_);
+  for (auto& [pid, t] : targets_) {
+    t.cpu_percent = t.cpu.percent(rule.window_ms);
+    if (!licensed && (t.state == TargetState::Waiting || t.state == TargetState::Profiling))
+      set_state(t, TargetState::Unlicensed, "no active license");
+    if (licensed && t.state == TargetState::Unlicensed)
+      set_state(t, TargetState::Waiting, "license active");
+    // Profiling stops here until the profiler lands: the trigger is real, the
+    // sampling is the profiler's (issue 3).
+    if (t.state == TargetState::Waiting && t.cpu_percent >= rule.threshold_percent)
+      set_state(t, TargetState::Profiling,
+                fmt::format("busy: {:.0f}% CPU over {} ms", t.cpu_percent, rule.window_ms));
+  }
+}
+
+std::vector<Target> TargetTable::snapshot() const {
+  std::lock_guard lock(mutex_);
+  std::vector<Target> out;
+  for (const auto& [pid, t] : targets_) out.push_back(t);
+  return out;
+}
+
+std::size_t TargetTable::count_in(TargetState state) const {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& [pid, t] : targets_) n += t.state == state;
+  return n;
+}
+
+nlohmann::json TargetTable::to_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Target& t : snapshot()) {
+    list.push_back({{"name", t.name},
+                    {"pid", t.pid},
+                    {"exe", t.exe},
+                    {"exe_deleted", t.exe_deleted},
+                    {"mount_namespace", t.mount_ns},
+                    {"start_time_ticks", t.start_time},
+                    {"state", state_name(t.state)},
+                    {"reason", t.reason},
+                    {"status", state_text(t)},
+                    {"since", format_unix_ms(t.since_ms)},
+                    {"cpu_percent", t.cpu_percent < 0 ? nlohmann::json(nullptr)
+                                                      : nlohmann::json(t.cpu_percent)}});
+  }
+  return list;
+}
+
+}  // namespace dyni

@@ -1,0 +1,49 @@
+// The set of live targets and their states. The daemon's main loop feeds it
+// /proc scans; the control socket reads snapshots of it.
+//
+// Invariant: one entry per live (pid, start_time); a reused pid replaces the
+// entry of the process that had it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "dynid/discovery.h"
+#include "dynid/target.h"
+
+namespace dyni {
+
+struct BusyRule {
+  double threshold_percent;
+  int window_ms;
+};
+
+class TargetTable {
+ public:
+  // Brings the table in line with one /proc scan: adds arrivals, drops
+  // departures, replaces reused pids, records CPU readings.
+  void reconcile(const std::vector<DiscoveredProcess>& found, int64_t now_mono_ms);
+
+  // Moves targets along: the license gate, then waiting → profiling once busy.
+  void advance(const BusyRule& rule, bool licensed);
+
+  std::vector<Target> snapshot() const;  // ordered by pid
+  nlohmann::json to_json() const;
+  std::size_t count_in(TargetState state) const;
+
+ private:
+  void set_state(Target& target, TargetState state, const std::string& why);
+
+  mutable std::mutex mutex_;
+  std::map<pid_t, Target> targets_;
+};
+
+// Wall clock in unix milliseconds; monotonic milliseconds.
+int64_t now_unix_ms();
+int64_t now_mono_ms();
+std::string format_unix_ms(int64_t unix_ms);  // ISO-8601 UTC
+
+}  // namespace dyni
