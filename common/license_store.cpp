@@ -1,6 +1,8 @@
 // Binding a verified subscription token to this host's machine-id.
 #include "common/license_store.h"
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
@@ -55,7 +57,7 @@ Result<std::string> trusted_public_key(const Config& config) {
   return pem;
 }
 
-Result<Claims> bind(const std::string& token, const Config& config, int64_t now) {
+Result<Claims> activate(const std::string& token, const Config& config, int64_t now) {
   auto machine_id = read_machine_id();
   if (!machine_id) return std::unexpected(machine_id.error());
   auto claims = verify_for_host(token, config, now, *machine_id);
@@ -77,8 +79,10 @@ Status release(const std::string& token) {
 }
 
 LicenseState current(const Config& config, int64_t now) {
+  if (::access(paths::license_file().c_str(), F_OK) != 0)
+    return {false, "no license (run dyni -license=start -token=<token>)", {}};
   auto binding = read_binding();
-  if (!binding) return {false, "no license (run dyni -license=start -token=<token>)", {}};
+  if (!binding) return {false, "invalid: " + binding.error().message(), {}};
   auto machine_id = read_machine_id();
   if (!machine_id) return {false, "invalid: " + machine_id.error().message(), {}};
   if (binding->machine_id != *machine_id)

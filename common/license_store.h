@@ -30,7 +30,7 @@ Result<std::string> read_machine_id();
 Result<std::string> trusted_public_key(const Config& config);
 
 // Verifies the token for this host and stores the binding. Replaces an earlier one.
-Result<Claims> bind(const std::string& token, const Config& config, int64_t now);
+Result<Claims> activate(const std::string& token, const Config& config, int64_t now);
 // Removes the binding if `token` is the bound one.
 Status release(const std::string& token);
 // Evaluates the stored binding now (missing, foreign host, expired, forged, ...).

@@ -88,6 +88,13 @@ Status start_with_systemd() {
   if (::chdir("/") != 0) _exit(126);
   int null_fd = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd <= 2; ++fd) ::dup2(null_fd, fd);
+  // dynid must hold no descriptor of ours: a caller waiting for EOF on a pipe
+  // it gave dyni would otherwise wait for as long as dynid runs.
+  if (ready_fd != 3) {
+    ::dup2(ready_fd, 3);
+    ready_fd = 3;
+  }
+  ::close_range(4, ~0U, 0);
   ::umask(077);
   std::string ready = "--ready-fd=" + std::to_string(ready_fd);
   std::string config_arg = "--config=" + config;

@@ -115,7 +115,7 @@ int do_license(const Command& command) {
     std::cout << "license released\n";
     return kExitOk;
   }
-  auto claims = license::bind(command.token, *config, now_s());
+  auto claims = license::activate(command.token, *config, now_s());
   if (!claims) return report_error("license not started: " + claims.error().message());
   notify_daemon_of_license();
   std::cout << "license active: subscription " << claims->subscription << ", " << claims->hosts

@@ -157,6 +157,10 @@ bool ControlServer::flush(int fd, Client& client) {
 }
 
 void ControlServer::close_client(int fd) {
+  // Drain what the client sent but we did not read (bounded), so closing does
+  // not reset the connection before the client has read our reply.
+  char buf[4096];
+  for (int i = 0; i < 16 && ::recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0; ++i) {}
   ::close(fd);
   clients_.erase(fd);
 }

@@ -1,0 +1,290 @@
+// dynid and dyni end to end: a real daemon, real CLI, real target processes.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "tests/integration/dyni_host.h"
+
+namespace dyni::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Daemon : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  }
+  // Starts dynid with `exe_list`, licensed, and checks the CLI's answer.
+  void start(const std::vector<std::string>& exe_list) {
+    host.write_config(exe_list);
+    host.license_this_host();
+    RunResult r = host.dyni({"-start"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(r.out, "dyni started\n");
+  }
+  DyniHost host;
+};
+
+TEST_F(Daemon, StartStatusStop) {
+  RunResult before = host.dyni({"-status"});
+  EXPECT_EQ(before.exit_code, 3);
+  EXPECT_EQ(before.out, "dyni is not running\n");
+  start({"dyni-idle-a"});
+  pid_t idle = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-idle-a"), "30"});
+  ASSERT_TRUE(host.wait_for_state(idle, "waiting"));
+  RunResult status = host.dyni({"-status"});
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_EQ(status.out, "dyni is running\ndyni-idle-a, pid: " + std::to_string(idle) +
+                            ", waiting\nlicense: active: subscription test-sub, 2 hosts, "
+                            "expires 2099-01-01\n");
+  RunResult again = host.dyni({"-start"});
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_EQ(again.out, "dyni is already running\n");
+  pid_t daemon = host.daemon_pid();
+  ASSERT_GT(daemon, 0);
+  RunResult stop = host.dyni({"-stop"});
+  EXPECT_EQ(stop.exit_code, 0) << stop.err;
+  EXPECT_EQ(stop.out, "dyni stopped\n");
+  EXPECT_FALSE(DyniHost::alive(daemon)) << "dynid still alive after -stop";
+  EXPECT_FALSE(std::filesystem::exists(host.socket_path()));
+  EXPECT_TRUE(DyniHost::alive(idle)) << "stopping dyni must not touch targets";
+  EXPECT_EQ(host.dyni({"-status"}).out, "dyni is not running\n");
+  EXPECT_EQ(host.dyni({"-stop"}).exit_code, 3);
+}
+
+TEST_F(Daemon, SocketAndRunDirArePrivate) {
+  start({"nothing-listed"});
+  struct stat dir {}, sock {};
+  ASSERT_EQ(stat(host.run_dir().c_str(), &dir), 0);
+  ASSERT_EQ(stat(host.socket_path().c_str(), &sock), 0);
+  EXPECT_EQ(dir.st_mode & 07777, 0700u);
+  EXPECT_EQ(sock.st_mode & 07777, 0600u);
+  EXPECT_EQ(sock.st_uid, 0u);
+  EXPECT_TRUE(S_ISSOCK(sock.st_mode));
+}
+
+TEST_F(Daemon, BusyTargetGoesFromWaitingToProfilingIdleOneStaysWaiting) {
+  start({"dyni-busy", "dyni-idle"});
+  pid_t idle = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-idle"), "30"});
+  ASSERT_TRUE(host.wait_for_state(idle, "waiting"));
+  pid_t busy = host.spawn({host.install_program(DYNI_TEST_BUSY, "dyni-busy"), "30", "2"});
+  ASSERT_TRUE(host.wait_for_state(busy, "profiling", 15s)) << host.state_of(busy) << host.log();
+  EXPECT_EQ(host.state_of(idle), "waiting");
+  auto j = host.status_json();
+  for (const auto& t : j["targets"]) {
+    if (t["pid"] != busy) continue;
+    EXPECT_GT(t["cpu_percent"].get<double>(), 40.0);
+    EXPECT_EQ(t["state"], "profiling");
+    EXPECT_EQ(t["exe"], host.dir() + "/dyni-busy");
+  }
+  EXPECT_NE(host.log().find("-> profiling (busy:"), std::string::npos);
+}
+
+TEST_F(Daemon, JsonStatusHasTheFacts) {
+  start({"dyni-idle-j"});
+  pid_t idle = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-idle-j"), "30"});
+  ASSERT_TRUE(host.wait_for_state(idle, "waiting"));
+  auto j = host.status_json();
+  EXPECT_EQ(j["running"], true);
+  EXPECT_EQ(j["daemon"]["pid"], host.daemon_pid());
+  EXPECT_EQ(j["daemon"]["config"], host.config_path());
+  EXPECT_EQ(j["license"]["active"], true);
+  EXPECT_EQ(j["license"]["subscription"], "test-sub");
+  ASSERT_EQ(j["targets"].size(), 1u);
+  const auto& t = j["targets"][0];
+  EXPECT_EQ(t["pid"], idle);
+  EXPECT_EQ(t["name"], "dyni-idle-j");
+  EXPECT_EQ(t["exe"], host.dir() + "/dyni-idle-j");
+  EXPECT_EQ(t["state"], "waiting");
+  EXPECT_EQ(t["reason"], "");
+  EXPECT_TRUE(t["since"].get<std::string>().ends_with("Z"));
+  EXPECT_GT(t["start_time_ticks"].get<long>(), 0);
+  RunResult down = host.dyni({"-stop"});
+  RunResult r = host.dyni({"-status", "-json"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["running"], false);
+}
+
+TEST_F(Daemon, FindsRenamedDeletedAndPathListedTargetsAndNotLookalikes) {
+  std::string by_path = host.install_program(DYNI_TEST_IDLE, "listed-by-path");
+  start({"dyni-renamed", "dyni-deleted", by_path, "dyni-lookalike-comm"});
+  // Listed by exe basename; renames its comm to something unlisted.
+  pid_t renamed = host.spawn({host.install_program(DYNI_TEST_BUSY, "dyni-renamed"), "30", "1", "other-name"});
+  // Listed, and its executable file is deleted after start (as by an upgrade).
+  std::string doomed = host.install_program(DYNI_TEST_IDLE, "dyni-deleted");
+  pid_t deleted = host.spawn({doomed, "30"});
+  // Listed by full path.
+  pid_t path_listed = host.spawn({by_path, "30"});
+  // Not listed: its comm copies a listed name, but its exe does not.
+  pid_t lookalike = host.spawn({host.install_program(DYNI_TEST_BUSY, "unlisted-exe"), "30", "1", "dyni-lookalike-comm"});
+  std::this_thread::sleep_for(200ms);
+  std::filesystem::remove(doomed);
+  ASSERT_TRUE(host.wait_for_state(renamed, "profiling", 15s)) << host.state_of(renamed);
+  ASSERT_TRUE(host.wait_for_state(deleted, "waiting"));
+  ASSERT_TRUE(host.wait_for_state(path_listed, "waiting"));
+  EXPECT_EQ(host.state_of(lookalike), "");
+  auto j = host.status_json();
+  for (const auto& t : j["targets"]) {
+    if (t["pid"] == deleted) {
+      EXPECT_EQ(t["exe_deleted"], true);
+    }
+    if (t["pid"] == renamed) {
+      EXPECT_EQ(t["name"], "dyni-renamed");
+    }
+  }
+  std::string text = host.dyni({"-status"}).out;
+  EXPECT_NE(text.find("dyni-deleted, pid: " + std::to_string(deleted) + ", waiting\n"), std::string::npos) << text;
+}
+
+TEST_F(Daemon, NewProcessesAppearAndExitedOnesDisappearWithinASecond) {
+  start({"dyni-short"});
+  std::string exe = host.install_program(DYNI_TEST_IDLE, "dyni-short");
+  pid_t a = host.spawn({exe, "2"});  // exits by itself after 2 s
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(host.wait_for_state(a, "waiting", 1500ms)) << "not listed within 1.5 s";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  pid_t b = host.spawn({exe, "30"});
+  ASSERT_TRUE(host.wait_for_state(b, "waiting", 1500ms));
+  host.kill_target(b);
+  ASSERT_TRUE(host.wait_for_state(b, "", 1500ms)) << "killed target still listed";
+  ASSERT_TRUE(host.wait_for_state(a, "", 4s)) << "exited target still listed";
+}
+
+TEST_F(Daemon, FindsTargetsInsideAnotherMountNamespace) {
+  if (system("unshare --mount true 2>/dev/null") != 0)
+    GTEST_SKIP() << "cannot create mount namespaces here (unshare --mount failed)";
+  start({"dyni-in-container"});
+  // The executable exists only on a tmpfs mounted inside the new namespace.
+  std::string inner = host.dir() + "/container-root";
+  std::filesystem::create_directories(inner);
+  std::string script = "mount -t tmpfs none " + inner + " && cp " + std::string(DYNI_TEST_IDLE) +
+                       " " + inner + "/dyni-in-container && exec " + inner + "/dyni-in-container 30";
+  pid_t shell = host.spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script});
+  ASSERT_TRUE(host.wait_for([&](const nlohmann::json& j) {
+    for (const auto& t : j.value("targets", nlohmann::json::array()))
+      if (t["pid"] == shell && t["state"] == "waiting") return true;
+    return false;
+  })) << host.dyni({"-status"}).out;
+  EXPECT_FALSE(std::filesystem::exists(inner + "/dyni-in-container"));  // not visible from here
+  auto j = host.status_json();
+  std::string own_ns = std::filesystem::read_symlink("/proc/self/ns/mnt");
+  EXPECT_NE(j["targets"][0]["mount_namespace"], own_ns);
+}
+
+TEST_F(Daemon, BadConfigRefusesToStartWithFileLineAndReason) {
+  host.write_raw_config("[exeList]\nmariadbd\n[options]\nbusy_window_ms = 10\n");
+  RunResult r = host.dyni({"-start"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "dyni: " + host.config_path() + ":4: '10' out of range [100, 600000]\n");
+  EXPECT_EQ(host.dyni({"-status"}).exit_code, 3);
+  host.write_raw_config("[options]\n");
+  r = host.dyni({"-start"});
+  EXPECT_NE(r.err.find("missing [exeList]"), std::string::npos) << r.err;
+  std::filesystem::remove(host.config_path());
+  r = host.dyni({"-start"});
+  EXPECT_NE(r.err.find("cannot read config " + host.config_path()), std::string::npos) << r.err;
+}
+
+TEST_F(Daemon, ReloadAndSighupRereadTheConfigKeepingState) {
+  start({"dyni-first"});
+  pid_t first = host.spawn({host.install_program(DYNI_TEST_BUSY, "dyni-first"), "30"});
+  pid_t second = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-second"), "30"});
+  ASSERT_TRUE(host.wait_for_state(first, "profiling", 15s));
+  EXPECT_EQ(host.state_of(second), "");
+
+  host.write_config({"dyni-first", "dyni-second"});
+  RunResult r = host.dyni({"-reload"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "config reloaded\n");
+  ASSERT_TRUE(host.wait_for_state(second, "waiting"));
+  EXPECT_EQ(host.state_of(first), "profiling") << "reload must keep targets' state";
+
+  // A bad config on reload is refused; the running one stays.
+  host.write_raw_config("[exeList]\n[options]\nbogus = 1\n");
+  r = host.dyni({"-reload"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(":3: unknown key 'bogus' in [options]"), std::string::npos) << r.err;
+  EXPECT_EQ(host.state_of(second), "waiting");
+
+  // SIGHUP does the same as -reload.
+  host.write_config({"dyni-first"});
+  kill(host.daemon_pid(), SIGHUP);
+  ASSERT_TRUE(host.wait_for_state(second, "", 3s));
+  EXPECT_EQ(host.state_of(first), "profiling");
+  EXPECT_NE(host.log().find("config reloaded from " + host.config_path() + " (SIGHUP)"), std::string::npos);
+}
+
+TEST_F(Daemon, UndoAndRedoWithNothingOptimizedSaySo) {
+  start({"dyni-x"});
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0);
+  EXPECT_EQ(undo.out, "nothing to undo: no target is dynimized\n");
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0);
+  EXPECT_EQ(redo.out, "nothing to redo: no target has been undone\n");
+  host.dyni({"-stop"});
+  EXPECT_EQ(host.dyni({"-undo"}).out, "dyni is not running\n");
+}
+
+TEST_F(Daemon, StaleLockAndSocketAfterSigkillAreRecovered) {
+  start({"dyni-survivor"});
+  pid_t target = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-survivor"), "30"});
+  ASSERT_TRUE(host.wait_for_state(target, "waiting"));
+  pid_t daemon = host.daemon_pid();
+  ASSERT_GT(daemon, 0);
+  kill(daemon, SIGKILL);
+  for (int i = 0; i < 100 && DyniHost::alive(daemon); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(std::filesystem::exists(host.socket_path())) << "expected a stale socket";
+  EXPECT_EQ(host.dyni({"-status"}).out, "dyni is not running\n");
+  EXPECT_TRUE(DyniHost::alive(target)) << "target must survive dynid's death";
+  RunResult r = host.dyni({"-start"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "dyni started\n");
+  ASSERT_TRUE(host.wait_for_state(target, "waiting"));
+  EXPECT_NE(host.log().find("DYNID-WARN removing stale control socket"), std::string::npos);
+}
+
+TEST_F(Daemon, OnlyOneDynidPerHost) {
+  start({"dyni-x"});
+  pid_t first = host.daemon_pid();
+  RunResult direct = host.run({DYNI_TEST_DYNID});
+  EXPECT_EQ(direct.exit_code, 1);
+  EXPECT_EQ(direct.err, "dynid: dynid is already running (pid " + std::to_string(first) + ")\n");
+  EXPECT_EQ(host.daemon_pid(), first);
+  EXPECT_EQ(host.dyni({"-status"}).exit_code, 0);
+}
+
+TEST_F(Daemon, NonRootCallerIsRefused) {
+  start({"dyni-x"});
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"-status"}, {"-start"}, {"-stop"}, {"-undo"}, {"-license=status"}}) {
+    RunResult r = host.dyni(args, 65534);  // nobody
+    EXPECT_NE(r.exit_code, 0) << args[0];
+    EXPECT_EQ(r.err, "dyni must be run as root\n") << args[0];
+    EXPECT_EQ(r.out, "") << args[0];
+  }
+  EXPECT_EQ(host.dyni({"-status"}).exit_code, 0) << "daemon must still be running";
+  RunResult version = host.dyni({"-version"}, 65534);
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_TRUE(version.out.starts_with("dyni ")) << version.out;
+}
+
+TEST_F(Daemon, BadFlagsPrintUsageAndExit2) {
+  for (auto args : std::vector<std::vector<std::string>>{{}, {"-bogus"}, {"-start", "-stop"}, {"status"}}) {
+    RunResult r = host.dyni(args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("usage: dyni"), std::string::npos);
+    EXPECT_EQ(r.out, "");
+  }
+  RunResult help = host.dyni({"-help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("-license=start -token=TOKEN"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dyni::test

@@ -1,0 +1,77 @@
+// DyniHost: a private dyni installation for one integration test — its own
+// config, run, state and machine-id paths under a temporary directory — plus
+// helpers to run the real `dyni` CLI, start real target processes and wait
+// for what `dyni -status` reports.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dyni::test {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Options used by tests: fast scans and a short busy window.
+inline constexpr const char* kFastOptions =
+    "[options]\nbusy_threshold_percent = 40\nbusy_window_ms = 600\nscan_interval_ms = 100\n";
+
+class DyniHost {
+ public:
+  DyniHost();
+  ~DyniHost();
+  DyniHost(const DyniHost&) = delete;
+  DyniHost& operator=(const DyniHost&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  std::string run_dir() const { return dir_ + "/run"; }
+  std::string socket_path() const { return run_dir() + "/dynid.sock"; }
+  std::string log_path() const { return dir_ + "/dynid.log"; }
+  std::string config_path() const { return dir_ + "/dyni.conf"; }
+
+  // Writes dyni.conf: [exeList] entries, then `rest` (options, license).
+  void write_config(const std::vector<std::string>& exe_list, const std::string& rest = kFastOptions);
+  void write_raw_config(const std::string& text);
+  // Installs a site license key ([license] public_key) and binds a valid token.
+  void license_this_host();
+
+  // Runs the real dyni CLI with this host's environment (optionally as `uid`).
+  RunResult dyni(const std::vector<std::string>& args, std::optional<uid_t> uid = {}) const;
+  RunResult run(const std::vector<std::string>& argv, std::optional<uid_t> uid = {}) const;
+
+  // Copies a test program into the host directory under `name` (mode 0755).
+  std::string install_program(const std::string& source, const std::string& name) const;
+  // Starts a target process; it is killed when the host is destroyed.
+  pid_t spawn(const std::vector<std::string>& argv);
+  void kill_target(pid_t pid);
+
+  // Polls `dyni -status -json` until `ready` holds or `timeout` passes.
+  bool wait_for(const std::function<bool(const nlohmann::json&)>& ready,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  // The state of target `pid` in -status -json ("" when not listed).
+  std::string state_of(pid_t pid) const;
+  bool wait_for_state(pid_t pid, const std::string& state,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  nlohmann::json status_json() const;
+  pid_t daemon_pid() const;
+  // True while `pid` runs (a zombie awaiting its reaper does not count).
+  static bool alive(pid_t pid);  // from the lock file; 0 when none
+  std::string log() const;
+
+ private:
+  std::vector<std::string> environment() const;
+
+  std::string dir_;
+  std::vector<pid_t> targets_;
+};
+
+}  // namespace dyni::test

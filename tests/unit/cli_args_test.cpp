@@ -1,0 +1,41 @@
+// dyni's flags: accepted combinations and refusals.
+#include <gtest/gtest.h>
+
+#include "dyni-cli/cli_args.h"
+
+namespace dyni::cli {
+namespace {
+
+Result<Command> parse(std::vector<std::string> args) { return parse_args(args); }
+
+TEST(CliArgs, AcceptsEachCommand) {
+  EXPECT_EQ(parse({"-start"})->action, Action::Start);
+  EXPECT_EQ(parse({"-stop"})->action, Action::Stop);
+  EXPECT_EQ(parse({"-undo"})->action, Action::Undo);
+  EXPECT_EQ(parse({"-redo"})->action, Action::Redo);
+  EXPECT_EQ(parse({"-reload"})->action, Action::Reload);
+  EXPECT_EQ(parse({"-version"})->action, Action::Version);
+  EXPECT_EQ(parse({"-help"})->action, Action::Help);
+  EXPECT_EQ(parse({"-license=status"})->action, Action::LicenseStatus);
+  auto status = parse({"-status", "-json"});
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(status->json);
+  auto lic = parse({"-token=abc", "-license=start"});
+  ASSERT_TRUE(lic);
+  EXPECT_EQ(lic->action, Action::LicenseStart);
+  EXPECT_EQ(lic->token, "abc");
+  EXPECT_EQ(parse({"-license=stop", "-token=abc"})->action, Action::LicenseStop);
+}
+
+TEST(CliArgs, RefusesMalformedOrUnknownFlags) {
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {}, {"start"}, {"--start"}, {"-bogus"}, {"-start", "-stop"}, {"-json"},
+           {"-start", "-json"}, {"-license=start"}, {"-license=start", "-token="},
+           {"-license=pause", "-token=x"}, {"-status", "-token=x"},
+           {"-license=stop", "-token=a", "-token=b"}}) {
+    EXPECT_FALSE(parse(bad)) << ::testing::PrintToString(bad);
+  }
+}
+
+}  // namespace
+}  // namespace dyni::cli
