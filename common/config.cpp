@@ -61,7 +61,7 @@ char* read_line(char* buffer, int size, void* stream) {
   }
   if (text.size() + 2 > static_cast<std::size_t>(size)) {
     if (!reader->overlong_line) reader->overlong_line = reader->line;
-    text = "[";  // a line inih rejects, so the error surfaces at this line
+    text.assign(1, '[');  // a line inih rejects, so the error surfaces at this line
   }
   std::memcpy(buffer, text.c_str(), text.size());
   buffer[text.size()] = '\n';

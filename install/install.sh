@@ -30,7 +30,7 @@ install_packages() {
 
 build() {
   say "building (Release) in $BUILD"
-  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
+  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DDYNI_WERROR=OFF \
         -DCMAKE_INSTALL_PREFIX="$PREFIX" >/dev/null
   cmake --build "$BUILD" -j"$(nproc)"
 }
