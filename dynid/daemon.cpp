@@ -173,7 +173,7 @@ protocol::Response Daemon::handle(const protocol::Request& request) {
   if (c == cmd::kLicenseChanged) {
     check_license();
     next_scan_ms_ = 0;
-    return {license_.active, "license " + license_.summary, {}};
+    return {true, "license " + license_.summary, {{"active", license_.active}}};
   }
   return protocol::error_response("unknown command \"" + c + "\"");
 }

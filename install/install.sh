@@ -5,12 +5,16 @@
 #   sudo ./install/install.sh --uninstall  remove binaries and the systemd unit
 #                                          (keeps /etc/dyni.conf and /var/lib/dyni)
 #   sudo ./install/install.sh --uninstall --purge   also remove config, state and logs
+# For packaging and tests: --no-packages (skip apt-get), --no-build (install from
+# $DYNI_BUILD_DIR as built), and DESTDIR=/some/root to install below another root
+# (then no daemon is stopped and systemctl is not called).
 set -euo pipefail
 
 PREFIX=/usr/local
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${DYNI_BUILD_DIR:-$SRC/build-release}
-UNIT=/etc/systemd/system/dynid.service
+ROOT=${DESTDIR:-}
+UNIT=$ROOT/etc/systemd/system/dynid.service
 
 # Build and runtime packages (see README.md, "Dependencies").
 PACKAGES=(build-essential cmake pkg-config libzydis-dev llvm-16-dev libunwind-dev libinih-dev
@@ -19,7 +23,12 @@ PACKAGES=(build-essential cmake pkg-config libzydis-dev llvm-16-dev libunwind-de
 say() { echo "dyni-install: $*"; }
 die() { echo "dyni-install: error: $*" >&2; exit 1; }
 
-systemd_running() { [ -d /run/systemd/system ]; }
+systemd_running() { [ -z "$ROOT" ] && [ -d /run/systemd/system ]; }
+
+# Stops a running dynid so the new binary is the one that runs next.
+stop_daemon() {
+  if [ -z "$ROOT" ] && [ -x "$PREFIX/bin/dyni" ]; then "$PREFIX/bin/dyni" -stop >/dev/null 2>&1 || true; fi
+}
 
 install_packages() {
   say "installing packages: ${PACKAGES[*]}"
@@ -36,48 +45,52 @@ build() {
 }
 
 install_files() {
-  # A running dynid keeps its old binary; stop it first so the new one starts.
-  if [ -x "$PREFIX/bin/dyni" ]; then "$PREFIX/bin/dyni" -stop >/dev/null 2>&1 || true; fi
-  cmake --install "$BUILD" >/dev/null
+  stop_daemon
+  DESTDIR="$ROOT" cmake --install "$BUILD" --prefix "$PREFIX" >/dev/null
   say "installed $PREFIX/bin/dyni, $PREFIX/sbin/dynid, $PREFIX/bin/dyni-token"
-  if [ -e /etc/dyni.conf ]; then
+  if [ -e "$ROOT/etc/dyni.conf" ]; then
     say "keeping existing /etc/dyni.conf (new default: $PREFIX/share/doc/dyni/dyni.conf)"
   else
-    install -m 0644 "$SRC/etc/dyni.conf" /etc/dyni.conf
+    install -D -m 0644 "$SRC/etc/dyni.conf" "$ROOT/etc/dyni.conf"
     say "installed default /etc/dyni.conf"
   fi
-  install -d -m 0755 "$PREFIX/share/doc/dyni"
-  install -m 0644 "$SRC/README.md" "$SRC/etc/dyni.conf" "$PREFIX/share/doc/dyni/"
-  install -d -m 0700 /var/lib/dyni
-  install -d -m 0750 /var/log/dyni
-  if [ -d /etc/logrotate.d ]; then install -m 0644 "$SRC/etc/dyni.logrotate" /etc/logrotate.d/dyni; fi
-  [ -s /etc/machine-id ] || { command -v systemd-machine-id-setup >/dev/null && systemd-machine-id-setup; } || true
+  install -d -m 0755 "$ROOT$PREFIX/share/doc/dyni"
+  install -m 0644 "$SRC/README.md" "$SRC/etc/dyni.conf" "$ROOT$PREFIX/share/doc/dyni/"
+  install -d -m 0700 "$ROOT/var/lib/dyni"
+  install -d -m 0750 "$ROOT/var/log/dyni"
+  install -D -m 0644 "$SRC/etc/dyni.logrotate" "$ROOT/etc/logrotate.d/dyni"
+  if [ -z "$ROOT" ] && [ ! -s /etc/machine-id ] && command -v systemd-machine-id-setup >/dev/null; then
+    systemd-machine-id-setup >/dev/null
+  fi
 }
 
 install_unit() {
+  if systemd_running || [ -n "$ROOT" ]; then
+    install -D -m 0644 "$SRC/etc/dynid.service" "$UNIT"
+  fi
   if systemd_running; then
-    install -m 0644 "$SRC/etc/dynid.service" "$UNIT"
     systemctl daemon-reload
     systemctl enable dynid.service >/dev/null 2>&1
     say "installed and enabled systemd unit dynid.service (dyni -start starts it)"
   else
-    say "systemd is not running: dyni -start runs dynid directly (log: /var/log/dyni/dynid.log)"
+    say "systemd is not running here: dyni -start runs dynid directly (log: /var/log/dyni/dynid.log)"
   fi
 }
 
 uninstall() {
   local purge=$1
-  if [ -x "$PREFIX/bin/dyni" ]; then "$PREFIX/bin/dyni" -stop >/dev/null 2>&1 || true; fi
+  stop_daemon
   if [ -e "$UNIT" ]; then
-    systemctl disable --now dynid.service >/dev/null 2>&1 || true
+    if systemd_running; then systemctl disable --now dynid.service >/dev/null 2>&1 || true; fi
     rm -f "$UNIT"
-    systemd_running && systemctl daemon-reload
+    if systemd_running; then systemctl daemon-reload; fi
   fi
-  rm -f "$PREFIX/bin/dyni" "$PREFIX/sbin/dynid" "$PREFIX/bin/dyni-token" /etc/logrotate.d/dyni
-  rm -rf "$PREFIX/share/doc/dyni"
+  rm -f "$ROOT$PREFIX/bin/dyni" "$ROOT$PREFIX/sbin/dynid" "$ROOT$PREFIX/bin/dyni-token" \
+        "$ROOT/etc/logrotate.d/dyni"
+  rm -rf "$ROOT$PREFIX/share/doc/dyni"
   say "removed binaries and unit"
   if [ "$purge" = yes ]; then
-    rm -rf /etc/dyni.conf /var/lib/dyni /var/log/dyni /run/dyni
+    rm -rf "$ROOT/etc/dyni.conf" "$ROOT/var/lib/dyni" "$ROOT/var/log/dyni" "$ROOT/run/dyni"
     say "purged /etc/dyni.conf, /var/lib/dyni, /var/log/dyni"
   else
     say "kept /etc/dyni.conf and /var/lib/dyni (use --uninstall --purge to remove them)"
@@ -86,19 +99,22 @@ uninstall() {
 
 main() {
   [ "$(id -u)" -eq 0 ] || die "run as root (sudo $0)"
-  local mode=install purge=no
+  local mode=install purge=no packages=yes do_build=yes
   for arg in "$@"; do
     case "$arg" in
       --uninstall) mode=uninstall ;;
       --purge) purge=yes ;;
-      -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+      --no-packages) packages=no ;;
+      --no-build) do_build=no ;;
+      -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
       *) die "unknown option '$arg' (see --help)" ;;
     esac
   done
   [ "$purge" = no ] || [ "$mode" = uninstall ] || die "--purge goes with --uninstall"
   if [ "$mode" = uninstall ]; then uninstall "$purge"; exit 0; fi
-  install_packages
-  build
+  [ "$packages" = no ] || install_packages
+  if [ "$do_build" = yes ]; then build; fi
+  [ -x "$BUILD/dynid/dynid" ] || die "no build in $BUILD (drop --no-build or set DYNI_BUILD_DIR)"
   install_files
   install_unit
   say "done. Start dyni with: sudo dyni -start"
