@@ -55,4 +55,17 @@ Status ensure_dir(const std::string& path, mode_t mode) {
   return ok();
 }
 
+Status ensure_dir_p(const std::string& path, mode_t mode) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return ok();
+    return fail(path + " exists and is not a directory");
+  }
+  std::size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    if (auto parent = ensure_dir_p(path.substr(0, slash), 0755); !parent) return parent;
+  }
+  return ensure_dir(path, mode);
+}
+
 }  // namespace dyni

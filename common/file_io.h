@@ -13,7 +13,10 @@ Result<std::string> read_file(const std::string& path, std::size_t max_bytes = 1
 // Writes to a temporary file beside `path`, fsyncs, renames over `path`:
 // a crash leaves either the old or the new content, never a mix.
 Status write_file_atomic(const std::string& path, const std::string& content, mode_t mode);
-// mkdir -p for one level below an existing parent, then enforces `mode`.
+// mkdir for one level below an existing parent, then enforces `mode`.
 Status ensure_dir(const std::string& path, mode_t mode);
+// mkdir -p: creates missing parents (0755) and `path` with `mode`; an existing
+// `path` is left as it is.
+Status ensure_dir_p(const std::string& path, mode_t mode);
 
 }  // namespace dyni

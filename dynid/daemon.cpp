@@ -25,6 +25,11 @@ Status open_log(const Config& config, bool to_stderr) {
     log::use_stderr();
     return ok();
   }
+  // The log's directory is made on first use, so dynid runs without install.sh too.
+  std::string dir = config.log_file.substr(0, config.log_file.rfind('/'));
+  if (!dir.empty()) {
+    if (auto made = ensure_dir_p(dir, 0750); !made) return made;
+  }
   return log::open_file(config.log_file);
 }
 

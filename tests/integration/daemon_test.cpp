@@ -176,6 +176,14 @@ TEST_F(Daemon, FindsTargetsInsideAnotherMountNamespace) {
   EXPECT_NE(j["targets"][0]["mount_namespace"], own_ns);
 }
 
+TEST_F(Daemon, CreatesTheLogDirectoryItNeeds) {
+  std::string log = host.dir() + "/var/log/dyni/dynid.log";
+  host.write_raw_config("[exeList]\nx\n[options]\nlog_file = " + log + "\n");
+  RunResult r = host.dyni({"-start"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(log));
+}
+
 TEST_F(Daemon, BadConfigRefusesToStartWithFileLineAndReason) {
   host.write_raw_config("[exeList]\nmariadbd\n[options]\nbusy_window_ms = 10\n");
   RunResult r = host.dyni({"-start"});
