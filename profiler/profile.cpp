@@ -1,0 +1,73 @@
+// Aggregating samples into per-function histograms and call weights.
+#include "profiler/profile.h"
+
+#include <algorithm>
+
+namespace dyni::profiler {
+
+void Profile::add(const Sample& sample) {
+  ++total_;
+  Location loc = symbolizer_->locate(sample.ip);
+  if (loc.module < 0) {
+    ++outside_modules_;
+    return;
+  }
+  if (!loc.function) {
+    ++outside_functions_;
+    return;
+  }
+  FunctionKey key{loc.module, loc.function->addr};
+  FunctionProfile& fp = functions_[key];
+  fp.key = key;
+  fp.function = loc.function;
+  ++fp.samples;
+  ++fp.by_offset[loc.link_addr - loc.function->addr];
+  if (sample.callchain.empty()) return;
+  // The return address points just after the call; step back one byte to land in it.
+  Location caller = symbolizer_->locate(sample.callchain.front() - 1);
+  if (caller.function) ++calls_[{{caller.module, caller.function->addr}, key}];
+}
+
+std::vector<FunctionKey> Profile::hot_set(double fraction) const {
+  std::vector<const FunctionProfile*> order;
+  for (const auto& [key, fp] : functions_) order.push_back(&fp);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return a->samples != b->samples ? a->samples > b->samples : a->key < b->key;
+  });
+  std::vector<FunctionKey> out;
+  uint64_t covered = 0;
+  for (const auto* fp : order) {
+    if (total_ == 0 || static_cast<double>(covered) >= fraction * static_cast<double>(total_)) break;
+    out.push_back(fp->key);
+    covered += fp->samples;
+  }
+  return out;
+}
+
+std::vector<HotFunction> Profile::top(std::size_t n) const {
+  std::vector<HotFunction> out;
+  for (const FunctionKey& key : hot_set(1.0)) {
+    if (out.size() >= n) break;
+    const FunctionProfile& fp = functions_.at(key);
+    const Module& mod = symbolizer_->modules()[static_cast<std::size_t>(key.first)];
+    out.push_back({mod.path, elf::display_name(*fp.function), fp.function->addr, fp.samples,
+                   100.0 * static_cast<double>(fp.samples) / static_cast<double>(total_)});
+  }
+  return out;
+}
+
+nlohmann::json Profile::to_json(std::size_t top_n) const {
+  nlohmann::json top_list = nlohmann::json::array();
+  for (const HotFunction& h : top(top_n))
+    top_list.push_back({{"module", h.module}, {"function", h.name}, {"addr", h.addr},
+                        {"samples", h.samples}, {"percent", h.percent}});
+  return {{"samples", total_},
+          {"outside_modules", outside_modules_},
+          {"outside_functions", outside_functions_},
+          {"functions_sampled", functions_.size()},
+          {"hot_set_90", hot_set(0.90).size()},
+          {"hot_set_99", hot_set(0.99).size()},
+          {"top", top_list}};
+}
+
+}  // namespace dyni::profiler

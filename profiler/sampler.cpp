@@ -1,0 +1,212 @@
+// perf_event_open per thread, ring-buffer reading, hardware→software fallback.
+#include "profiler/sampler.h"
+
+#include <dirent.h>
+#include <linux/perf_event.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+#include <set>
+
+#include "common/errno_text.h"
+#include "common/file_io.h"
+#include "common/log.h"
+
+namespace dyni::profiler {
+namespace {
+
+constexpr std::size_t kRingPages = 64;  // data pages per thread (power of two): 256 KiB
+constexpr uint16_t kMaxStack = 64;
+
+std::size_t page_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+std::size_t ring_bytes() { return (kRingPages + 1) * page_size(); }
+
+std::vector<pid_t> list_threads(pid_t pid) {
+  std::vector<pid_t> tids;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return tids;
+  while (dirent* e = ::readdir(d)) {
+    pid_t tid = 0;
+    std::string_view name(e->d_name);
+    if (std::from_chars(name.data(), name.data() + name.size(), tid).ec == std::errc() && tid > 0)
+      tids.push_back(tid);
+  }
+  ::closedir(d);
+  return tids;
+}
+
+perf_event_attr make_attr(uint32_t type, uint64_t config, const SamplerOptions& o) {
+  perf_event_attr attr{};
+  attr.size = sizeof attr;
+  attr.type = type;
+  attr.config = config;
+  attr.freq = 1;
+  attr.sample_freq = static_cast<uint64_t>(std::min(o.frequency_hz, max_sample_rate()));
+  attr.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | (o.callchains ? PERF_SAMPLE_CALLCHAIN : 0);
+  attr.exclude_kernel = 1;  // only user code is ever optimized
+  attr.exclude_hv = 1;
+  attr.exclude_callchain_kernel = 1;
+  attr.sample_max_stack = kMaxStack;
+  return attr;
+}
+
+int perf_open(perf_event_attr& attr, pid_t tid) {
+  return static_cast<int>(::syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+}  // namespace
+
+int max_sample_rate() {
+  auto text = read_file("/proc/sys/kernel/perf_event_max_sample_rate", 64);
+  int rate = 0;
+  if (text) std::from_chars(text->data(), text->data() + text->size(), rate);
+  return rate > 0 ? rate : 1000;
+}
+
+Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
+  Sampler s(pid, options);
+  // Probe which event this machine has, on the main thread.
+  struct Candidate {
+    uint32_t type;
+    uint64_t config;
+    const char* name;
+  };
+  std::vector<Candidate> candidates;
+  if (options.allow_hardware) candidates.push_back({PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, "cycles"});
+  candidates.push_back({PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "cpu-clock"});
+  std::string why;
+  for (const auto& c : candidates) {
+    perf_event_attr attr = make_attr(c.type, c.config, options);
+    int fd = perf_open(attr, pid);
+    if (fd < 0) {
+      why += std::string(why.empty() ? "" : "; ") + c.name + ": " + errno_text();
+      continue;
+    }
+    ::close(fd);
+    s.event_type_ = c.type;
+    s.event_config_ = c.config;
+    s.event_name_ = c.name;
+    break;
+  }
+  if (s.event_name_.empty()) return fail("perf_event_open failed (" + why + ")");
+  if (!why.empty()) log::info("profiler: pid {}: no hardware cycles event ({}), using {}", pid, why, s.event_name_);
+  if (auto r = s.refresh_threads(); !r) return std::unexpected(r.error());
+  return s;
+}
+
+Sampler::Sampler(Sampler&& o) noexcept
+    : pid_(o.pid_), options_(o.options_), event_type_(o.event_type_), event_config_(o.event_config_),
+      event_name_(std::move(o.event_name_)), threads_(std::move(o.threads_)), stats_(o.stats_) {
+  o.threads_.clear();
+}
+
+Sampler::~Sampler() {
+  for (auto& [tid, e] : threads_) close_thread(e);
+}
+
+Result<Sampler::ThreadEvent> Sampler::open_thread(pid_t tid) {
+  perf_event_attr attr = make_attr(event_type_, event_config_, options_);
+  int fd = perf_open(attr, tid);
+  if (fd < 0) return fail(sys_error("perf_event_open tid " + std::to_string(tid)));
+  void* ring = ::mmap(nullptr, ring_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (ring == MAP_FAILED) {
+    int err = errno;
+    ::close(fd);
+    return fail(sys_error("mmap perf ring for tid " + std::to_string(tid), err));
+  }
+  return ThreadEvent{fd, ring};
+}
+
+void Sampler::close_thread(ThreadEvent& e) {
+  if (e.ring) ::munmap(e.ring, ring_bytes());
+  if (e.fd >= 0) ::close(e.fd);
+  e = {};
+}
+
+Status Sampler::refresh_threads() {
+  std::vector<pid_t> tids = list_threads(pid_);
+  if (tids.empty()) return fail("process " + std::to_string(pid_) + " is gone");
+  std::set<pid_t> live(tids.begin(), tids.end());
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (live.count(it->first)) {
+      ++it;
+      continue;
+    }
+    close_thread(it->second);  // its samples were drained before this refresh
+    it = threads_.erase(it);
+  }
+  for (pid_t tid : tids) {
+    if (threads_.count(tid)) continue;
+    auto e = open_thread(tid);
+    if (!e) continue;  // the thread exited between listing and opening
+    threads_[tid] = *e;
+    ++stats_.threads_seen;
+  }
+  stats_.threads = threads_.size();
+  return ok();
+}
+
+void Sampler::drain(const std::function<void(const Sample&)>& sink) {
+  for (auto& [tid, e] : threads_) drain_one(e, sink);
+}
+
+// Reads the records between data_tail and data_head. A record may wrap around
+// the end of the ring, so each is copied out before it is parsed.
+void Sampler::drain_one(ThreadEvent& e, const std::function<void(const Sample&)>& sink) {
+  auto* meta = static_cast<perf_event_mmap_page*>(e.ring);
+  const uint8_t* data = static_cast<const uint8_t*>(e.ring) + page_size();
+  const uint64_t size = kRingPages * page_size();
+  uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+  uint64_t tail = meta->data_tail;
+  std::vector<uint8_t> record;
+  while (tail < head) {
+    perf_event_header hdr;
+    for (std::size_t i = 0; i < sizeof hdr; ++i)
+      reinterpret_cast<uint8_t*>(&hdr)[i] = data[(tail + i) % size];
+    if (hdr.size < sizeof hdr || hdr.size > head - tail) {
+      tail = head;  // a corrupt header: drop the rest rather than stall on it
+      break;
+    }
+    record.resize(hdr.size);
+    for (std::size_t i = 0; i < hdr.size; ++i) record[i] = data[(tail + i) % size];
+    tail += hdr.size;
+    const uint8_t* p = record.data() + sizeof hdr;
+    const uint8_t* end = record.data() + record.size();
+    auto take = [&](auto& out) {
+      if (static_cast<std::size_t>(end - p) < sizeof out) return false;
+      std::memcpy(&out, p, sizeof out);
+      p += sizeof out;
+      return true;
+    };
+    if (hdr.type == PERF_RECORD_LOST) {
+      uint64_t id = 0, lost = 0;
+      if (take(id) && take(lost)) stats_.lost += lost;
+      continue;
+    }
+    if (hdr.type != PERF_RECORD_SAMPLE) continue;
+    Sample s;
+    uint32_t pid = 0, tid = 0;
+    if (!take(s.ip) || !take(pid) || !take(tid)) continue;
+    s.tid = static_cast<pid_t>(tid);
+    uint64_t nr = 0;
+    if (options_.callchains && take(nr)) {
+      for (uint64_t i = 0; i < nr && i < kMaxStack + 8u; ++i) {
+        uint64_t frame = 0;
+        if (!take(frame)) break;
+        if (frame >= PERF_CONTEXT_MAX) continue;  // context markers (PERF_CONTEXT_USER, ...)
+        s.callchain.push_back(frame);
+      }
+      // The chain starts with the sampled ip itself; keep only its callers.
+      if (!s.callchain.empty() && s.callchain.front() == s.ip) s.callchain.erase(s.callchain.begin());
+    }
+    ++stats_.samples;
+    sink(s);
+  }
+  __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+}  // namespace dyni::profiler

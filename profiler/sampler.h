@@ -1,0 +1,81 @@
+// perf_event sampling of every thread of one process, read from mmap'd ring
+// buffers (no perf binary at run time). Uses `cycles` where the machine has a
+// PMU, else the software `cpu-clock` event (VMs such as this project's own).
+//
+// One event per thread, no `inherit`: threads are re-listed on every drain and
+// new ones get their own event, so each thread is counted exactly once (with
+// inherit, a thread created by a sampled thread would be counted twice once it
+// is re-listed). Threads that live less than one drain interval are missed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace dyni::profiler {
+
+struct SamplerOptions {
+  int frequency_hz = 999;
+  bool callchains = true;      // frame-pointer callchains for caller→callee weights
+  bool allow_hardware = true;  // try `cycles` before `cpu-clock`
+};
+
+struct Sample {
+  uint64_t ip = 0;
+  pid_t tid = 0;
+  std::vector<uint64_t> callchain;  // user frames, innermost first, excluding ip itself
+};
+
+struct SamplerStats {
+  uint64_t samples = 0;
+  uint64_t lost = 0;          // samples the kernel dropped (ring buffer full)
+  std::size_t threads = 0;    // threads currently sampled
+  std::size_t threads_seen = 0;
+};
+
+class Sampler {
+ public:
+  static Result<Sampler> attach(pid_t pid, const SamplerOptions& options);
+  Sampler(Sampler&&) noexcept;
+  Sampler& operator=(Sampler&&) = delete;
+  ~Sampler();
+
+  // Opens events for threads that appeared, closes those of threads that left.
+  // Fails only when the process itself is gone.
+  Status refresh_threads();
+  // Hands every sample waiting in the ring buffers to `sink`.
+  void drain(const std::function<void(const Sample&)>& sink);
+
+  const std::string& event_name() const { return event_name_; }
+  const SamplerStats& stats() const { return stats_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  struct ThreadEvent {
+    int fd = -1;
+    void* ring = nullptr;
+  };
+  Sampler(pid_t pid, SamplerOptions options) : pid_(pid), options_(options) {}
+  Result<ThreadEvent> open_thread(pid_t tid);
+  void drain_one(ThreadEvent& e, const std::function<void(const Sample&)>& sink);
+  void close_thread(ThreadEvent& e);
+
+  pid_t pid_;
+  SamplerOptions options_;
+  uint32_t event_type_ = 0;
+  uint64_t event_config_ = 0;
+  std::string event_name_;
+  std::map<pid_t, ThreadEvent> threads_;
+  SamplerStats stats_;
+};
+
+// The kernel's limit on sampling frequency (perf_event_max_sample_rate).
+int max_sample_rate();
+
+}  // namespace dyni::profiler
