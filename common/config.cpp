@@ -117,6 +117,12 @@ const std::map<std::string, Setter>& option_setters() {
        [](Config& c, const std::string& v) { return parse_int(v, 100, 600000, c.busy_window_ms); }},
       {"scan_interval_ms",
        [](Config& c, const std::string& v) { return parse_int(v, 50, 60000, c.scan_interval_ms); }},
+      {"profile_frequency_hz",
+       [](Config& c, const std::string& v) { return parse_int(v, 1, 100000, c.profile_frequency_hz); }},
+      {"profile_max_seconds",
+       [](Config& c, const std::string& v) { return parse_int(v, 1, 3600, c.profile_max_seconds); }},
+      {"profile_min_samples",
+       [](Config& c, const std::string& v) { return parse_int(v, 100, 10000000, c.profile_min_samples); }},
       {"log_file", [](Config& c, const std::string& v) { return parse_path(v, c.log_file); }},
       {"log_debug", [](Config& c, const std::string& v) { return parse_bool(v, c.log_debug); }},
   };

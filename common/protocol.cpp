@@ -8,7 +8,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array kCommands = {cmd::kPing, cmd::kStatus, cmd::kStop, cmd::kReload,
+constexpr std::array kCommands = {cmd::kPing, cmd::kStatus, cmd::kProfile, cmd::kStop, cmd::kReload,
                                   cmd::kUndo, cmd::kRedo, cmd::kLicenseChanged};
 
 // Parses one line of JSON into an object, without exceptions escaping.

@@ -25,6 +25,7 @@ inline constexpr std::size_t kMaxResponseBytes = 64 * 1024 * 1024;
 namespace cmd {
 inline constexpr const char* kPing = "ping";
 inline constexpr const char* kStatus = "status";
+inline constexpr const char* kProfile = "profile";
 inline constexpr const char* kStop = "stop";
 inline constexpr const char* kReload = "reload";
 inline constexpr const char* kUndo = "undo";

@@ -1,6 +1,7 @@
 // Parsing and validation of dyni's flags.
 #include "dyni-cli/cli_args.h"
 
+#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -11,6 +12,7 @@ const char* const kUsage =
     "  -start                         start the dyni daemon (dynid)\n"
     "  -stop                          stop the daemon; optimized targets stay optimized\n"
     "  -status [-json]                daemon state and one line per target\n"
+    "  -profile=PID [-json]           the hottest functions dyni sampled in target PID\n"
     "  -undo                          return every target to its original code\n"
     "  -redo                          re-apply the kept optimization\n"
     "  -reload                        re-read /etc/dyni.conf\n"
@@ -50,6 +52,12 @@ Result<Command> parse_args(const std::vector<std::string>& args) {
     } else if (auto it = simple_flags().find(a); it != simple_flags().end()) {
       if (action) return fail("only one command at a time: " + a);
       action = it->second;
+    } else if (a.starts_with("-profile=")) {
+      if (action) return fail("only one command at a time: " + a);
+      char* end = nullptr;
+      command.pid = std::strtol(a.c_str() + 9, &end, 10);
+      if (a.size() == 9 || *end != '\0' || command.pid <= 0) return fail("-profile takes a pid: " + a);
+      action = Action::Profile;
     } else if (a.starts_with("-license=")) {
       return fail("-license takes start, stop or status, not '" + a.substr(9) + "'");
     } else {
@@ -58,7 +66,8 @@ Result<Command> parse_args(const std::vector<std::string>& args) {
   }
   if (!action) return fail("no command given");
   command.action = *action;
-  if (command.json && command.action != Action::Status) return fail("-json goes with -status");
+  if (command.json && command.action != Action::Status && command.action != Action::Profile)
+    return fail("-json goes with -status or -profile");
   bool wants_token = command.action == Action::LicenseStart || command.action == Action::LicenseStop;
   if (wants_token && (!has_token || command.token.empty()))
     return fail("-license=start and -license=stop need -token=TOKEN");

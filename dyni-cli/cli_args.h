@@ -9,17 +9,18 @@
 namespace dyni::cli {
 
 enum class Action {
-  Start, Stop, Status, Undo, Redo, Reload,
+  Start, Stop, Status, Profile, Undo, Redo, Reload,
   LicenseStart, LicenseStop, LicenseStatus, Version, Help,
 };
 
 struct Command {
   Action action = Action::Help;
-  bool json = false;   // -status -json
+  bool json = false;   // -status -json, -profile=PID -json
+  long pid = 0;        // -profile=PID
   std::string token;   // -license=start|stop -token=T
 };
 
-// Exactly one action; -json only with -status; -token only with -license=start|stop.
+// Exactly one action; -json only with -status or -profile; -token only with -license=start|stop.
 Result<Command> parse_args(const std::vector<std::string>& args);
 
 extern const char* const kUsage;

@@ -6,6 +6,8 @@
 #include <ctime>
 #include <iostream>
 
+#include <fmt/format.h>
+
 #include "common/config.h"
 #include "common/instance_lock.h"
 #include "common/license_store.h"
@@ -92,6 +94,43 @@ int do_status(bool json) {
   return print_status(r->response, json);
 }
 
+// Prints a target's profile like `perf report`: hottest functions first.
+int print_profile(const protocol::Response& response, bool json) {
+  const auto& d = response.data;
+  if (json) {
+    std::cout << d.dump(2) << "\n";
+    return kExitOk;
+  }
+  const auto& p = d["profile"];
+  std::cout << d.value("name", "?") << ", pid: " << d.value("pid", 0) << ", " << d.value("state", "?")
+            << "\n"
+            << p.value("samples", 0) << " samples (" << p.value("event", "?") << " at "
+            << p.value("frequency_hz", 0) << " Hz, " << p.value("lost", 0) << " lost) over "
+            << fmt::format("{:.1f}", p.value("seconds", 0.0)) << " s from " << p.value("threads_seen", 0)
+            << " threads; " << p.value("hot_set_90", 0) << " functions cover 90%, "
+            << p.value("hot_set_99", 0) << " cover 99%"
+            << (p.value("stable", false) ? " (stable)" : "") << "\n";
+  std::cout << fmt::format("{:>8}  {:>8}  {:<20}  {}\n", "percent", "samples", "module", "function");
+  for (const auto& f : p.value("top", nlohmann::json::array())) {
+    std::string module = f.value("module", "?");
+    module = module.substr(module.rfind('/') + 1);
+    std::cout << fmt::format("{:>7.2f}%  {:>8}  {:<20}  {}\n", f.value("percent", 0.0),
+                             f.value("samples", 0), module, f.value("function", "?"));
+  }
+  return kExitOk;
+}
+
+int do_profile(const Command& command) {
+  auto r = call(paths::socket_file(), {protocol::cmd::kProfile, {{"pid", command.pid}}});
+  if (!r) return report_error(r.error().message());
+  if (!r->daemon_running) {
+    std::cout << kNotRunning << "\n";
+    return kExitNotRunning;
+  }
+  if (!r->response.ok) return report_error(r->response.message);
+  return print_profile(r->response, command.json);
+}
+
 int64_t now_s() { return static_cast<int64_t>(::time(nullptr)); }
 
 // Tells a running daemon to re-read the license; silent when none runs.
@@ -138,6 +177,7 @@ int run(const Command& command) {
     case Action::Start: return do_start();
     case Action::Stop: return do_stop();
     case Action::Status: return do_status(command.json);
+    case Action::Profile: return do_profile(command);
     case Action::Undo: return request(protocol::cmd::kUndo, print_message);
     case Action::Redo: return request(protocol::cmd::kRedo, print_message);
     case Action::Reload: return request(protocol::cmd::kReload, print_message);

@@ -119,6 +119,31 @@ void Daemon::scan() {
   if (now_mono_ms() >= next_license_check_ms_) check_license();
   targets_.reconcile(discover(config_.exe_list, options_.proc_root, ::getpid()), now_mono_ms());
   targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
+  sync_lifecycles();
+}
+
+// Starts a lifecycle for each newly profiling target; ends those whose target
+// exited, was replaced (pid reuse) or left the pipeline (e.g. unlicensed).
+void Daemon::sync_lifecycles() {
+  std::map<pid_t, Target> live;
+  for (Target& t : targets_.snapshot()) live.emplace(t.pid, std::move(t));
+  for (auto it = lifecycles_.begin(); it != lifecycles_.end();) {
+    auto t = live.find(it->first);
+    bool keep = t != live.end() && t->second.start_time == it->second->start_time() &&
+                (t->second.state == TargetState::Profiling || t->second.state == TargetState::Dynimizing);
+    it = keep ? std::next(it) : lifecycles_.erase(it);
+  }
+  for (const auto& [pid, t] : live)
+    if (t.state == TargetState::Profiling && !lifecycles_.count(pid))
+      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options()));
+}
+
+profiler::RecorderOptions Daemon::recorder_options() const {
+  profiler::RecorderOptions o;
+  o.sampler.frequency_hz = config_.profile_frequency_hz;
+  o.max_seconds = config_.profile_max_seconds;
+  o.min_samples = static_cast<uint64_t>(config_.profile_min_samples);
+  return o;
 }
 
 void Daemon::check_license() {
@@ -165,6 +190,7 @@ protocol::Response Daemon::handle(const protocol::Request& request) {
   log::debug("control request: {}", c);
   if (c == cmd::kPing) return {true, "pong", {{"pid", ::getpid()}}};
   if (c == cmd::kStatus) return status();
+  if (c == cmd::kProfile) return profile(request);
   if (c == cmd::kStop) {
     log::info("stop requested over the control socket");
     stopping_ = true;
@@ -200,6 +226,24 @@ protocol::Response Daemon::status() const {
                            {"busy_window_ms", config_.busy_window_ms}};
   return {true, "dyni is running",
           {{"daemon", daemon}, {"license", license}, {"targets", targets_.to_json()}}};
+}
+
+protocol::Response Daemon::profile(const protocol::Request& request) const {
+  auto pid_arg = request.args.find("pid");
+  if (pid_arg == request.args.end() || !pid_arg->is_number_integer())
+    return protocol::error_response("profile needs an integer \"pid\"");
+  long long pid = pid_arg->get<long long>();
+  auto top = request.args.value("top", 25);
+  for (const Target& t : targets_.snapshot()) {
+    if (t.pid != pid) continue;
+    auto lc = lifecycles_.find(t.pid);
+    nlohmann::json p = lc == lifecycles_.end() ? nlohmann::json(nullptr)
+                                               : lc->second->profile_json(static_cast<std::size_t>(std::clamp(top, 1, 1000)));
+    if (p.is_null())
+      return protocol::error_response(fmt::format("{} (pid {}) is {}: no profile yet", t.name, t.pid, state_text(t)));
+    return {true, "", {{"name", t.name}, {"pid", t.pid}, {"state", state_text(t)}, {"profile", p}}};
+  }
+  return protocol::error_response(fmt::format("pid {} is not a dyni target (see dyni -status)", pid));
 }
 
 // Undo and redo act on dynimized (resp. undone) targets. Until injection lands

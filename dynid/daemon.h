@@ -2,12 +2,14 @@
 // and the target table, and runs the main loop:
 //
 //   every scan_interval_ms:  discover targets in /proc → reconcile → advance states
+//                            → start a lifecycle thread for each target turned busy
 //   on a control request:    answer it (status, stop, reload, undo, redo, ...)
 //   on SIGHUP:               reload the config;  on SIGTERM/SIGINT: stop
 //
 // Stopping never touches targets: optimized targets stay optimized (I2).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "common/license_store.h"
 #include "common/protocol.h"
 #include "dynid/control_server.h"
+#include "dynid/lifecycle.h"
 #include "dynid/target_table.h"
 
 namespace dyni {
@@ -41,6 +44,9 @@ class Daemon {
          int signal_fd);
 
   void scan();
+  void sync_lifecycles();
+  profiler::RecorderOptions recorder_options() const;
+  protocol::Response profile(const protocol::Request& request) const;
   void check_license();
   void on_signal();
   Status reload(const std::string& why);
@@ -55,6 +61,9 @@ class Daemon {
   ControlServer server_;
   int signal_fd_;
   TargetTable targets_;
+  // One per target past `waiting`; declared after targets_ so it is destroyed
+  // (threads joined) before the table they update.
+  std::map<pid_t, std::unique_ptr<TargetLifecycle>> lifecycles_;
   license::LicenseState license_;
   bool stopping_ = false;
   int64_t started_unix_ms_;

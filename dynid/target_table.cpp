@@ -75,11 +75,12 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
   }
 }
 
-void TargetTable::set_state(Target& target, TargetState state, const std::string& why) {
+void TargetTable::set_state(Target& target, TargetState state, const std::string& why,
+                            const std::string& reason) {
   log::info("target {} pid {}: {} -> {} ({})", target.name, target.pid, state_name(target.state),
             state_name(state), why);
   target.state = state;
-  target.reason.clear();
+  target.reason = reason;
   target.since_ms = now_unix_ms();
 }
 
@@ -87,16 +88,27 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
   std::lock_guard lock(mutex_);
   for (auto& [pid, t] : targets_) {
     t.cpu_percent = t.cpu.percent(rule.window_ms);
-    if (!licensed && (t.state == TargetState::Waiting || t.state == TargetState::Profiling))
+    if (!licensed && (t.state == TargetState::Waiting || t.state == TargetState::Profiling ||
+                      t.state == TargetState::Dynimizing))
       set_state(t, TargetState::Unlicensed, "no active license");
     if (licensed && t.state == TargetState::Unlicensed)
       set_state(t, TargetState::Waiting, "license active");
-    // Profiling stops here until the profiler lands: the trigger is real, the
-    // sampling is the profiler's (issue 3).
+    // The daemon starts a lifecycle (dynid/lifecycle.h) for each profiling target.
     if (t.state == TargetState::Waiting && t.cpu_percent >= rule.threshold_percent)
       set_state(t, TargetState::Profiling,
                 fmt::format("busy: {:.0f}% CPU over {} ms", t.cpu_percent, rule.window_ms));
   }
+}
+
+bool TargetTable::transition(pid_t pid, uint64_t start_time, TargetState from, TargetState to,
+                             const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  auto it = targets_.find(pid);
+  if (it == targets_.end() || it->second.start_time != start_time || it->second.state != from)
+    return false;
+  bool with_reason = to == TargetState::Failed || to == TargetState::Unsupported;
+  set_state(it->second, to, reason, with_reason ? reason : "");
+  return true;
 }
 
 std::vector<Target> TargetTable::snapshot() const {

@@ -30,12 +30,18 @@ class TargetTable {
   // Moves targets along: the license gate, then waiting → profiling once busy.
   void advance(const BusyRule& rule, bool licensed);
 
+  // Moves the target (pid, start_time) from `from` to `to`; does nothing if it
+  // is gone or no longer in `from` (e.g. the license went away meanwhile).
+  bool transition(pid_t pid, uint64_t start_time, TargetState from, TargetState to,
+                  const std::string& reason);
+
   std::vector<Target> snapshot() const;  // ordered by pid
   nlohmann::json to_json() const;
   std::size_t count_in(TargetState state) const;
 
  private:
-  void set_state(Target& target, TargetState state, const std::string& why);
+  void set_state(Target& target, TargetState state, const std::string& why,
+                 const std::string& reason = "");
 
   mutable std::mutex mutex_;
   std::map<pid_t, Target> targets_;

@@ -227,6 +227,42 @@ TEST_F(Daemon, ReloadAndSighupRereadTheConfigKeepingState) {
   EXPECT_NE(host.log().find("config reloaded from " + host.config_path() + " (SIGHUP)"), std::string::npos);
 }
 
+TEST_F(Daemon, ProfilesABusyTargetUntilItsHotSetIsStable) {
+  host.write_config({"dyni-hot", "dyni-idle-p"},
+                    std::string(kFastOptions) + "profile_min_samples = 1000\nprofile_max_seconds = 20\n");
+  host.license_this_host();
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  pid_t idle = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-idle-p"), "30"});
+  pid_t hot = host.spawn({host.install_program(DYNI_TEST_HOT, "dyni-hot"), "30", "2"});
+  ASSERT_TRUE(host.wait_for_state(hot, "profiling", 10s)) << host.state_of(hot);
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimizing", 20s)) << host.state_of(hot) << host.log();
+  RunResult text = host.dyni({"-profile=" + std::to_string(hot)});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("dyni-hot, pid: " + std::to_string(hot) + ", dynimizing\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("(stable)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("unsigned long hot_work<0>(unsigned long)"), std::string::npos) << text.out;
+  RunResult json = host.dyni({"-profile=" + std::to_string(hot), "-json"});
+  auto j = nlohmann::json::parse(json.out);
+  EXPECT_GE(j["profile"]["samples"].get<int>(), 1000);
+  EXPECT_EQ(j["profile"]["threads_seen"], 2);
+  EXPECT_EQ(j["profile"]["stable"], true);
+  EXPECT_EQ(j["profile"]["top"][0]["module"], host.dir() + "/dyni-hot");
+  RunResult waiting = host.dyni({"-profile=" + std::to_string(idle)});
+  EXPECT_EQ(waiting.exit_code, 1);
+  EXPECT_EQ(waiting.err, "dyni: dyni-idle-p (pid " + std::to_string(idle) + ") is waiting: no profile yet\n");
+  RunResult stranger = host.dyni({"-profile=1"});
+  EXPECT_EQ(stranger.err, "dyni: pid 1 is not a dyni target (see dyni -status)\n");
+  EXPECT_NE(host.log().find("profiling -> dynimizing (hot set found)"), std::string::npos);
+}
+
+TEST_F(Daemon, ATargetExitingWhileProfiledIsDropped) {
+  start({"dyni-hot-brief"});
+  pid_t hot = host.spawn({host.install_program(DYNI_TEST_HOT, "dyni-hot-brief"), "3", "2"});
+  ASSERT_TRUE(host.wait_for_state(hot, "profiling", 10s)) << host.state_of(hot);
+  ASSERT_TRUE(host.wait_for_state(hot, "", 10s)) << "exited target still listed";
+  EXPECT_EQ(host.dyni({"-status"}).exit_code, 0) << "dynid must survive its target's exit";
+}
+
 TEST_F(Daemon, UndoAndRedoWithNothingOptimizedSaySo) {
   start({"dyni-x"});
   RunResult undo = host.dyni({"-undo"});

@@ -25,6 +25,11 @@ TEST(CliArgs, AcceptsEachCommand) {
   EXPECT_EQ(lic->action, Action::LicenseStart);
   EXPECT_EQ(lic->token, "abc");
   EXPECT_EQ(parse({"-license=stop", "-token=abc"})->action, Action::LicenseStop);
+  auto profile = parse({"-profile=4242", "-json"});
+  ASSERT_TRUE(profile);
+  EXPECT_EQ(profile->action, Action::Profile);
+  EXPECT_EQ(profile->pid, 4242);
+  EXPECT_TRUE(profile->json);
 }
 
 TEST(CliArgs, RefusesMalformedOrUnknownFlags) {
@@ -32,7 +37,8 @@ TEST(CliArgs, RefusesMalformedOrUnknownFlags) {
            {}, {"start"}, {"--start"}, {"-bogus"}, {"-start", "-stop"}, {"-json"},
            {"-start", "-json"}, {"-license=start"}, {"-license=start", "-token="},
            {"-license=pause", "-token=x"}, {"-status", "-token=x"},
-           {"-license=stop", "-token=a", "-token=b"}}) {
+           {"-license=stop", "-token=a", "-token=b"}, {"-profile="}, {"-profile=abc"},
+           {"-profile=-5"}, {"-profile=12x"}, {"-profile=1", "-status"}}) {
     EXPECT_FALSE(parse(bad)) << ::testing::PrintToString(bad);
   }
 }
