@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "common/errno_text.h"
 #include "elf/byte_reader.h"
 
@@ -69,6 +71,96 @@ Result<ElfFile> ElfFile::open(const std::string& path) {
   auto file = from_bytes(std::move(bytes));
   if (!file) return fail(path + ": " + file.error().message());
   return file;
+}
+
+namespace {
+
+// Reads `size` bytes at `offset` of fd, all or nothing.
+bool pread_all(int fd, uint8_t* out, std::size_t size, uint64_t offset) {
+  while (size > 0) {
+    ssize_t n = ::pread(fd, out, size, static_cast<off_t>(offset));
+    if (n <= 0) return false;
+    out += n;
+    size -= static_cast<std::size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+bool is_symbol_section(uint32_t type) {
+  return type == SHT_SYMTAB || type == SHT_DYNSYM || type == SHT_STRTAB;
+}
+
+// A compact image of the file: header, section headers, then the bytes of the
+// symbol and string tables only, with section offsets rewritten to match.
+Result<std::vector<uint8_t>> read_symbol_image(int fd, uint64_t file_size) {
+  std::vector<uint8_t> image(sizeof(Elf64_Ehdr));
+  if (file_size < image.size() || !pread_all(fd, image.data(), image.size(), 0))
+    return fail("truncated ELF: ELF header");
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0 || eh.e_shnum > kMaxSections ||
+      !fits(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr), file_size))
+    return fail("bad section header table");
+  std::vector<Elf64_Shdr> shdrs(eh.e_shnum);
+  if (!pread_all(fd, reinterpret_cast<uint8_t*>(shdrs.data()), shdrs.size() * sizeof(Elf64_Shdr), eh.e_shoff))
+    return fail("bad section header table");
+  eh.e_shoff = sizeof eh;
+  eh.e_phnum = 0;
+  image.resize(sizeof eh + shdrs.size() * sizeof(Elf64_Shdr));
+  for (auto& sh : shdrs) {
+    if (!is_symbol_section(sh.sh_type) || !fits(sh.sh_offset, sh.sh_size, file_size) ||
+        sh.sh_size > ElfFile::kMaxFileBytes - image.size()) {
+      sh.sh_size = sh.sh_type == SHT_NOBITS ? sh.sh_size : 0;
+      sh.sh_offset = 0;
+      continue;
+    }
+    std::size_t at = image.size();
+    image.resize(at + sh.sh_size);
+    if (!pread_all(fd, image.data() + at, sh.sh_size, sh.sh_offset)) return fail("truncated symbol table");
+    sh.sh_offset = at;
+  }
+  std::memcpy(image.data(), &eh, sizeof eh);
+  std::memcpy(image.data() + sizeof eh, shdrs.data(), shdrs.size() * sizeof(Elf64_Shdr));
+  return image;
+}
+
+}  // namespace
+
+Result<ElfFile> ElfFile::open_symbols(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(sys_error("cannot open " + path));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return fail(path + " is not a regular file");
+  }
+  auto image = read_symbol_image(fd, static_cast<uint64_t>(st.st_size));
+  ::close(fd);
+  if (!image) return fail(path + ": " + image.error().message());
+  auto file = from_bytes(std::move(*image));
+  if (!file) return fail(path + ": " + file.error().message());
+  return file;
+}
+
+std::string ElfFile::build_id() const {
+  for (const auto& s : sections_) {
+    if (s.type != SHT_NOTE || s.name != ".note.gnu.build-id") continue;
+    auto bytes = contents(s);
+    if (!bytes) return "";
+    ByteReader r(*bytes);
+    auto namesz = r.read<uint32_t>(), descsz = r.read<uint32_t>(), type = r.read<uint32_t>();
+    if (!namesz || !descsz || !type || *type != NT_GNU_BUILD_ID || *descsz > 64) return "";
+    if (!r.skip((*namesz + 3) & ~3u)) return "";
+    std::string hex;
+    for (uint32_t i = 0; i < *descsz; ++i) {
+      auto b = r.read<uint8_t>();
+      if (!b) return "";
+      hex += fmt::format("{:02x}", *b);
+    }
+    return hex;
+  }
+  return "";
 }
 
 Status ElfFile::parse() {
@@ -142,8 +234,9 @@ Status ElfFile::read_symbols(const Section& table, bool is_symtab, std::vector<S
     unsigned type = ELF64_ST_TYPE(sym.st_info);
     if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
       continue;
+    unsigned bind = ELF64_ST_BIND(sym.st_info);
     out.push_back({string_at(*strings, sym.st_name), sym.st_value, sym.st_size,
-                   ELF64_ST_BIND(sym.st_info) != STB_LOCAL, is_symtab});
+                   bind != STB_LOCAL, bind == STB_WEAK, is_symtab});
   }
   return ok();
 }

@@ -37,6 +37,7 @@ struct Symbol {
   uint64_t addr = 0;
   uint64_t size = 0;
   bool global = false;
+  bool weak = false;
   bool from_symtab = false;  // else from .dynsym
 };
 
@@ -46,6 +47,9 @@ class ElfFile {
 
   static Result<ElfFile> from_bytes(std::vector<uint8_t> bytes);
   static Result<ElfFile> open(const std::string& path);
+  // Reads only the headers and symbol tables of a (possibly huge) file, such
+  // as a detached debug file: the other sections keep their headers but no bytes.
+  static Result<ElfFile> open_symbols(const std::string& path);
 
   bool is_pie() const { return type_ == 3; }  // ET_DYN
   uint16_t type() const { return type_; }
@@ -58,6 +62,8 @@ class ElfFile {
 
   // Defined function symbols (STT_FUNC / STT_GNU_IFUNC) of .symtab and .dynsym.
   Result<std::vector<Symbol>> function_symbols() const;
+  // The GNU build-id as lowercase hex ("" when there is none).
+  std::string build_id() const;
 
  private:
   ElfFile() = default;

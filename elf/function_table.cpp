@@ -14,28 +14,44 @@
 namespace dyni::elf {
 namespace {
 
-// Prefers .symtab over .dynsym and global over local names for one address.
-bool better_name(const Symbol& a, const Function& current, bool current_from_symtab) {
-  if (current.name.empty()) return true;
-  return a.from_symtab && !current_from_symtab;
+std::size_t leading_underscores(const std::string& name) {
+  std::size_t n = 0;
+  while (n < name.size() && name[n] == '_') ++n;
+  return n;
+}
+
+// Among aliases of one address, the name `perf report` would show, so that
+// operators see the same names in both: sized over unsized, non-weak over
+// weak, global over local, fewer leading underscores, then the longer name.
+bool preferred(const Symbol& a, const Symbol& b) {
+  if ((a.size > 0) != (b.size > 0)) return a.size > 0;
+  if (a.weak != b.weak) return !a.weak;
+  if (a.global != b.global) return a.global;
+  std::size_t ua = leading_underscores(a.name), ub = leading_underscores(b.name);
+  if (ua != ub) return ua < ub;
+  return a.name.size() > b.name.size();
+}
+
+Status add_symbols(const ElfFile& file, std::map<uint64_t, Symbol>& best) {
+  auto symbols = file.function_symbols();
+  if (!symbols) return std::unexpected(symbols.error());
+  for (const Symbol& s : *symbols) {
+    auto [it, inserted] = best.emplace(s.addr, s);
+    if (!inserted && preferred(s, it->second)) it->second = s;
+  }
+  return ok();
 }
 
 }  // namespace
 
-Result<FunctionTable> FunctionTable::build(const ElfFile& file) {
-  auto symbols = file.function_symbols();
-  if (!symbols) return std::unexpected(symbols.error());
-  std::map<uint64_t, Function> by_addr;
-  std::map<uint64_t, bool> from_symtab;
-  for (const Symbol& s : *symbols) {
-    Function& f = by_addr[s.addr];
-    f.addr = s.addr;
-    f.size = std::max(f.size, s.size);
-    if (better_name(s, f, from_symtab[s.addr])) {
-      f.name = s.name;
-      from_symtab[s.addr] = s.from_symtab;
-    }
+Result<FunctionTable> FunctionTable::build(const ElfFile& file, const ElfFile* debug) {
+  std::map<uint64_t, Symbol> best;
+  if (auto r = add_symbols(file, best); !r) return std::unexpected(r.error());
+  if (debug) {
+    if (auto r = add_symbols(*debug, best); !r) return std::unexpected(r.error());
   }
+  std::map<uint64_t, Function> by_addr;
+  for (const auto& [addr, s] : best) by_addr[addr] = Function{addr, s.size, s.name, false, 0};
   if (const Section* eh = file.find_section(".eh_frame")) {
     auto bytes = file.contents(*eh);
     if (!bytes) return std::unexpected(bytes.error());
@@ -72,6 +88,11 @@ std::string demangle(const std::string& mangled) {
   std::unique_ptr<char, decltype(&std::free)> out(
       abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), &std::free);
   return status == 0 && out ? std::string(out.get()) : mangled;
+}
+
+std::string debug_file_path(const std::string& build_id) {
+  if (build_id.size() < 3) return "";
+  return "/usr/lib/debug/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
 }
 
 std::string display_name(const Function& f) {

@@ -23,7 +23,8 @@ struct Function {
 class FunctionTable {
  public:
   // Merges function symbols and FDE ranges; a malformed .eh_frame is an error.
-  static Result<FunctionTable> build(const ElfFile& file);
+  // `debug`, when given, is the file's detached debug file (symbols only).
+  static Result<FunctionTable> build(const ElfFile& file, const ElfFile* debug = nullptr);
 
   // The function containing `addr`, or nullptr.
   const Function* find(uint64_t addr) const;
@@ -35,6 +36,8 @@ class FunctionTable {
 
 // A name for people: demangled symbol, or "func_<hex addr>" for unnamed code.
 std::string display_name(const Function& f);
+// Where Debian keeps the detached debug file of a build-id (libc6-dbg, *-dbgsym).
+std::string debug_file_path(const std::string& build_id);
 std::string demangle(const std::string& mangled);
 
 }  // namespace dyni::elf

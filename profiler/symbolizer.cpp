@@ -4,7 +4,10 @@
 #include <elf.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <optional>
 
 #include "common/log.h"
 
@@ -34,7 +37,14 @@ Module load_module(pid_t pid, const Mapping& m) {
     return mod;
   }
   auto bias = bias_of(*file, m);
-  auto table = elf::FunctionTable::build(*file);
+  // Detached debug symbols (e.g. libc6-dbg) name local functions too.
+  std::optional<elf::ElfFile> debug;
+  if (std::string path = elf::debug_file_path(file->build_id()); !path.empty() && ::access(path.c_str(), R_OK) == 0) {
+    auto opened = elf::ElfFile::open_symbols(path);
+    if (opened) debug = std::move(*opened);
+    else log::warn("profiler: ignoring debug file {}: {}", path, opened.error().message());
+  }
+  auto table = elf::FunctionTable::build(*file, debug ? &*debug : nullptr);
   if (!bias || !table) {
     mod.error = bias ? table.error().message() : bias.error().message();
     return mod;

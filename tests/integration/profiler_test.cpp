@@ -15,6 +15,8 @@
 #include "profiler/profile.h"
 #include "profiler/sampler.h"
 #include "profiler/symbolizer.h"
+#include <fmt/format.h>
+
 #include "tests/integration/dyni_host.h"
 
 namespace dyni::profiler {
@@ -82,52 +84,119 @@ TEST_F(Profiler, NewThreadsAreSampledAndExitedTargetsEndCleanly) {
   EXPECT_GT(profile.total(), 500u);
 }
 
-// perf itself, sampling the same process at the same time, is the reference.
-TEST_F(Profiler, AgreesWithPerfRecord) {
-  if (system("perf --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "perf not installed (apt-get install linux-perf)";
-  pid_t pid = host.spawn({DYNI_TEST_HOT, "20", "2"});
-  std::this_thread::sleep_for(300ms);
-  auto symbolizer = Symbolizer::for_process(pid);
-  ASSERT_TRUE(symbolizer);
-  std::string data = host.dir() + "/perf.data";
-  std::string perf_cmd = "perf record -q -e cpu-clock:u -F 999 -o " + data + " -p " +
-                         std::to_string(pid) + " -- sleep 4 >/dev/null 2>&1";
-  std::thread perf([&] { EXPECT_EQ(system(perf_cmd.c_str()), 0); });
-  Profile ours = record(pid, 4s, *symbolizer);
-  perf.join();
-  std::string report = host.dir() + "/report.txt";
-  ASSERT_EQ(system(("perf report -q -i " + data + " --sort sym --percent-limit 0 --stdio > " + report +
-                    " 2>/dev/null").c_str()), 0);
+// The name as `perf report` prints it: no return type, no parameter list.
+std::string perf_style_name(const std::string& name) {
+  int depth = 0;
+  std::size_t name_start = 0, params = name.size();
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c == '<') ++depth;
+    else if (c == '>') --depth;
+    else if (c == ' ' && depth == 0) name_start = i + 1;
+    else if (c == '(' && depth == 0 && i > 0) {
+      params = i;
+      break;
+    }
+  }
+  if (name_start > params) name_start = 0;
+  return name.substr(name_start, params - name_start);
+}
+
+// Percent per symbol from `perf report`, only named symbols ("[.] name").
+std::map<std::string, double> perf_report(const std::string& data, const std::string& out) {
   std::map<std::string, double> theirs;
-  std::ifstream in(report);
+  if (system(("perf report -q -i " + data + " --sort sym --percent-limit 0 --stdio > " + out +
+              " 2>/dev/null").c_str()) != 0)
+    return theirs;
+  std::ifstream in(out);
   for (std::string line; std::getline(in, line);) {
-    // "    8.01%  [.] hot_work<0>"
     std::size_t pct = line.find('%'), sym = line.find("[.] ");
     if (pct == std::string::npos || sym == std::string::npos) continue;
-    theirs[line.substr(sym + 4)] += std::stod(line.substr(0, pct));
+    std::string name = line.substr(sym + 4);
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    if (name.starts_with("0x")) continue;  // an address perf could not name
+    theirs[name] += std::stod(line.substr(0, pct));
   }
+  return theirs;
+}
+
+// Samples `pid` with dynid's profiler and with `perf record` at the same time
+// for `seconds`; the top-20 named functions overlap in >= 18 and agree within
+// 2 percentage points.
+void compare_with_perf(pid_t pid, int seconds, const std::string& dir) {
+  auto symbolizer = Symbolizer::for_process(pid);
+  ASSERT_TRUE(symbolizer) << symbolizer.error().message();
+  std::string data = dir + "/perf.data";
+  std::string perf_cmd = "perf record -q -e cpu-clock:u -F 999 -o " + data + " -p " +
+                         std::to_string(pid) + " -- sleep " + std::to_string(seconds) + " >/dev/null 2>&1";
+  std::thread perf([&] { EXPECT_EQ(system(perf_cmd.c_str()), 0); });
+  auto sampler = Sampler::attach(pid, {});
+  ASSERT_TRUE(sampler) << sampler.error().message();
+  Profile ours(&*symbolizer);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(100ms);
+    sampler->drain([&](const Sample& s) { ours.add(s); });
+    ASSERT_TRUE(sampler->refresh_threads());
+  }
+  sampler->drain([&](const Sample& s) { ours.add(s); });
+  perf.join();
+  std::map<std::string, double> theirs = perf_report(data, dir + "/report.txt");
   ASSERT_GE(theirs.size(), 20u);
-  // perf prints template names without the signature: compare on that form.
-  auto short_name = [](const std::string& n) {
-    std::size_t paren = n.rfind('(');
-    std::string s = paren == std::string::npos ? n : n.substr(0, paren);
-    std::size_t space = s.find(' ');
-    return s.starts_with("unsigned long ") ? s.substr(14) : (space == std::string::npos ? s : s);
-  };
-  auto top_ours = ours.top(20);
   std::vector<std::pair<std::string, double>> top_theirs(theirs.begin(), theirs.end());
   std::sort(top_theirs.begin(), top_theirs.end(), [](auto& a, auto& b) { return a.second > b.second; });
   top_theirs.resize(20);
+  std::vector<HotFunction> top_ours;
+  for (const HotFunction& h : ours.top(200))
+    if (!h.name.starts_with("func_") && top_ours.size() < 20) top_ours.push_back(h);
   int overlap = 0;
+  std::string table;
   for (const auto& h : top_ours) {
-    std::string name = short_name(h.name);
+    std::string name = perf_style_name(h.name);
+    table += fmt::format("{:6.2f}%  {}\n", h.percent, name);
     for (const auto& [their_name, their_pct] : top_theirs) {
       if (their_name != name) continue;
       ++overlap;
       EXPECT_NEAR(h.percent, their_pct, 2.0) << name;
     }
   }
-  EXPECT_GE(overlap, 18) << "top-20 sets differ";
+  std::string their_table;
+  for (const auto& [name, pct] : top_theirs) their_table += fmt::format("{:6.2f}%  {}\n", pct, name);
+  EXPECT_GE(overlap, 18) << "top-20 sets differ; ours:\n" << table << "perf's:\n" << their_table;
+}
+
+TEST(PerfStyleName, StripsReturnTypeAndParameters) {
+  EXPECT_EQ(perf_style_name("unsigned long hot_work<3>(unsigned long)"), "hot_work<3>");
+  EXPECT_EQ(perf_style_name("do_command(THD*, bool)"), "do_command");
+  EXPECT_EQ(perf_style_name("Item_func::val_int()"), "Item_func::val_int");
+  EXPECT_EQ(perf_style_name("memcpy"), "memcpy");
+}
+
+TEST_F(Profiler, AgreesWithPerfRecord) {
+  if (system("perf --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "perf not installed (apt-get install linux-perf)";
+  pid_t pid = host.spawn({DYNI_TEST_HOT, "20", "2"});
+  std::this_thread::sleep_for(300ms);
+  compare_with_perf(pid, 4, host.dir());
+}
+
+// A real mariadbd under sysbench oltp_read_only (bench/mariadb.sh), as in DESIGN.md §6.
+TEST_F(Profiler, AgreesWithPerfRecordOnMariadbUnderSysbench) {
+  for (const char* tool : {"perf --version", "mariadbd --version", "sysbench --version"})
+    if (system((std::string(tool) + " >/dev/null 2>&1").c_str()) != 0)
+      GTEST_SKIP() << "'" << tool << "' failed: install linux-perf, mariadb-server, sysbench";
+  std::string script = std::string(DYNI_SOURCE_DIR) + "/bench/mariadb.sh";
+  std::string env = "DYNI_MARIADB_DIR=" + host.dir() + "/mariadb ";
+  ASSERT_EQ(system((env + script + " start >/dev/null && " + env + script + " prepare >/dev/null").c_str()), 0);
+  std::ifstream pid_file(host.dir() + "/mariadb/mysqld.pid");
+  pid_t pid = 0;
+  pid_file >> pid;
+  ASSERT_GT(pid, 0);
+  std::thread load([&] { system((env + script + " run 14 2 >/dev/null").c_str()); });
+  std::this_thread::sleep_for(3s);  // warm up
+  compare_with_perf(pid, 8, host.dir());
+  load.join();
+  system((env + script + " stop >/dev/null").c_str());
+  for (int i = 0; i < 100 && test::DyniHost::alive(pid); ++i) std::this_thread::sleep_for(100ms);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "elf/eh_frame.h"
@@ -71,6 +72,34 @@ TEST(FunctionTable, StrippedLibcStillHasFdeBoundedFunctions) {
   for (const auto& fn : table->functions()) (fn.name.empty() ? unnamed : named)++;
   EXPECT_GT(named, 1000u);
   EXPECT_GT(unnamed, 100u) << "local functions are known from FDEs alone";
+}
+
+TEST(FunctionTable, NamesAliasesLikePerfAndReadsDetachedDebugSymbols) {
+  auto libc = ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6");
+  ASSERT_TRUE(libc);
+  auto plain = FunctionTable::build(*libc);
+  ASSERT_TRUE(plain);
+  std::map<std::string, const Function*> by_name;
+  for (const auto& fn : plain->functions()) by_name[fn.name] = &fn;
+  // send is a weak alias of the global __send: perf shows __send, and so do we.
+  EXPECT_TRUE(by_name.count("__send"));
+  EXPECT_FALSE(by_name.count("send"));
+  std::string id = libc->build_id();
+  ASSERT_EQ(id.size(), 40u) << "Debian's libc has a 20-byte build-id";
+  std::string debug_path = debug_file_path(id);
+  if (access(debug_path.c_str(), R_OK) != 0) GTEST_SKIP() << debug_path << " missing (apt-get install libc6-dbg)";
+  auto debug = ElfFile::open_symbols(debug_path);
+  ASSERT_TRUE(debug) << debug.error().message();
+  EXPECT_LT(debug->bytes().size(), 8u << 20) << "only symbol tables are read";
+  auto rich = FunctionTable::build(*libc, &*debug);
+  ASSERT_TRUE(rich);
+  std::size_t unnamed_plain = 0, unnamed_rich = 0;
+  for (const auto& fn : plain->functions()) unnamed_plain += fn.name.empty();
+  for (const auto& fn : rich->functions()) unnamed_rich += fn.name.empty();
+  EXPECT_LT(unnamed_rich, unnamed_plain / 4) << "debug symbols name local functions";
+  bool found = false;
+  for (const auto& fn : rich->functions()) found |= fn.name == "__memmove_avx512_unaligned_erms";
+  EXPECT_TRUE(found);
 }
 
 // Stock Debian mariadbd (MEASUREMENTS.md): stripped, ~21.4k .dynsym functions,
