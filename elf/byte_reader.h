@@ -12,8 +12,9 @@ namespace dyni::elf {
 
 class ByteReader {
  public:
+  // Invariant: pos_ <= bytes_.size(), so `bytes_.size() - pos_` never wraps.
   explicit ByteReader(std::span<const uint8_t> bytes, std::size_t pos = 0)
-      : bytes_(bytes), pos_(pos) {}
+      : bytes_(bytes), pos_(pos <= bytes.size() ? pos : bytes.size()) {}
 
   std::size_t pos() const { return pos_; }
   std::size_t size() const { return bytes_.size(); }
@@ -53,7 +54,8 @@ class ByteReader {
       result |= static_cast<int64_t>(static_cast<uint64_t>(*byte & 0x7f) << shift);
       if (!(*byte & 0x80)) {
         shift += 7;
-        if (shift < 64 && (*byte & 0x40)) result |= -(static_cast<int64_t>(1) << shift);
+        if (shift < 64 && (*byte & 0x40))  // sign-extend, in unsigned arithmetic (no UB)
+          result = static_cast<int64_t>(static_cast<uint64_t>(result) | (~uint64_t{0} << shift));
         return result;
       }
     }
@@ -62,6 +64,7 @@ class ByteReader {
 
   // A NUL-terminated string starting at the current position.
   std::optional<std::string> cstring() {
+    if (pos_ >= bytes_.size()) return std::nullopt;  // also keeps memchr off a null pointer
     const void* end = std::memchr(bytes_.data() + pos_, 0, bytes_.size() - pos_);
     if (!end) return std::nullopt;
     std::size_t len = static_cast<const uint8_t*>(end) - (bytes_.data() + pos_);

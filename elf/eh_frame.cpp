@@ -113,6 +113,7 @@ Result<std::vector<Fde>> parse_eh_frame(std::span<const uint8_t> bytes, uint64_t
     }
     std::size_t id_pos = r.pos();
     if (length > bytes.size() - id_pos) return fail(".eh_frame: record runs past the section");
+    if (length < 4) return fail(".eh_frame: record too short for its id");
     std::size_t next = id_pos + static_cast<std::size_t>(length);
     auto id = r.read<uint32_t>();
     if (!id) return fail(".eh_frame: truncated record id");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -66,8 +67,11 @@ Result<FunctionTable> FunctionTable::build(const ElfFile& file, const ElfFile* d
     }
   }
   FunctionTable table;
-  for (auto& [addr, f] : by_addr)
+  for (auto& [addr, f] : by_addr) {
+    // Invariant for find(): addr + size does not wrap (a hostile size could).
+    f.size = std::min(f.size, std::numeric_limits<uint64_t>::max() - f.addr);
     if (f.size > 0) table.functions_.push_back(std::move(f));
+  }
   return table;
 }
 

@@ -6,9 +6,11 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 
+#include "elf/byte_reader.h"
 #include "elf/eh_frame.h"
 #include "elf/elf_file.h"
 #include "elf/function_table.h"
@@ -199,6 +201,35 @@ TEST(EhFrame, ParsesHandWrittenRecordsAndRejectsBrokenOnes) {
   auto overlong = section;
   overlong[0] = 0xf0;  // record length past the section
   EXPECT_FALSE(parse_eh_frame(overlong, 0x1000));
+}
+
+// Regression inputs found by tests/fuzz/elf_fuzzer.
+TEST(EhFrame, FuzzerFindings) {
+  // A record whose length (1) cannot even hold its id: read past the record.
+  std::vector<uint8_t> tiny = {0x01, 0, 0, 0, 0, 0, 0, 0};
+  auto r = parse_eh_frame(tiny, 0x400000);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message(), ".eh_frame: record too short for its id");
+}
+
+TEST(ByteReader, Leb128EdgeCases) {
+  // sleb128 of INT64_MIN: sign extension at shift 63 must not overflow.
+  std::vector<uint8_t> min = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x7f};
+  ByteReader r(min);
+  auto v = r.sleb128();
+  ASSERT_TRUE(v);
+  EXPECT_EQ(*v, std::numeric_limits<int64_t>::min());
+  std::vector<uint8_t> minus_one = {0x7f};
+  EXPECT_EQ(ByteReader(minus_one).sleb128(), -1);
+  std::vector<uint8_t> endless(12, 0x80);
+  EXPECT_FALSE(ByteReader(endless).uleb128());
+  // A start position past the end is clamped, not trusted.
+  std::vector<uint8_t> four = {1, 2, 3, 4};
+  ByteReader past(four, 100);
+  EXPECT_FALSE(past.read<uint8_t>());
+  EXPECT_FALSE(past.cstring());
+  std::vector<uint8_t> empty;
+  EXPECT_FALSE(ByteReader(empty).cstring());
 }
 
 }  // namespace
