@@ -129,8 +129,10 @@ void Daemon::sync_lifecycles() {
   for (Target& t : targets_.snapshot()) live.emplace(t.pid, std::move(t));
   for (auto it = lifecycles_.begin(); it != lifecycles_.end();) {
     auto t = live.find(it->first);
+    // Unsupported/failed targets keep their lifecycle (finished) so that
+    // -profile still answers; only departure or the license gate ends it.
     bool keep = t != live.end() && t->second.start_time == it->second->start_time() &&
-                (t->second.state == TargetState::Profiling || t->second.state == TargetState::Dynimizing);
+                t->second.state != TargetState::Waiting && t->second.state != TargetState::Unlicensed;
     it = keep ? std::next(it) : lifecycles_.erase(it);
   }
   for (const auto& [pid, t] : live)

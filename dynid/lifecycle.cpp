@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "elf/elf_file.h"
+#include "elf/function_table.h"
 
 namespace dyni {
 namespace {
@@ -20,7 +22,24 @@ TargetLifecycle::~TargetLifecycle() {
   thread_.join();
 }
 
+// Reads the target's executable as dyni will: a file dyni cannot fully parse
+// makes the target unsupported (I9), before any sampling starts.
+Status TargetLifecycle::check_executable() {
+  std::string exe = fmt::format("/proc/{}/exe", pid_);
+  auto file = elf::ElfFile::open(exe);
+  if (!file) return std::unexpected(file.error());
+  auto table = elf::FunctionTable::build(*file);
+  if (!table) return fail(exe + ": " + table.error().message());
+  return ok();
+}
+
 void TargetLifecycle::run() {
+  if (auto r = check_executable(); !r) {
+    log::warn("target {} pid {}: unsupported: {}", name_, pid_, r.error().message());
+    table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Unsupported,
+                      r.error().message());
+    return;
+  }
   if (auto r = profile(); !r) {
     if (!stop_) {
       log::warn("target {} pid {}: profiling failed: {}", name_, pid_, r.error().message());

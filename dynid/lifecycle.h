@@ -1,6 +1,7 @@
 // One target's way through the pipeline, on a thread of its own, started
 // when the target turns `profiling` (DESIGN.md §3):
 //
+//   check     the executable parses completely             else profiling → unsupported
 //   profile   sample until the hot set is stable          profiling → dynimizing
 //   dynimize  lay out and inject the hot code              (jit/ and injection: later issues)
 //
@@ -33,6 +34,7 @@ class TargetLifecycle {
 
  private:
   void run();
+  Status check_executable();
   Status profile();
 
   pid_t pid_;

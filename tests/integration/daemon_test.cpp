@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "tests/integration/dyni_host.h"
@@ -253,6 +254,30 @@ TEST_F(Daemon, ProfilesABusyTargetUntilItsHotSetIsStable) {
   RunResult stranger = host.dyni({"-profile=1"});
   EXPECT_EQ(stranger.err, "dyni: pid 1 is not a dyni target (see dyni -status)\n");
   EXPECT_NE(host.log().find("profiling -> dynimizing (hot set found)"), std::string::npos);
+}
+
+// Any process can be named like a database; a broken binary must not hurt dynid.
+TEST_F(Daemon, AMalformedExecutableMakesItsTargetUnsupported) {
+  start({"dyni-malformed", "dyni-hot-ok"});
+  // The kernel runs it (program headers intact); its section table points past the end.
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-malformed");
+  std::fstream f(exe, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t bogus = 0x7fffffff00ull;
+  f.seekp(0x28);  // e_shoff
+  f.write(reinterpret_cast<const char*>(&bogus), sizeof bogus);
+  f.close();
+  pid_t bad = host.spawn({exe, "30", "1"});
+  pid_t good = host.spawn({host.install_program(DYNI_TEST_HOT, "dyni-hot-ok"), "30", "1"});
+  ASSERT_TRUE(host.wait_for([&](const nlohmann::json& j) {
+    for (const auto& t : j.value("targets", nlohmann::json::array()))
+      if (t["pid"] == bad) return t["state"] == "unsupported";
+    return false;
+  }, 15s)) << host.dyni({"-status"}).out;
+  std::string status = host.state_of(bad);
+  EXPECT_NE(status.find("unsupported: "), std::string::npos);
+  EXPECT_NE(status.find("bad section header table"), std::string::npos) << status;
+  EXPECT_TRUE(DyniHost::alive(bad));
+  ASSERT_TRUE(host.wait_for_state(good, "dynimizing", 25s)) << host.state_of(good);
 }
 
 TEST_F(Daemon, ATargetExitingWhileProfiledIsDropped) {
