@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Cost of dyni's profiler on mariadbd under sysbench oltp_read_only, measured
+# side by side: blocks of WINDOW seconds in ABBA order, A = sysbench alone,
+# B = sysbench while dyni's sampler (dyni-bench-sampler, the same code as
+# dynid's profiler) samples mariadbd. Prints each block's TPS, the paired ratio
+# B/A per ABBA group with mean and 95 % CI, and the sampler's CPU and RSS.
+#
+#   sudo bench/profiling_overhead.sh [GROUPS=6] [WINDOW=10] [BUILD_DIR=build]
+set -euo pipefail
+GROUPS_N=${1:-6} WINDOW=${2:-10}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${3:-$SRC/build}
+PROBE=$BUILD/bench/dyni-bench-sampler
+DB="$SRC/bench/mariadb.sh"
+[ -x "$PROBE" ] || { echo "build first: $PROBE missing" >&2; exit 1; }
+
+"$DB" start >/dev/null
+"$DB" prepare >/dev/null
+PID=$(cat "${DYNI_MARIADB_DIR:-/var/tmp/dyni-mariadb}/mysqld.pid")
+"$DB" run 10 2 >/dev/null  # warm up
+
+run_a() { "$DB" run "$WINDOW" 2 | awk '{print $1}'; }
+run_b() {
+  "$PROBE" "$PID" "$((WINDOW + 1))" > /tmp/dyni-probe.json &
+  local probe=$!
+  sleep 0.5
+  "$DB" run "$WINDOW" 2 | awk '{print $1}'
+  wait "$probe"
+  cat /tmp/dyni-probe.json >&2
+}
+
+ratios=()
+for g in $(seq 1 "$GROUPS_N"); do
+  a1=$(run_a); b1=$(run_b 2>>/tmp/dyni-probe.all); b2=$(run_b 2>>/tmp/dyni-probe.all); a2=$(run_a)
+  r=$(awk -v a1="$a1" -v a2="$a2" -v b1="$b1" -v b2="$b2" 'BEGIN{printf "%.4f", (b1+b2)/(a1+a2)}')
+  ratios+=("$r")
+  echo "group $g: A $a1 / B $b1 / B $b2 / A $a2 TPS  ratio B/A $r"
+done
+printf '%s\n' "${ratios[@]}" | awk '{s+=$1; ss+=$1*$1; n++} END {
+  m=s/n; sd=sqrt((ss-n*m*m)/(n-1)); h=2.571*sd/sqrt(n); if (n>6) h=2.0*sd/sqrt(n)
+  printf "profiling/plain TPS ratio: %.4f  (95%% CI %.4f .. %.4f, %d groups)\n", m, m-h, m+h, n }'
+awk -F'[:,}]' '{for(i=1;i<=NF;i++){if($i~/cpu_percent_of_core/)c+=$(i+1); if($i~/max_rss_mb/){r=($(i+1)>r)?$(i+1):r}} n++}
+  END {printf "sampler: %.2f %% of a core on average, peak RSS %.1f MB (%d windows)\n", c/n, r, n}' /tmp/dyni-probe.all
+rm -f /tmp/dyni-probe.all /tmp/dyni-probe.json

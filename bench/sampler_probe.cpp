@@ -1,0 +1,48 @@
+// dyni-bench-sampler PID SECONDS [HZ]: samples PID exactly as dynid's profiler
+// does (every thread, ring buffers drained every 100 ms, symbolized into a
+// profile) and prints its own cost as JSON: samples, lost, CPU seconds, peak RSS.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "profiler/profile.h"
+#include "profiler/sampler.h"
+#include "profiler/symbolizer.h"
+
+int main(int argc, char** argv) {
+  using namespace dyni::profiler;
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: dyni-bench-sampler PID SECONDS [HZ]\n");
+    return 2;
+  }
+  pid_t pid = std::atoi(argv[1]);
+  int seconds = std::atoi(argv[2]);
+  SamplerOptions options;
+  if (argc > 3) options.frequency_hz = std::atoi(argv[3]);
+  auto symbolizer = Symbolizer::for_process(pid);
+  auto sampler = symbolizer ? Sampler::attach(pid, options) : std::unexpected(symbolizer.error());
+  if (!sampler) {
+    std::fprintf(stderr, "dyni-bench-sampler: %s\n", sampler.error().message().c_str());
+    return 1;
+  }
+  Profile profile(&*symbolizer);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    sampler->drain([&](const Sample& s) { profile.add(s); });
+    if (!sampler->refresh_threads()) break;
+  }
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  double cpu = self.ru_utime.tv_sec + self.ru_stime.tv_sec +
+               (self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
+  std::printf("{\"samples\": %llu, \"lost\": %llu, \"threads\": %zu, \"cpu_seconds\": %.3f, "
+              "\"cpu_percent_of_core\": %.2f, \"max_rss_mb\": %.1f, \"event\": \"%s\"}\n",
+              static_cast<unsigned long long>(profile.total()),
+              static_cast<unsigned long long>(sampler->stats().lost), sampler->stats().threads_seen,
+              cpu, 100.0 * cpu / seconds, self.ru_maxrss / 1024.0, sampler->event_name().c_str());
+  return 0;
+}
