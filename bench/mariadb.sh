@@ -33,8 +33,14 @@ log-error=$DIR/error.log
 CNF
 }
 
+running() { [ -f "$DIR/mysqld.pid" ] && kill -0 "$(cat "$DIR/mysqld.pid")" 2>/dev/null; }
+
 start() {
   mkdir -p "$DIR"
+  if running; then
+    echo "mariadbd already running, pid $(cat "$DIR/mysqld.pid")"
+    return
+  fi
   write_config
   if [ ! -d "$DIR/data/mysql" ]; then
     mariadb-install-db --defaults-file="$DIR/my.cnf" --auth-root-authentication-method=normal \
@@ -54,7 +60,8 @@ start() {
 
 case "$cmd" in
   start) start ;;
-  prepare) "${SYSBENCH[@]}" prepare >/dev/null && echo "sbtest prepared" ;;
+  prepare) "${SYSBENCH[@]}" cleanup >/dev/null 2>&1 || true
+           "${SYSBENCH[@]}" prepare >/dev/null && echo "sbtest prepared" ;;
   run) "${SYSBENCH[@]}" --threads="${3:-2}" --time="${2:-10}" run | awk '/transactions:/ {gsub("\\(","",$3); print $3 " TPS"}' ;;
   stop) [ -f "$DIR/mysqld.pid" ] && kill "$(cat "$DIR/mysqld.pid")" && echo "mariadbd stopped" || true ;;
   *) sed -n '2,9p' "$0"; exit 2 ;;

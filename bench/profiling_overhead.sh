@@ -21,7 +21,8 @@ PID=$(cat "${DYNI_MARIADB_DIR:-/var/tmp/dyni-mariadb}/mysqld.pid")
 
 run_a() { "$DB" run "$WINDOW" 2 | awk '{print $1}'; }
 run_b() {
-  "$PROBE" "$PID" "$((WINDOW + 1))" > /tmp/dyni-probe.json &
+  # PROBE_ARGS: HZ [per-cpu|per-thread [callchains|no-callchains]], to compare modes.
+  "$PROBE" "$PID" "$((WINDOW + 1))" ${PROBE_ARGS:-} > /tmp/dyni-probe.json &
   local probe=$!
   sleep 0.5
   "$DB" run "$WINDOW" 2 | awk '{print $1}'

@@ -1,4 +1,4 @@
-// dyni-bench-sampler PID SECONDS [HZ]: samples PID exactly as dynid's profiler
+// dyni-bench-sampler PID SECONDS [HZ [per-cpu|per-thread [callchains|no-callchains]]]: samples PID exactly as dynid's profiler
 // does (every thread, ring buffers drained every 100 ms, symbolized into a
 // profile) and prints its own cost as JSON: samples, lost, CPU seconds, peak RSS.
 #include <sys/resource.h>
@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "profiler/profile.h"
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   int seconds = std::atoi(argv[2]);
   SamplerOptions options;
   if (argc > 3) options.frequency_hz = std::atoi(argv[3]);
+  if (argc > 4 && std::string(argv[4]) == "per-thread") options.scope = SamplerScope::PerThread;
+  if (argc > 5 && std::string(argv[5]) == "no-callchains") options.callchains = false;
   auto symbolizer = Symbolizer::for_process(pid);
   auto sampler = symbolizer ? Sampler::attach(pid, options) : std::unexpected(symbolizer.error());
   if (!sampler) {
@@ -40,9 +43,10 @@ int main(int argc, char** argv) {
   double cpu = self.ru_utime.tv_sec + self.ru_stime.tv_sec +
                (self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
   std::printf("{\"samples\": %llu, \"lost\": %llu, \"threads\": %zu, \"cpu_seconds\": %.3f, "
-              "\"cpu_percent_of_core\": %.2f, \"max_rss_mb\": %.1f, \"event\": \"%s\"}\n",
+              "\"cpu_percent_of_core\": %.2f, \"max_rss_mb\": %.1f, \"event\": \"%s\", \"scope\": \"%s\"}\n",
               static_cast<unsigned long long>(profile.total()),
               static_cast<unsigned long long>(sampler->stats().lost), sampler->stats().threads_seen,
-              cpu, 100.0 * cpu / seconds, self.ru_maxrss / 1024.0, sampler->event_name().c_str());
+              cpu, 100.0 * cpu / seconds, self.ru_maxrss / 1024.0, sampler->event_name().c_str(),
+              sampler->scope() == SamplerScope::PerCpu ? "per-cpu" : "per-thread");
   return 0;
 }

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "common/errno_text.h"
 #include "common/file_io.h"
 #include "common/log.h"
@@ -54,8 +56,13 @@ perf_event_attr make_attr(uint32_t type, uint64_t config, const SamplerOptions& 
   return attr;
 }
 
-int perf_open(perf_event_attr& attr, pid_t tid) {
-  return static_cast<int>(::syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC));
+int perf_open(perf_event_attr& attr, pid_t tid, int cpu = -1) {
+  return static_cast<int>(::syscall(SYS_perf_event_open, &attr, tid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+int online_cpus() {
+  long n = ::sysconf(_SC_NPROCESSORS_CONF);
+  return n > 0 ? static_cast<int>(n) : 1;
 }
 
 }  // namespace
@@ -94,13 +101,22 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
   }
   if (s.event_name_.empty()) return fail("perf_event_open failed (" + why + ")");
   if (!why.empty()) log::info("profiler: pid {}: no hardware cycles event ({}), using {}", pid, why, s.event_name_);
+  s.scope_ = options.scope;
+  if (s.scope_ == SamplerScope::PerCpu) {
+    if (auto r = s.open_cpus(); !r) {
+      log::info("profiler: pid {}: system-wide sampling not allowed ({}), sampling per thread",
+                pid, r.error().message());
+      s.scope_ = SamplerScope::PerThread;
+    }
+  }
   if (auto r = s.refresh_threads(); !r) return std::unexpected(r.error());
   return s;
 }
 
 Sampler::Sampler(Sampler&& o) noexcept
     : pid_(o.pid_), options_(o.options_), event_type_(o.event_type_), event_config_(o.event_config_),
-      event_name_(std::move(o.event_name_)), threads_(std::move(o.threads_)), stats_(o.stats_) {
+      event_name_(std::move(o.event_name_)), scope_(o.scope_), threads_(std::move(o.threads_)),
+      tids_seen_(std::move(o.tids_seen_)), stats_(o.stats_) {
   o.threads_.clear();
 }
 
@@ -108,10 +124,12 @@ Sampler::~Sampler() {
   for (auto& [tid, e] : threads_) close_thread(e);
 }
 
-Result<Sampler::ThreadEvent> Sampler::open_thread(pid_t tid) {
+// One event with its ring buffer: for thread `tid` on any CPU, or (tid -1)
+// for every process on `cpu`.
+Result<Sampler::ThreadEvent> Sampler::open_event(pid_t tid, int cpu) {
   perf_event_attr attr = make_attr(event_type_, event_config_, options_);
-  int fd = perf_open(attr, tid);
-  if (fd < 0) return fail(sys_error("perf_event_open tid " + std::to_string(tid)));
+  int fd = perf_open(attr, tid, cpu);
+  if (fd < 0) return fail(sys_error(fmt::format("perf_event_open tid {} cpu {}", tid, cpu)));
   void* ring = ::mmap(nullptr, ring_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (ring == MAP_FAILED) {
     int err = errno;
@@ -127,9 +145,29 @@ void Sampler::close_thread(ThreadEvent& e) {
   e = {};
 }
 
+Status Sampler::open_cpus() {
+  for (int cpu = 0; cpu < online_cpus(); ++cpu) {
+    auto e = open_event(-1, cpu);
+    if (!e) {
+      if (errno == ENODEV || errno == ENOENT) continue;  // an offline CPU
+      for (auto& [c, ev] : threads_) close_thread(ev);
+      threads_.clear();
+      return std::unexpected(e.error());
+    }
+    threads_[cpu] = *e;
+  }
+  if (threads_.empty()) return fail("no CPU accepted a sampling event");
+  return ok();
+}
+
 Status Sampler::refresh_threads() {
   std::vector<pid_t> tids = list_threads(pid_);
   if (tids.empty()) return fail("process " + std::to_string(pid_) + " is gone");
+  if (scope_ == SamplerScope::PerCpu) {
+    stats_.threads = tids.size();
+    stats_.threads_seen = tids_seen_.size();
+    return ok();
+  }
   std::set<pid_t> live(tids.begin(), tids.end());
   for (auto it = threads_.begin(); it != threads_.end();) {
     if (live.count(it->first)) {
@@ -141,7 +179,7 @@ Status Sampler::refresh_threads() {
   }
   for (pid_t tid : tids) {
     if (threads_.count(tid)) continue;
-    auto e = open_thread(tid);
+    auto e = open_event(tid, -1);
     if (!e) continue;  // the thread exited between listing and opening
     threads_[tid] = *e;
     ++stats_.threads_seen;
@@ -191,7 +229,9 @@ void Sampler::drain_one(ThreadEvent& e, const std::function<void(const Sample&)>
     Sample s;
     uint32_t pid = 0, tid = 0;
     if (!take(s.ip) || !take(pid) || !take(tid)) continue;
+    if (static_cast<pid_t>(pid) != pid_) continue;  // PerCpu: another process
     s.tid = static_cast<pid_t>(tid);
+    tids_seen_.insert(s.tid);
     uint64_t nr = 0;
     if (options_.callchains && take(nr)) {
       for (uint64_t i = 0; i < nr && i < kMaxStack + 8u; ++i) {

@@ -1,0 +1,82 @@
+// Zydis decoding into Instructions with flow and PC-relative facts.
+#include "jit/decoder.h"
+
+#include <fmt/format.h>
+
+namespace dyni::jit {
+namespace {
+
+const ZydisDecoder& decoder() {
+  static const ZydisDecoder d = [] {
+    ZydisDecoder dec;
+    ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+    return dec;
+  }();
+  return d;
+}
+
+Flow flow_of(const ZydisDecodedInstruction& zy, const ZydisDecodedOperand& op0) {
+  bool relative = zy.attributes & ZYDIS_ATTRIB_IS_RELATIVE;
+  switch (zy.meta.category) {
+    case ZYDIS_CATEGORY_COND_BR: return Flow::CondBranch;
+    case ZYDIS_CATEGORY_UNCOND_BR: return relative ? Flow::Branch : Flow::IndirectBranch;
+    case ZYDIS_CATEGORY_CALL: return relative ? Flow::Call : Flow::IndirectCall;
+    case ZYDIS_CATEGORY_RET: return Flow::Return;
+    default: break;
+  }
+  switch (zy.mnemonic) {
+    case ZYDIS_MNEMONIC_INT3:
+    case ZYDIS_MNEMONIC_UD2:
+    case ZYDIS_MNEMONIC_HLT: return Flow::Stop;
+    case ZYDIS_MNEMONIC_LOOP:
+    case ZYDIS_MNEMONIC_LOOPE:
+    case ZYDIS_MNEMONIC_LOOPNE:
+    case ZYDIS_MNEMONIC_JRCXZ:
+    case ZYDIS_MNEMONIC_JECXZ: return Flow::CondBranch;
+    default: break;
+  }
+  (void)op0;
+  return Flow::Next;
+}
+
+}  // namespace
+
+Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr) {
+  Instruction in;
+  in.addr = addr;
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), bytes.data(), bytes.size(), &in.zy, in.ops.data())))
+    return fail(fmt::format("undecodable bytes at {:#x}", addr));
+  in.length = in.zy.length;
+  in.flow = flow_of(in.zy, in.ops[0]);
+  for (unsigned i = 0; i < in.zy.operand_count_visible; ++i) {
+    const ZydisDecodedOperand& op = in.ops[i];
+    bool rel_imm = op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && op.imm.is_relative;
+    bool rip_mem = op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.base == ZYDIS_REGISTER_RIP;
+    if (!rel_imm && !rip_mem) continue;
+    ZyanU64 absolute = 0;
+    if (ZYAN_FAILED(ZydisCalcAbsoluteAddress(&in.zy, &op, addr, &absolute)))
+      return fail(fmt::format("cannot compute the address operand at {:#x}", addr));
+    if (rel_imm) {
+      in.has_target = true;
+      in.target = absolute;
+    } else {
+      in.rip_relative = true;
+      in.rip_address = absolute;
+    }
+  }
+  return in;
+}
+
+Result<std::vector<Instruction>> decode_function(std::span<const uint8_t> bytes, uint64_t addr) {
+  std::vector<Instruction> out;
+  std::size_t offset = 0;
+  while (offset < bytes.size()) {
+    auto in = decode_one(bytes.subspan(offset), addr + offset);
+    if (!in) return std::unexpected(in.error());
+    offset += in->length;
+    out.push_back(*in);
+  }
+  return out;
+}
+
+}  // namespace dyni::jit
