@@ -6,6 +6,8 @@
 # B/A per ABBA group with mean and 95 % CI, and the sampler's CPU and RSS.
 #
 #   sudo bench/profiling_overhead.sh [GROUPS=6] [WINDOW=10] [BUILD_DIR=build]
+# PROBE_ARGS (default "250", dynid's default rate) picks the sampler's mode:
+#   HZ [per-cpu|per-thread [callchains|no-callchains]]
 set -euo pipefail
 GROUPS_N=${1:-6} WINDOW=${2:-10}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +24,7 @@ PID=$(cat "${DYNI_MARIADB_DIR:-/var/tmp/dyni-mariadb}/mysqld.pid")
 run_a() { "$DB" run "$WINDOW" 2 | awk '{print $1}'; }
 run_b() {
   # PROBE_ARGS: HZ [per-cpu|per-thread [callchains|no-callchains]], to compare modes.
-  "$PROBE" "$PID" "$((WINDOW + 1))" ${PROBE_ARGS:-} > /tmp/dyni-probe.json &
+  "$PROBE" "$PID" "$((WINDOW + 1))" ${PROBE_ARGS:-250} > /tmp/dyni-probe.json &
   local probe=$!
   sleep 0.5
   "$DB" run "$WINDOW" 2 | awk '{print $1}'

@@ -23,7 +23,7 @@ namespace dyni::profiler {
 
 struct RecorderOptions {
   SamplerOptions sampler;
-  uint64_t min_samples = 2000;
+  uint64_t min_samples = 1500;
   double stable_distance = 0.02;
   int max_seconds = 30;
 };

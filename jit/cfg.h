@@ -1,0 +1,46 @@
+// The control-flow graph of one function: its instructions, basic blocks,
+// successors and resolved jump tables. Built only when the whole function is
+// understood (I5); otherwise the reason comes back as an Error whose text
+// starts with a stable kind ("indirect jump unresolved", "data in code", ...).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/result.h"
+#include "elf/function_table.h"
+#include "jit/instruction.h"
+#include "jit/module_image.h"
+
+namespace dyni::jit {
+
+struct JumpTable {
+  uint64_t jump_addr = 0;   // the indirect jmp using it
+  uint64_t table_addr = 0;  // where the entries are
+  unsigned entry_size = 0;  // 4 (PIC: base-relative int32) or 8 (absolute)
+  std::vector<uint64_t> targets;
+};
+
+struct Block {
+  uint64_t start = 0, end = 0;      // [start, end)
+  std::size_t first = 0, count = 0; // instruction indices
+  std::vector<uint64_t> successors; // in-function block starts
+  bool exits = false;               // leaves the function (ret, tail call, stop)
+};
+
+struct FunctionCfg {
+  uint64_t start = 0, end = 0;
+  std::vector<Instruction> instructions;
+  std::vector<Block> blocks;  // in address order
+  std::vector<JumpTable> tables;
+
+  const Block* block_at(uint64_t addr) const;
+};
+
+// Decodes and analyses `function` of `image`.
+Result<FunctionCfg> build_cfg(const elf::Function& function, const ModuleImage& image);
+
+// "indirect jump unresolved at 0x1234" → "indirect jump unresolved".
+std::string reason_kind(const std::string& message);
+
+}  // namespace dyni::jit
