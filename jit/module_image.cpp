@@ -15,6 +15,10 @@ ModuleImage::ModuleImage(const elf::ElfFile& file) {
   }
 }
 
+void ModuleImage::add(uint64_t addr, std::span<const uint8_t> bytes, bool executable) {
+  ranges_.push_back({addr, bytes.size(), bytes, executable});
+}
+
 Result<std::span<const uint8_t>> ModuleImage::read(uint64_t addr, uint64_t size) const {
   for (const Range& r : ranges_) {
     if (addr < r.addr || addr - r.addr >= r.size) continue;

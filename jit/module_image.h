@@ -16,6 +16,9 @@ class ModuleImage {
  public:
   // Keeps a reference to `file`, which must outlive the image.
   explicit ModuleImage(const elf::ElfFile& file);
+  ModuleImage() = default;
+  // Adds bytes that load at `addr` (tests build images from plain buffers).
+  void add(uint64_t addr, std::span<const uint8_t> bytes, bool executable);
 
   // `size` bytes at `addr`, all inside one section with file contents.
   Result<std::span<const uint8_t>> read(uint64_t addr, uint64_t size) const;
