@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A private mariadbd for benchmarks and live tests (port 3307, own datadir),
+# A private mariadbd for benchmarks and live tests (own datadir; port
+# $DYNI_MARIADB_PORT, default 3307; datadir $DYNI_MARIADB_DIR),
 # with the settings measured in shared/MEASUREMENTS.md, and sysbench on it.
 #
 #   bench/mariadb.sh start [DIR]      create (first time) and start the server
@@ -10,8 +11,9 @@ set -euo pipefail
 
 cmd=${1:-}
 DIR=${DYNI_MARIADB_DIR:-/var/tmp/dyni-mariadb}
+PORT=${DYNI_MARIADB_PORT:-3307}
 SOCK=$DIR/mysqld.sock
-SYSBENCH=(sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port=3307
+SYSBENCH=(sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port=$PORT
           --mysql-user=sbtest --mysql-password=sbtest --mysql-db=sbtest --tables=4 --table-size=100000)
 
 write_config() {
@@ -20,7 +22,7 @@ write_config() {
 datadir=$DIR/data
 socket=$SOCK
 pid-file=$DIR/mysqld.pid
-port=3307
+port=$PORT
 bind-address=127.0.0.1
 user=root
 skip-name-resolve

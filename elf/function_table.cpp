@@ -59,6 +59,14 @@ Result<FunctionTable> FunctionTable::build(const ElfFile& file, const ElfFile* d
     auto fdes = parse_eh_frame(*bytes, eh->addr);
     if (!fdes) return std::unexpected(fdes.error());
     for (const Fde& fde : *fdes) {
+      // An FDE starting inside a named, sized function is part of it (e.g. a
+      // cancellation or cold path sharing the symbol): it names no new function.
+      auto after = by_addr.upper_bound(fde.begin);
+      if (after != by_addr.begin()) {
+        const Function& before = std::prev(after)->second;
+        if (before.addr != fde.begin && !before.name.empty() && fde.begin - before.addr < before.size)
+          continue;
+      }
       Function& f = by_addr[fde.begin];
       f.addr = fde.begin;
       f.size = std::max(f.size, fde.end - fde.begin);
