@@ -1,25 +1,38 @@
 // Driving a Sampler into a Profile until the hot set is stable.
 #include "profiler/recorder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 namespace dyni::profiler {
 
-double distribution_distance(const std::map<FunctionKey, uint64_t>& a, uint64_t a_total,
-                             const std::map<FunctionKey, uint64_t>& b, uint64_t b_total) {
-  if (a_total == 0 || b_total == 0) return 1.0;
-  std::set<FunctionKey> keys;
-  for (const auto& [k, v] : a) keys.insert(k);
-  for (const auto& [k, v] : b) keys.insert(k);
-  double sum = 0;
-  for (const auto& k : keys) {
-    auto ia = a.find(k), ib = b.find(k);
-    double pa = ia == a.end() ? 0 : static_cast<double>(ia->second) / static_cast<double>(a_total);
-    double pb = ib == b.end() ? 0 : static_cast<double>(ib->second) / static_cast<double>(b_total);
-    sum += std::fabs(pa - pb);
+double hot_set_coverage(const std::map<FunctionKey, uint64_t>& before,
+                        const std::map<FunctionKey, uint64_t>& now, double fraction) {
+  std::vector<std::pair<uint64_t, FunctionKey>> order;
+  uint64_t before_total = 0;
+  for (const auto& [k, n] : before) {
+    order.push_back({n, k});
+    before_total += n;
   }
-  return sum / 2;
+  std::sort(order.begin(), order.end(), [](auto& a, auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::set<FunctionKey> hot;
+  uint64_t covered = 0;
+  for (const auto& [n, k] : order) {
+    if (static_cast<double>(covered) >= fraction * static_cast<double>(before_total)) break;
+    hot.insert(k);
+    covered += n;
+  }
+  uint64_t fresh = 0, fresh_hot = 0;
+  for (const auto& [k, n] : now) {
+    auto it = before.find(k);
+    uint64_t added = n - (it == before.end() ? 0 : std::min(n, it->second));
+    fresh += added;
+    if (hot.count(k)) fresh_hot += added;
+  }
+  return fresh == 0 ? 0.0 : static_cast<double>(fresh_hot) / static_cast<double>(fresh);
 }
 
 Result<std::unique_ptr<Recorder>> Recorder::start(pid_t pid, const RecorderOptions& options) {
@@ -51,10 +64,11 @@ bool Recorder::timed_out() const {
 }
 
 void Recorder::check_stability() {
+  if (profile_.total() - last_total_ < options_.min_fresh_samples) return;
   std::map<FunctionKey, uint64_t> counts;
   for (const auto& [key, fp] : profile_.functions()) counts[key] = fp.samples;
-  last_distance_ = distribution_distance(counts, profile_.total(), last_counts_, last_total_);
-  bool calm = last_distance_ < options_.stable_distance;
+  last_coverage_ = hot_set_coverage(last_counts_, counts, 0.99);
+  bool calm = last_coverage_ >= options_.stable_coverage;
   calm_checks_ = calm ? calm_checks_ + 1 : 0;
   if (calm_checks_ >= 2 && profile_.total() >= options_.min_samples) stable_ = true;
   last_counts_ = std::move(counts);
@@ -74,7 +88,7 @@ nlohmann::json Recorder::to_json(std::size_t top_n) const {
                                                                  : finished_;
   j["seconds"] = std::chrono::duration<double>(end - started_).count();
   j["stable"] = stable_;
-  j["distance"] = last_distance_;
+  j["hot_set_coverage"] = last_coverage_;
   return j;
 }
 

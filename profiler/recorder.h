@@ -1,11 +1,14 @@
 // Records one target's profile until the hot set is stable.
 //
-// Stability (a statistical criterion, not a fixed time): once a second the
-// recorder compares the distribution of samples over functions with the one a
-// second earlier; when their total-variation distance stays below
-// `stable_distance` for two checks in a row and at least `min_samples` were
-// taken, further sampling would not change which code is hot. `max_seconds`
-// bounds the whole recording either way.
+// Stability (a statistical criterion, not a fixed time): at most once a second,
+// once `min_fresh_samples` new samples arrived, the recorder takes the hot set
+// of all earlier samples (the functions covering 99 % of them) and measures its
+// coverage on the new, held-out samples: an estimate of how much of the real
+// CPU time that hot set covers. When at least `stable_coverage` of the new
+// samples fall in the old hot set for two checks in a row, and at least `min_samples` were taken, further
+// sampling would not change which code is hot. `max_seconds` bounds the whole
+// recording either way. (A distance between whole distributions converges too
+// slowly with sparse samples: on mariadbd at 250 Hz it was still > 2 % after 23 s.)
 #pragma once
 
 #include <sys/types.h>
@@ -24,7 +27,8 @@ namespace dyni::profiler {
 struct RecorderOptions {
   SamplerOptions sampler;
   uint64_t min_samples = 1500;
-  double stable_distance = 0.02;
+  double stable_coverage = 0.95;
+  uint64_t min_fresh_samples = 200;  // per check, so that one check is not mostly noise
   int max_seconds = 30;
 };
 
@@ -57,11 +61,12 @@ class Recorder {
   uint64_t last_total_ = 0;
   int calm_checks_ = 0;
   bool stable_ = false;
-  double last_distance_ = 1.0;
+  double last_coverage_ = 0.0;
 };
 
-// Total-variation distance between two sample distributions over functions.
-double distribution_distance(const std::map<FunctionKey, uint64_t>& a, uint64_t a_total,
-                             const std::map<FunctionKey, uint64_t>& b, uint64_t b_total);
+// The share of the samples taken since `before` (counts then) that fall in
+// the functions covering `fraction` of `before`'s samples.
+double hot_set_coverage(const std::map<FunctionKey, uint64_t>& before,
+                        const std::map<FunctionKey, uint64_t>& now, double fraction);
 
 }  // namespace dyni::profiler

@@ -1,4 +1,4 @@
-// The stability criterion: total-variation distance between sample distributions.
+// The stability criterion: how well the hot set so far predicts new samples.
 #include <gtest/gtest.h>
 
 #include "profiler/recorder.h"
@@ -6,19 +6,20 @@
 namespace dyni::profiler {
 namespace {
 
-TEST(DistributionDistance, IdenticalShapesAreZeroDisjointAreOne) {
-  std::map<FunctionKey, uint64_t> a = {{{0, 0x10}, 60}, {{0, 0x20}, 40}};
-  std::map<FunctionKey, uint64_t> twice = {{{0, 0x10}, 120}, {{0, 0x20}, 80}};
-  std::map<FunctionKey, uint64_t> other = {{{1, 0x10}, 5}};
-  EXPECT_DOUBLE_EQ(distribution_distance(a, 100, twice, 200), 0.0);
-  EXPECT_DOUBLE_EQ(distribution_distance(a, 100, other, 5), 1.0);
-  EXPECT_DOUBLE_EQ(distribution_distance(a, 100, {}, 0), 1.0);
+TEST(HotSetCoverage, NewSamplesInKnownHotCodeCoverFully) {
+  std::map<FunctionKey, uint64_t> before = {{{0, 0x10}, 60}, {{0, 0x20}, 40}};
+  std::map<FunctionKey, uint64_t> now = {{{0, 0x10}, 90}, {{0, 0x20}, 70}};
+  EXPECT_DOUBLE_EQ(hot_set_coverage(before, now, 0.99), 1.0);
 }
 
-TEST(DistributionDistance, MeasuresTheShiftedShare) {
-  std::map<FunctionKey, uint64_t> a = {{{0, 0x10}, 60}, {{0, 0x20}, 40}};
-  std::map<FunctionKey, uint64_t> b = {{{0, 0x10}, 50}, {{0, 0x20}, 50}};
-  EXPECT_NEAR(distribution_distance(a, 100, b, 100), 0.10, 1e-12);
+TEST(HotSetCoverage, SamplesInNewCodeLowerIt) {
+  std::map<FunctionKey, uint64_t> before = {{{0, 0x10}, 60}, {{0, 0x20}, 40}};
+  std::map<FunctionKey, uint64_t> now = {{{0, 0x10}, 90}, {{0, 0x20}, 40}, {{1, 0x30}, 10}};
+  EXPECT_DOUBLE_EQ(hot_set_coverage(before, now, 0.99), 0.75);  // 30 of 40 new samples
+  // With a 50 % hot set only the hottest function counts.
+  std::map<FunctionKey, uint64_t> spread = {{{0, 0x10}, 70}, {{0, 0x20}, 50}};
+  EXPECT_DOUBLE_EQ(hot_set_coverage(before, spread, 0.5), 10.0 / 20.0);
+  EXPECT_DOUBLE_EQ(hot_set_coverage(before, before, 0.99), 0.0) << "no new samples";
 }
 
 }  // namespace
