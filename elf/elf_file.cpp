@@ -46,27 +46,44 @@ Result<ElfFile> ElfFile::from_bytes(std::vector<uint8_t> bytes) {
   return file;
 }
 
-Result<ElfFile> ElfFile::open(const std::string& path) {
+namespace {
+
+// An open regular file, closed when it goes out of scope.
+struct RegularFile {
+  int fd = -1;
+  uint64_t size = 0;
+  RegularFile(const RegularFile&) = delete;
+  RegularFile(RegularFile&& o) noexcept : fd(o.fd), size(o.size) { o.fd = -1; }
+  RegularFile(int f, uint64_t s) : fd(f), size(s) {}
+  ~RegularFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+Result<RegularFile> open_regular(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(sys_error("cannot open " + path));
+  RegularFile file(fd, 0);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fail(path + " is not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
-    ::close(fd);
-    return fail(path + " is too large to analyse");
-  }
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fail(path + " is not a regular file");
+  file.size = static_cast<uint64_t>(st.st_size);
+  return file;
+}
+
+}  // namespace
+
+Result<ElfFile> ElfFile::open(const std::string& path) {
+  auto f = open_regular(path);
+  if (!f) return std::unexpected(f.error());
+  if (f->size > kMaxFileBytes) return fail(path + " is too large to analyse");
   // Read, not mmap: a file truncated under us must not SIGBUS the daemon.
-  std::vector<uint8_t> bytes(static_cast<std::size_t>(st.st_size));
+  std::vector<uint8_t> bytes(static_cast<std::size_t>(f->size));
   std::size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    ssize_t n = ::read(f->fd, bytes.data() + done, bytes.size() - done);
     if (n <= 0) break;
     done += static_cast<std::size_t>(n);
   }
-  ::close(fd);
   bytes.resize(done);
   auto file = from_bytes(std::move(bytes));
   if (!file) return fail(path + ": " + file.error().message());
@@ -128,15 +145,9 @@ Result<std::vector<uint8_t>> read_symbol_image(int fd, uint64_t file_size) {
 }  // namespace
 
 Result<ElfFile> ElfFile::open_symbols(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(sys_error("cannot open " + path));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fail(path + " is not a regular file");
-  }
-  auto image = read_symbol_image(fd, static_cast<uint64_t>(st.st_size));
-  ::close(fd);
+  auto f = open_regular(path);
+  if (!f) return std::unexpected(f.error());
+  auto image = read_symbol_image(f->fd, f->size);
   if (!image) return fail(path + ": " + image.error().message());
   auto file = from_bytes(std::move(*image));
   if (!file) return fail(path + ": " + file.error().message());

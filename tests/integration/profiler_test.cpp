@@ -24,27 +24,28 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Samples `pid` for `duration`, refreshing threads and draining every 100 ms.
+Profile record(pid_t pid, std::chrono::milliseconds duration, Symbolizer& symbolizer,
+               SamplerStats* stats = nullptr, SamplerOptions options = {}) {
+  auto sampler = Sampler::attach(pid, options);
+  EXPECT_TRUE(sampler) << sampler.error().message();
+  Profile profile(&symbolizer);
+  if (!sampler) return profile;
+  auto until = std::chrono::steady_clock::now() + duration;
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(100ms);
+    sampler->drain([&](const Sample& s) { profile.add(s); });
+    if (!sampler->refresh_threads()) break;
+  }
+  sampler->drain([&](const Sample& s) { profile.add(s); });
+  if (stats) *stats = sampler->stats();
+  return profile;
+}
+
 class Profiler : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "sampling other processes needs root";
-  }
-  // Samples `pid` for `duration`, refreshing threads and draining every 100 ms.
-  Profile record(pid_t pid, std::chrono::milliseconds duration, Symbolizer& symbolizer,
-                 SamplerStats* stats = nullptr) {
-    auto sampler = Sampler::attach(pid, {});
-    EXPECT_TRUE(sampler) << sampler.error().message();
-    Profile profile(&symbolizer);
-    if (!sampler) return profile;
-    auto until = std::chrono::steady_clock::now() + duration;
-    while (std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(100ms);
-      sampler->drain([&](const Sample& s) { profile.add(s); });
-      if (!sampler->refresh_threads()) break;
-    }
-    sampler->drain([&](const Sample& s) { profile.add(s); });
-    if (stats) *stats = sampler->stats();
-    return profile;
   }
   test::DyniHost host;
 };
@@ -132,16 +133,7 @@ void compare_with_perf(pid_t pid, int seconds, const std::string& dir, SamplerSc
   std::thread perf([&] { EXPECT_EQ(system(perf_cmd.c_str()), 0); });
   SamplerOptions options;
   options.scope = scope;
-  auto sampler = Sampler::attach(pid, options);
-  ASSERT_TRUE(sampler) << sampler.error().message();
-  Profile ours(&*symbolizer);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(100ms);
-    sampler->drain([&](const Sample& s) { ours.add(s); });
-    ASSERT_TRUE(sampler->refresh_threads());
-  }
-  sampler->drain([&](const Sample& s) { ours.add(s); });
+  Profile ours = record(pid, std::chrono::seconds(seconds), *symbolizer, nullptr, options);
   perf.join();
   std::map<std::string, double> theirs = perf_report(data, dir + "/report.txt", pid);
   ASSERT_GE(theirs.size(), 20u);
