@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 #include <fstream>
 #include <thread>
 
@@ -72,6 +73,35 @@ TEST_F(Profiler, KnownProfileOfAMultiThreadedProgram) {
   auto top = profile.top(1);
   ASSERT_FALSE(top.empty());
   EXPECT_EQ(top[0].module, DYNI_TEST_HOT);
+}
+
+// hot_work<K> are leaves called from run() (frame pointers kept): callchains
+// must attribute their samples to calls from that caller.
+TEST_F(Profiler, CallerCalleeWeightsFromFramePointerCallchains) {
+  pid_t pid = host.spawn({DYNI_TEST_HOT, "20", "2"});
+  std::this_thread::sleep_for(300ms);
+  auto symbolizer = Symbolizer::for_process(pid);
+  ASSERT_TRUE(symbolizer) << symbolizer.error().message();
+  Profile profile = record(pid, 2s, *symbolizer);
+  uint64_t hot_samples = 0, hot_calls = 0;
+  std::set<std::string> callers;
+  for (const auto& [key, fp] : profile.functions())
+    if (fp.function->name.find("hot_work") != std::string::npos) hot_samples += fp.samples;
+  for (const auto& [edge, weight] : profile.calls()) {
+    const auto& [caller, callee] = edge;
+    const auto* callee_fn = symbolizer->modules()[callee.first].functions->find(callee.second);
+    const auto* caller_fn = symbolizer->modules()[caller.first].functions->find(caller.second);
+    ASSERT_TRUE(callee_fn && caller_fn);
+    if (callee_fn->name.find("hot_work") == std::string::npos) continue;
+    hot_calls += weight;
+    callers.insert(elf::display_name(*caller_fn));
+  }
+  ASSERT_GT(hot_samples, 500u);
+  EXPECT_GT(hot_calls, hot_samples * 8 / 10) << "most leaf samples carry their caller";
+  EXPECT_TRUE(callers.count("run(std::chrono::time_point<std::chrono::_V2::steady_clock, "
+                            "std::chrono::duration<long, std::ratio<1l, 1000000000l> > >)") ||
+              callers.size() == 1)
+      << ::testing::PrintToString(callers);
 }
 
 TEST_F(Profiler, NewThreadsAreSampledAndExitedTargetsEndCleanly) {

@@ -6,6 +6,7 @@
 
 #include "elf/elf_file.h"
 #include "elf/function_table.h"
+#include "jit/block_profile.h"
 #include "jit/cfg.h"
 #include "jit/decoder.h"
 #include "jit/module_image.h"
@@ -102,6 +103,35 @@ TEST(Cfg, TailCallsAndCallsLeaveTheFunction) {
   EXPECT_TRUE(cfg->blocks[0].exits);
   EXPECT_EQ(cfg->blocks[0].successors, (std::vector<uint64_t>{kBase + 0xd}));
   EXPECT_TRUE(cfg->blocks[1].exits);
+}
+
+TEST(BlockProfile, SumsInstructionSamplesAndSaysHowSure) {
+  std::vector<uint8_t> code = {
+      0x85, 0xff, 0x74, 0x07,                    // block 0: test; je 0xb
+      0xb8, 0x01, 0x00, 0x00, 0x00, 0xeb, 0x05,  // block 1: mov; jmp 0x10
+      0xb8, 0x02, 0x00, 0x00, 0x00,              // block 2: mov
+      0xff, 0xcf, 0x7f, 0xfc,                    // block 3: dec; jg 0x10
+      0xc3,                                      // block 4: ret
+  };
+  auto cfg = cfg_of(code);
+  ASSERT_TRUE(cfg);
+  // Samples by offset: 40 at block 0, none in block 2, 900 in the loop.
+  std::map<uint64_t, uint64_t> hist = {{0, 30}, {2, 10}, {4, 3}, {0x10, 500}, {0x12, 400}, {0x14, 1}};
+  auto counts = block_counts(*cfg, hist);
+  ASSERT_EQ(counts.size(), 5u);
+  EXPECT_EQ(counts[0].samples, 40u);
+  EXPECT_EQ(counts[1].samples, 3u);
+  EXPECT_EQ(counts[2].samples, 0u);
+  EXPECT_EQ(counts[3].samples, 900u);
+  EXPECT_EQ(counts[4].samples, 1u);
+  EXPECT_FALSE(counts[2].known_hot()) << "no samples: unknown, not proven cold";
+  EXPECT_GT(counts[2].high, 3.0) << "zero samples still allow a rate of ~3.7";
+  EXPECT_TRUE(counts[3].known_hot());
+  EXPECT_NEAR(counts[3].low, 842.7, 3.0);   // exact Garwood: 842.3
+  EXPECT_NEAR(counts[3].high, 960.3, 3.0);  // exact Garwood: 960.1
+  auto [low1, high1] = poisson_interval_95(1);
+  EXPECT_NEAR(low1, 0.0253, 0.01);
+  EXPECT_NEAR(high1, 5.572, 0.1);
 }
 
 std::string reason(const std::vector<uint8_t>& code) {
