@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dyni::jit {
 namespace {
 
@@ -47,6 +49,7 @@ Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr) {
   if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), bytes.data(), bytes.size(), &in.zy, in.ops.data())))
     return fail(fmt::format("undecodable bytes at {:#x}", addr));
   in.length = in.zy.length;
+  std::copy_n(bytes.begin(), in.length, in.bytes.begin());
   in.flow = flow_of(in.zy, in.ops[0]);
   for (unsigned i = 0; i < in.zy.operand_count_visible; ++i) {
     const ZydisDecodedOperand& op = in.ops[i];

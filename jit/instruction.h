@@ -24,6 +24,7 @@ enum class Flow : uint8_t {
 struct Instruction {
   uint64_t addr = 0;
   uint8_t length = 0;
+  std::array<uint8_t, ZYDIS_MAX_INSTRUCTION_LENGTH> bytes{};  // the original encoding
   Flow flow = Flow::Next;
   bool has_target = false;  // a direct branch or call
   uint64_t target = 0;

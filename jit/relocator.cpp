@@ -1,0 +1,107 @@
+// Byte-level relocation of single x86-64 instructions, fields located by Zydis.
+#include "jit/relocator.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+
+namespace dyni::jit {
+namespace {
+
+enum class Kind { Copy, PatchDisp, PatchImm32, WidenJmp8, WidenJcc8, ExpandRel8Only };
+
+bool is_rel8_only(ZydisMnemonic m) {
+  return m == ZYDIS_MNEMONIC_JRCXZ || m == ZYDIS_MNEMONIC_JECXZ || m == ZYDIS_MNEMONIC_LOOP ||
+         m == ZYDIS_MNEMONIC_LOOPE || m == ZYDIS_MNEMONIC_LOOPNE;
+}
+
+Kind kind_of(const Instruction& in) {
+  if (in.rip_relative) return Kind::PatchDisp;
+  if (!in.has_target) return Kind::Copy;
+  const auto& imm = in.zy.raw.imm[0];
+  if (is_rel8_only(in.zy.mnemonic)) return Kind::ExpandRel8Only;
+  if (imm.size == 32) return Kind::PatchImm32;
+  if (in.flow == Flow::Branch) return Kind::WidenJmp8;
+  return Kind::WidenJcc8;
+}
+
+Result<int32_t> rel32(uint64_t target, uint64_t next_ip, uint64_t at) {
+  int64_t delta = static_cast<int64_t>(target - next_ip);
+  if (delta < std::numeric_limits<int32_t>::min() || delta > std::numeric_limits<int32_t>::max())
+    return fail(fmt::format("PC-relative operand beyond ±2 GB at {:#x}", at));
+  return static_cast<int32_t>(delta);
+}
+
+void put32(std::vector<uint8_t>& out, std::size_t offset, int32_t v) {
+  std::memcpy(out.data() + offset, &v, 4);
+}
+
+// Prefix bytes before the opcode (e.g. 0x67 of jecxz); hint prefixes of rel8
+// jcc/jmp (0x2e/0x3e) are dropped when widening.
+std::size_t prefix_length(const Instruction& in) { return in.zy.raw.prefix_count; }
+
+}  // namespace
+
+std::size_t relocated_length(const Instruction& in) {
+  switch (kind_of(in)) {
+    case Kind::Copy:
+    case Kind::PatchDisp:
+    case Kind::PatchImm32: return in.length;
+    case Kind::WidenJmp8: return 5;
+    case Kind::WidenJcc8: return 6;
+    case Kind::ExpandRel8Only: return prefix_length(in) + 2 + 2 + 5;
+  }
+  return in.length;
+}
+
+Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
+                                      std::optional<uint64_t> new_target) {
+  std::vector<uint8_t> out(in.bytes.begin(), in.bytes.begin() + in.length);
+  uint64_t target = new_target.value_or(in.target);
+  std::size_t len = relocated_length(in);
+  switch (kind_of(in)) {
+    case Kind::Copy: return out;
+    case Kind::PatchDisp: {
+      if (in.zy.raw.disp.size != 32) return fail(fmt::format("RIP-relative operand without disp32 at {:#x}", in.addr));
+      auto d = rel32(in.rip_address, new_addr + len, in.addr);
+      if (!d) return std::unexpected(d.error());
+      put32(out, in.zy.raw.disp.offset, *d);
+      return out;
+    }
+    case Kind::PatchImm32: {
+      auto d = rel32(target, new_addr + len, in.addr);
+      if (!d) return std::unexpected(d.error());
+      put32(out, in.zy.raw.imm[0].offset, *d);
+      return out;
+    }
+    case Kind::WidenJmp8: {
+      auto d = rel32(target, new_addr + 5, in.addr);
+      if (!d) return std::unexpected(d.error());
+      out = {0xe9, 0, 0, 0, 0};
+      put32(out, 1, *d);
+      return out;
+    }
+    case Kind::WidenJcc8: {
+      uint8_t opcode = in.bytes[prefix_length(in)];
+      if (opcode < 0x70 || opcode > 0x7f) return fail(fmt::format("unexpected short branch at {:#x}", in.addr));
+      auto d = rel32(target, new_addr + 6, in.addr);
+      if (!d) return std::unexpected(d.error());
+      out = {0x0f, static_cast<uint8_t>(0x80 | (opcode & 0x0f)), 0, 0, 0, 0};
+      put32(out, 2, *d);
+      return out;
+    }
+    case Kind::ExpandRel8Only: {
+      std::size_t p = prefix_length(in);
+      auto d = rel32(target, new_addr + len, in.addr);
+      if (!d) return std::unexpected(d.error());
+      out.assign(in.bytes.begin(), in.bytes.begin() + p + 1);  // prefixes + opcode
+      out.insert(out.end(), {0x02, 0xeb, 0x05, 0xe9, 0, 0, 0, 0});  // op +2; jmp +5; jmp target
+      put32(out, out.size() - 4, *d);
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace dyni::jit

@@ -1,0 +1,140 @@
+// Byte-exact relocation of single instructions, each annotated with its
+// disassembly, and in-process execution of whole relocated functions.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <random>
+
+#include "elf/elf_file.h"
+#include "elf/function_table.h"
+#include "jit/cfg.h"
+#include "jit/decoder.h"
+#include "jit/emitter.h"
+#include "jit/relocator.h"
+
+extern "C" int jit_switch(int, int);
+extern "C" long jit_loop(const int*, int);
+
+namespace dyni::jit {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+Bytes moved(Bytes original, uint64_t from, uint64_t to, std::optional<uint64_t> target = {}) {
+  auto in = decode_one(original, from);
+  EXPECT_TRUE(in) << in.error().message();
+  auto out = relocate(*in, to, target);
+  EXPECT_TRUE(out) << out.error().message();
+  EXPECT_EQ(out->size(), relocated_length(*in));
+  return out ? *out : Bytes{};
+}
+
+TEST(Relocator, ByteExact) {
+  // 48 89 c3            mov rbx, rax                 (no PC-relative operand: copied)
+  EXPECT_EQ(moved({0x48, 0x89, 0xc3}, 0x1000, 0x2000), (Bytes{0x48, 0x89, 0xc3}));
+  // 48 8b 05 10 00 00 00  mov rax, [rip+0x10] → [0x1017]; at 0x2000 disp = 0x1017-0x2007 = -0xff0
+  EXPECT_EQ(moved({0x48, 0x8b, 0x05, 0x10, 0, 0, 0}, 0x1000, 0x2000),
+            (Bytes{0x48, 0x8b, 0x05, 0x10, 0xf0, 0xff, 0xff}));
+  // c7 05 10 00 00 00 2a 00 00 00  mov dword [rip+0x10], 42 (disp before imm) → disp -0xff0
+  EXPECT_EQ(moved({0xc7, 0x05, 0x10, 0, 0, 0, 0x2a, 0, 0, 0}, 0x1000, 0x2000),
+            (Bytes{0xc7, 0x05, 0x10, 0xf0, 0xff, 0xff, 0x2a, 0, 0, 0}));
+  // e8 10 00 00 00      call 0x1015 → from 0x2000: rel = 0x1015-0x2005 = -0xff0
+  EXPECT_EQ(moved({0xe8, 0x10, 0, 0, 0}, 0x1000, 0x2000), (Bytes{0xe8, 0x10, 0xf0, 0xff, 0xff}));
+  // 74 05               je 0x1007 → 0f 84 rel32, rel = 0x1007-0x2006 = -0xfff
+  EXPECT_EQ(moved({0x74, 0x05}, 0x1000, 0x2000), (Bytes{0x0f, 0x84, 0x01, 0xf0, 0xff, 0xff}));
+  // eb fe               jmp self, retargeted to its new copy → e9 fb ff ff ff
+  EXPECT_EQ(moved({0xeb, 0xfe}, 0x1000, 0x2000, 0x2000), (Bytes{0xe9, 0xfb, 0xff, 0xff, 0xff}));
+  // 0f 85 00 01 00 00   jne 0x1106 → rel = 0x1106-0x2006 = -0xf00
+  EXPECT_EQ(moved({0x0f, 0x85, 0, 1, 0, 0}, 0x1000, 0x2000), (Bytes{0x0f, 0x85, 0x00, 0xf1, 0xff, 0xff}));
+  // e3 02               jrcxz 0x1004 → e3 02 / eb 05 / e9 rel32 (0x1004-0x2009 = -0x1005)
+  EXPECT_EQ(moved({0xe3, 0x02}, 0x1000, 0x2000),
+            (Bytes{0xe3, 0x02, 0xeb, 0x05, 0xe9, 0xfb, 0xef, 0xff, 0xff}));
+  // 67 e3 02            jecxz 0x1005 (0x67 prefix kept) → rel = 0x1005-0x200a = -0x1005
+  EXPECT_EQ(moved({0x67, 0xe3, 0x02}, 0x1000, 0x2000),
+            (Bytes{0x67, 0xe3, 0x02, 0xeb, 0x05, 0xe9, 0xfb, 0xef, 0xff, 0xff}));
+  // e2 fe               loop self → e2 02 / eb 05 / e9 (0x1000-0x2009 = -0x1009)
+  EXPECT_EQ(moved({0xe2, 0xfe}, 0x1000, 0x2000),
+            (Bytes{0xe2, 0x02, 0xeb, 0x05, 0xe9, 0xf7, 0xef, 0xff, 0xff}));
+}
+
+TEST(Relocator, RefusesBeyondTwoGigabytes) {
+  Bytes load = {0x48, 0x8b, 0x05, 0x10, 0, 0, 0};
+  auto in = decode_one(load, 0x1000);
+  ASSERT_TRUE(in);
+  auto out = relocate(*in, 0x100001000ull);
+  ASSERT_FALSE(out);
+  EXPECT_EQ(out.error().message(), "PC-relative operand beyond ±2 GB at 0x1000");
+}
+
+// Relocated copies of real functions, placed near the test binary, compute
+// what the originals compute (jump tables keep pointing at the original code).
+class InProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto f = elf::ElfFile::open("/proc/self/exe");
+    ASSERT_TRUE(f);
+    file = std::make_unique<elf::ElfFile>(std::move(*f));
+    auto t = elf::FunctionTable::build(*file);
+    ASSERT_TRUE(t);
+    table = std::make_unique<elf::FunctionTable>(std::move(*t));
+    image = std::make_unique<ModuleImage>(*file);
+    // Link-time → runtime: the bias of this PIE, from a known function.
+    for (const auto& fn : table->functions())
+      if (fn.name == "jit_loop") bias = reinterpret_cast<uint64_t>(&jit_loop) - fn.addr;
+    ASSERT_NE(bias, 0u);
+    // A buffer within ±2 GB of the code: 64 MiB above the function.
+    uint64_t hint = (reinterpret_cast<uint64_t>(&jit_loop) + (64 << 20)) & ~0xfffull;
+    for (int i = 0; i < 64 && buffer == MAP_FAILED; ++i, hint += 1 << 20)
+      buffer = mmap(reinterpret_cast<void*>(hint), 1 << 16, PROT_READ | PROT_WRITE | PROT_EXEC,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ASSERT_NE(buffer, MAP_FAILED);
+  }
+  void TearDown() override {
+    if (buffer != MAP_FAILED) munmap(buffer, 1 << 16);
+  }
+  // Relocates `name` into the buffer; returns the copy's entry.
+  void* copy_of(const std::string& name) {
+    const elf::Function* fn = nullptr;
+    for (const auto& f : table->functions())
+      if (f.name == name) fn = &f;
+    EXPECT_NE(fn, nullptr);
+    auto cfg = build_cfg(*fn, *image);
+    EXPECT_TRUE(cfg) << cfg.error().message();
+    // Relocate as if the code ran at its runtime addresses.
+    for (Instruction& in : cfg->instructions) {
+      in.addr += bias;
+      if (in.has_target) in.target += bias;
+      if (in.rip_relative) in.rip_address += bias;
+    }
+    uint64_t base = reinterpret_cast<uint64_t>(buffer);
+    auto code = emit_in_order(*cfg, base);
+    EXPECT_TRUE(code) << code.error().message();
+    std::memcpy(buffer, code->bytes.data(), code->bytes.size());
+    __builtin___clear_cache(static_cast<char*>(buffer), static_cast<char*>(buffer) + code->bytes.size());
+    EXPECT_EQ(code->translation.front().original_addr, fn->addr + bias);
+    return buffer;
+  }
+  std::unique_ptr<elf::ElfFile> file;
+  std::unique_ptr<elf::FunctionTable> table;
+  std::unique_ptr<ModuleImage> image;
+  uint64_t bias = 0;
+  void* buffer = MAP_FAILED;
+};
+
+TEST_F(InProcess, LoopComputesTheSame) {
+  auto copy = reinterpret_cast<long (*)(const int*, int)>(copy_of("jit_loop"));
+  std::mt19937 rng(7);
+  std::vector<int> v(1000);
+  for (int& x : v) x = static_cast<int>(rng() % 2001) - 1000;
+  for (int n : {0, 1, 2, 3, 4, 5, 17, 100, 999, 1000}) EXPECT_EQ(copy(v.data(), n), jit_loop(v.data(), n)) << n;
+}
+
+TEST_F(InProcess, SwitchWithJumpTableComputesTheSame) {
+  auto copy = reinterpret_cast<int (*)(int, int)>(copy_of("jit_switch"));
+  for (int x = -3; x < 12; ++x)
+    for (int y : {-1000, -7, 0, 1, 13, 99999}) EXPECT_EQ(copy(x, y), jit_switch(x, y)) << x << "," << y;
+}
+
+}  // namespace
+}  // namespace dyni::jit
