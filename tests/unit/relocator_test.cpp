@@ -12,6 +12,7 @@
 #include "jit/decoder.h"
 #include "jit/emitter.h"
 #include "jit/relocator.h"
+#include "jit/verifier.h"
 
 extern "C" int jit_switch(int, int);
 extern "C" long jit_loop(const int*, int);
@@ -56,6 +57,25 @@ TEST(Relocator, ByteExact) {
   // e2 fe               loop self → e2 02 / eb 05 / e9 (0x1000-0x2009 = -0x1009)
   EXPECT_EQ(moved({0xe2, 0xfe}, 0x1000, 0x2000),
             (Bytes{0xe2, 0x02, 0xeb, 0x05, 0xe9, 0xf7, 0xef, 0xff, 0xff}));
+}
+
+TEST(Verifier, CatchesAMisaimedBranchAndAChangedByte) {
+  std::vector<uint8_t> fn = {0x85, 0xff, 0x74, 0x01, 0x90, 0xc3};  // test; je ret; nop; ret
+  auto ins = decode_function(fn, 0x1000);
+  ASSERT_TRUE(ins);
+  FunctionCfg cfg;
+  cfg.start = 0x1000;
+  cfg.end = 0x1006;
+  cfg.instructions = *ins;
+  auto code = emit_in_order(cfg, 0x5000);
+  ASSERT_TRUE(code);
+  EXPECT_TRUE(verify(cfg, *code));
+  auto bad_branch = *code;
+  bad_branch.bytes[4] += 1;  // je rel32 now lands one byte off
+  EXPECT_FALSE(verify(cfg, bad_branch));
+  auto bad_byte = *code;
+  bad_byte.bytes[1] = 0xf6;  // test esi, edi
+  EXPECT_FALSE(verify(cfg, bad_byte));
 }
 
 TEST(Relocator, RefusesBeyondTwoGigabytes) {
@@ -113,6 +133,8 @@ class InProcess : public ::testing::Test {
     std::memcpy(buffer, code->bytes.data(), code->bytes.size());
     __builtin___clear_cache(static_cast<char*>(buffer), static_cast<char*>(buffer) + code->bytes.size());
     EXPECT_EQ(code->translation.front().original_addr, fn->addr + bias);
+    auto checked = verify(*cfg, *code);
+    EXPECT_TRUE(checked) << checked.error().message();
     return buffer;
   }
   std::unique_ptr<elf::ElfFile> file;
