@@ -4,8 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
-#include "elf/elf_file.h"
-#include "elf/function_table.h"
+#include "dynid/proc_reader.h"
 
 namespace dyni {
 namespace {
@@ -22,49 +21,64 @@ TargetLifecycle::~TargetLifecycle() {
   thread_.join();
 }
 
-// Reads the target's executable as dyni will: a file dyni cannot fully parse
-// makes the target unsupported (I9), before any sampling starts.
-Status TargetLifecycle::check_executable() {
-  std::string exe = fmt::format("/proc/{}/exe", pid_);
-  auto file = elf::ElfFile::open(exe);
-  if (!file) return std::unexpected(file.error());
-  auto table = elf::FunctionTable::build(*file);
-  if (!table) return fail(exe + ": " + table.error().message());
-  return ok();
-}
-
 void TargetLifecycle::run() {
-  if (auto r = check_executable(); !r) {
-    log::warn("target {} pid {}: unsupported: {}", name_, pid_, r.error().message());
-    table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Unsupported,
-                      r.error().message());
+  if (auto r = start_profiling(); !r) {
+    fail_with(TargetState::Failed, "profiling: " + r.error().message());
     return;
   }
-  if (auto r = profile(); !r) {
-    if (!stop_) {
-      log::warn("target {} pid {}: profiling failed: {}", name_, pid_, r.error().message());
-      table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Failed,
-                        "profiling: " + r.error().message());
-    }
+  if (auto r = check_executable(); !r) {
+    fail_with(TargetState::Unsupported, r.error().message());
+    return;
+  }
+  if (auto r = profile_until_stable(); !r) {
+    fail_with(TargetState::Failed, "profiling: " + r.error().message());
     return;
   }
   if (stop_) return;
   table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Dynimizing,
                     "hot set found");
-  // Dynimizing (decode, lay out, inject) arrives with the jit and injection issues.
+  // Dynimizing (lay out, inject) arrives with the jit and injection issues.
 }
 
-// Samples until the hot set is stable, the time bound passes, or we are stopped.
-Status TargetLifecycle::profile() {
+// Ends the lifecycle in `state` with `reason`, sampling stopped (unless the
+// daemon is stopping it anyway).
+void TargetLifecycle::fail_with(TargetState state, const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (recorder_) recorder_->finish();
+  }
+  if (stop_) return;
+  log::warn("target {} pid {}: {}: {}", name_, pid_, state_name(state), reason);
+  table_.transition(pid_, start_time_, TargetState::Profiling, state, reason);
+}
+
+Status TargetLifecycle::start_profiling() {
   auto recorder = profiler::Recorder::start(pid_, options_);
   if (!recorder) return std::unexpected(recorder.error());
   log::info("target {} pid {}: sampling {} threads with {} at {} Hz", name_, pid_,
             (*recorder)->sampler().stats().threads, (*recorder)->sampler().event_name(),
             options_.sampler.frequency_hz);
-  {
-    std::lock_guard lock(mutex_);
-    recorder_ = std::move(*recorder);
+  std::lock_guard lock(mutex_);
+  recorder_ = std::move(*recorder);
+  return ok();
+}
+
+// The executable must parse completely, as dyni will read it (I9): else the
+// target is unsupported. Uses the module the symbolizer already read.
+Status TargetLifecycle::check_executable() {
+  auto exe = read_exe("/proc", pid_);
+  if (!exe) return std::unexpected(exe.error());
+  std::lock_guard lock(mutex_);
+  for (const auto& m : recorder_->symbolizer().modules()) {
+    if (m.path != exe->path) continue;
+    if (!m.error.empty()) return fail("executable " + m.path + ": " + m.error);
+    return ok();
   }
+  return fail("executable " + exe->path + " is not mapped executable");
+}
+
+// Samples until the hot set is stable, the time bound passes, or we are stopped.
+Status TargetLifecycle::profile_until_stable() {
   for (;;) {
     std::this_thread::sleep_for(kStepInterval);
     if (stop_) return ok();
@@ -73,6 +87,7 @@ Status TargetLifecycle::profile() {
     if (recorder_->done()) break;
   }
   std::lock_guard lock(mutex_);
+  recorder_->finish();
   const auto& p = recorder_->profile();
   log::info("target {} pid {}: profile {} after {:.1f} s: {} samples, {} lost, {} functions, "
             "{} cover 90%, {} cover 99%",

@@ -1,8 +1,10 @@
 // One target's way through the pipeline, on a thread of its own, started
 // when the target turns `profiling` (DESIGN.md §3):
 //
+//   profile   sample every thread (perf_event)             else profiling → failed
 //   check     the executable parses completely             else profiling → unsupported
-//   profile   sample until the hot set is stable          profiling → dynimizing
+//             (sampling is stopped on every way out)
+//   profile   ... until the hot set is stable             profiling → dynimizing
 //   dynimize  lay out and inject the hot code              (jit/ and injection: later issues)
 //
 // The lifecycle never touches the target's memory or threads yet: profiling
@@ -34,8 +36,10 @@ class TargetLifecycle {
 
  private:
   void run();
+  Status start_profiling();
   Status check_executable();
-  Status profile();
+  Status profile_until_stable();
+  void fail_with(TargetState state, const std::string& reason);
 
   pid_t pid_;
   uint64_t start_time_;

@@ -59,6 +59,12 @@ Status Recorder::step() {
   return ok();
 }
 
+void Recorder::finish() {
+  sampler_.drain([this](const Sample& s) { profile_.add(s); });
+  sampler_.stop();
+  if (finished_ == std::chrono::steady_clock::time_point{}) finished_ = std::chrono::steady_clock::now();
+}
+
 bool Recorder::timed_out() const {
   return std::chrono::steady_clock::now() - started_ >= std::chrono::seconds(options_.max_seconds);
 }

@@ -44,7 +44,11 @@ class Recorder {
   bool stable() const { return stable_; }
   bool timed_out() const;
 
+  // Drains what is left and closes the perf events; the profile stays.
+  void finish();
+
   const Profile& profile() const { return profile_; }
+  const Symbolizer& symbolizer() const { return *symbolizer_; }
   const Sampler& sampler() const { return sampler_; }
   nlohmann::json to_json(std::size_t top_n) const;
 

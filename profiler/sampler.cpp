@@ -120,8 +120,11 @@ Sampler::Sampler(Sampler&& o) noexcept
   o.threads_.clear();
 }
 
-Sampler::~Sampler() {
+Sampler::~Sampler() { stop(); }
+
+void Sampler::stop() {
   for (auto& [tid, e] : threads_) close_thread(e);
+  threads_.clear();
 }
 
 // One event with its ring buffer: for thread `tid` on any CPU, or (tid -1)

@@ -62,6 +62,8 @@ class Sampler {
   Status refresh_threads();
   // Hands every sample waiting in the ring buffers to `sink`.
   void drain(const std::function<void(const Sample&)>& sink);
+  // Closes every event: sampling (and its interrupts) ends; stats stay.
+  void stop();
 
   const std::string& event_name() const { return event_name_; }
   SamplerScope scope() const { return scope_; }

@@ -15,6 +15,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// perf_event descriptors a process holds (each one keeps sampling).
+int perf_events_open(pid_t pid) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string() == "anon_inode:[perf_event]") ++n;
+  }
+  return n;
+}
+
 class Daemon : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -257,6 +267,7 @@ TEST_F(Daemon, ProfilesABusyTargetUntilItsHotSetIsStable) {
   RunResult stranger = host.dyni({"-profile=1"});
   EXPECT_EQ(stranger.err, "dyni: pid 1 is not a dyni target (see dyni -status)\n");
   EXPECT_NE(host.log().find("profiling -> dynimizing (hot set found)"), std::string::npos);
+  EXPECT_EQ(perf_events_open(host.daemon_pid()), 0) << "sampling must stop once profiled";
 }
 
 // Any process can be named like a database; a broken binary must not hurt dynid.
@@ -281,6 +292,7 @@ TEST_F(Daemon, AMalformedExecutableMakesItsTargetUnsupported) {
   EXPECT_NE(status.find("bad section header table"), std::string::npos) << status;
   EXPECT_TRUE(DyniHost::alive(bad));
   ASSERT_TRUE(host.wait_for_state(good, "dynimizing", 25s)) << host.state_of(good);
+  EXPECT_EQ(perf_events_open(host.daemon_pid()), 0) << "no sampling left behind";
 }
 
 TEST_F(Daemon, ATargetExitingWhileProfiledIsDropped) {
