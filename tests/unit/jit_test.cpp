@@ -10,6 +10,7 @@
 #include "jit/cfg.h"
 #include "jit/decoder.h"
 #include "jit/module_image.h"
+#include "tests/unit/this_binary.h"
 
 extern "C" int jit_switch(int, int);
 extern "C" long jit_loop(const int*, int);
@@ -153,26 +154,7 @@ TEST(Cfg, RejectsWhatItDoesNotUnderstand) {
   EXPECT_EQ(reason_kind("indirect jump unresolved at 0x401000"), "indirect jump unresolved");
 }
 
-class RealFunctions : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto f = elf::ElfFile::open("/proc/self/exe");
-    ASSERT_TRUE(f);
-    file = std::make_unique<elf::ElfFile>(std::move(*f));
-    auto t = elf::FunctionTable::build(*file);
-    ASSERT_TRUE(t);
-    table = std::make_unique<elf::FunctionTable>(std::move(*t));
-    image = std::make_unique<ModuleImage>(*file);
-  }
-  const elf::Function* named(const std::string& name) {
-    for (const auto& f : table->functions())
-      if (f.name == name) return &f;
-    return nullptr;
-  }
-  std::unique_ptr<elf::ElfFile> file;
-  std::unique_ptr<elf::FunctionTable> table;
-  std::unique_ptr<ModuleImage> image;
-};
+using RealFunctions = ThisBinary;
 
 TEST_F(RealFunctions, SwitchBecomesAResolvedJumpTable) {
   ASSERT_EQ(jit_switch(3, 9), 44);

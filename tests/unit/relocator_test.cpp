@@ -13,6 +13,7 @@
 #include "jit/emitter.h"
 #include "jit/relocator.h"
 #include "jit/verifier.h"
+#include "tests/unit/this_binary.h"
 
 extern "C" int jit_switch(int, int);
 extern "C" long jit_loop(const int*, int);
@@ -89,16 +90,11 @@ TEST(Relocator, RefusesBeyondTwoGigabytes) {
 
 // Relocated copies of real functions, placed near the test binary, compute
 // what the originals compute (jump tables keep pointing at the original code).
-class InProcess : public ::testing::Test {
+class InProcess : public ThisBinary {
  protected:
   void SetUp() override {
-    auto f = elf::ElfFile::open("/proc/self/exe");
-    ASSERT_TRUE(f);
-    file = std::make_unique<elf::ElfFile>(std::move(*f));
-    auto t = elf::FunctionTable::build(*file);
-    ASSERT_TRUE(t);
-    table = std::make_unique<elf::FunctionTable>(std::move(*t));
-    image = std::make_unique<ModuleImage>(*file);
+    ThisBinary::SetUp();
+    if (HasFatalFailure()) return;
     // Link-time → runtime: the bias of this PIE, from a known function.
     for (const auto& fn : table->functions())
       if (fn.name == "jit_loop") bias = reinterpret_cast<uint64_t>(&jit_loop) - fn.addr;
@@ -115,9 +111,7 @@ class InProcess : public ::testing::Test {
   }
   // Relocates `name` into the buffer; returns the copy's entry.
   void* copy_of(const std::string& name) {
-    const elf::Function* fn = nullptr;
-    for (const auto& f : table->functions())
-      if (f.name == name) fn = &f;
+    const elf::Function* fn = named(name);
     EXPECT_NE(fn, nullptr);
     auto cfg = build_cfg(*fn, *image);
     EXPECT_TRUE(cfg) << cfg.error().message();
@@ -137,9 +131,6 @@ class InProcess : public ::testing::Test {
     EXPECT_TRUE(checked) << checked.error().message();
     return buffer;
   }
-  std::unique_ptr<elf::ElfFile> file;
-  std::unique_ptr<elf::FunctionTable> table;
-  std::unique_ptr<ModuleImage> image;
   uint64_t bias = 0;
   void* buffer = MAP_FAILED;
 };
