@@ -20,8 +20,8 @@ ZydisRegister widest(ZydisRegister r) {
   return ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
 }
 
-bool is_reg(const ZydisDecodedOperand& op, ZydisRegister r) {
-  return op.type == ZYDIS_OPERAND_TYPE_REGISTER && widest(op.reg.value) == r;
+bool is_reg(const Operand& op, ZydisRegister r) {
+  return op.type == ZYDIS_OPERAND_TYPE_REGISTER && widest(op.reg) == r;
 }
 
 // Entries guarded by `cmp idx, imm; ja/jae default` before instruction `at`,
@@ -30,11 +30,10 @@ std::optional<uint64_t> find_bound(const std::vector<Instruction>& ins, std::siz
   std::optional<ZydisMnemonic> guard;
   for (std::size_t back = 1; back <= 32 && back <= at; ++back) {
     const Instruction& in = ins[at - back];
-    const ZydisDecodedInstruction& z = in.zy;
-    if (in.flow == Flow::CondBranch && !guard) guard = z.mnemonic;
-    if (z.mnemonic == ZYDIS_MNEMONIC_CMP && is_reg(in.ops[0], idx) &&
+    if (in.flow == Flow::CondBranch && !guard) guard = in.mnemonic;
+    if (in.mnemonic == ZYDIS_MNEMONIC_CMP && is_reg(in.ops[0], idx) &&
         in.ops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && guard) {
-      uint64_t imm = in.ops[1].imm.value.u;
+      uint64_t imm = in.ops[1].imm;
       switch (*guard) {
         case ZYDIS_MNEMONIC_JNBE:  // ja: taken when idx > imm → entries 0..imm
         case ZYDIS_MNEMONIC_JBE: return imm + 1;
@@ -43,14 +42,14 @@ std::optional<uint64_t> find_bound(const std::vector<Instruction>& ins, std::siz
         default: return std::nullopt;
       }
     }
-    bool writes_idx = z.operand_count_visible >= 2 && is_reg(in.ops[0], idx) &&
+    bool writes_idx = in.operand_count >= 2 && is_reg(in.ops[0], idx) &&
                       (in.ops[0].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE);
     if (!writes_idx) continue;
-    bool copy = (z.mnemonic == ZYDIS_MNEMONIC_MOV || z.mnemonic == ZYDIS_MNEMONIC_MOVZX ||
-                 z.mnemonic == ZYDIS_MNEMONIC_MOVSXD) &&
+    bool copy = (in.mnemonic == ZYDIS_MNEMONIC_MOV || in.mnemonic == ZYDIS_MNEMONIC_MOVZX ||
+                 in.mnemonic == ZYDIS_MNEMONIC_MOVSXD) &&
                 in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER;
     if (!copy) return std::nullopt;  // idx computed otherwise: no provable bound
-    idx = widest(in.ops[1].reg.value);
+    idx = widest(in.ops[1].reg);
   }
   return std::nullopt;
 }
@@ -73,34 +72,34 @@ struct TablePattern {
 // gcc/clang PIC:  lea B,[rip+T]; movsxd J,dword [B+X*4]; add J,B; jmp J
 std::optional<TablePattern> match_pic_table(const std::vector<Instruction>& ins, std::size_t jmp) {
   if (ins[jmp].ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER) return std::nullopt;
-  ZydisRegister j = widest(ins[jmp].ops[0].reg.value);
+  ZydisRegister j = widest(ins[jmp].ops[0].reg);
   auto add = find_back(ins, jmp, [&](const Instruction& in) {
-    return in.zy.mnemonic == ZYDIS_MNEMONIC_ADD && is_reg(in.ops[0], j) &&
+    return in.mnemonic == ZYDIS_MNEMONIC_ADD && is_reg(in.ops[0], j) &&
            in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER;
   });
   if (!add) return std::nullopt;
-  ZydisRegister base = widest(ins[*add].ops[1].reg.value);
+  ZydisRegister base = widest(ins[*add].ops[1].reg);
   auto load = find_back(ins, *add, [&](const Instruction& in) {
     const auto& m = in.ops[1];
-    return in.zy.mnemonic == ZYDIS_MNEMONIC_MOVSXD && is_reg(in.ops[0], j) &&
-           m.type == ZYDIS_OPERAND_TYPE_MEMORY && widest(m.mem.base) == base && m.mem.scale == 4 &&
-           m.mem.disp.value == 0;
+    return in.mnemonic == ZYDIS_MNEMONIC_MOVSXD && is_reg(in.ops[0], j) &&
+           m.type == ZYDIS_OPERAND_TYPE_MEMORY && widest(m.base) == base && m.scale == 4 &&
+           m.disp == 0;
   });
   if (!load) return std::nullopt;
   auto lea = find_back(ins, *load, [&](const Instruction& in) {
-    return in.zy.mnemonic == ZYDIS_MNEMONIC_LEA && is_reg(in.ops[0], base) && in.rip_relative;
+    return in.mnemonic == ZYDIS_MNEMONIC_LEA && is_reg(in.ops[0], base) && in.rip_relative;
   });
   if (!lea) return std::nullopt;
-  return TablePattern{ins[*lea].rip_address, 4, widest(ins[*load].ops[1].mem.index), *load};
+  return TablePattern{ins[*lea].rip_address, 4, widest(ins[*load].ops[1].index), *load};
 }
 
 // Non-PIC absolute:  jmp qword [X*8 + T]
 std::optional<TablePattern> match_absolute_table(const std::vector<Instruction>& ins, std::size_t jmp) {
   const auto& m = ins[jmp].ops[0];
-  if (m.type != ZYDIS_OPERAND_TYPE_MEMORY || m.mem.base != ZYDIS_REGISTER_NONE || m.mem.scale != 8 ||
-      m.mem.index == ZYDIS_REGISTER_NONE)
+  if (m.type != ZYDIS_OPERAND_TYPE_MEMORY || m.base != ZYDIS_REGISTER_NONE || m.scale != 8 ||
+      m.index == ZYDIS_REGISTER_NONE)
     return std::nullopt;
-  return TablePattern{static_cast<uint64_t>(m.mem.disp.value), 8, widest(m.mem.index), jmp};
+  return TablePattern{static_cast<uint64_t>(m.disp), 8, widest(m.index), jmp};
 }
 
 Result<JumpTable> resolve_table(const std::vector<Instruction>& ins, std::size_t jmp,
@@ -151,12 +150,15 @@ class CfgBuilder {
     return ok();
   }
 
-  // Code that reads its own bytes, or takes the address of its own interior,
-  // cannot be moved without changing what it sees.
+  // Code that reads its own bytes, takes the address of its own interior or
+  // calls into it cannot be moved without changing what it sees.
   Status check_references() const {
     for (const Instruction& in : cfg_.instructions) {
+      // A call into its own body pushes a cache address the body may read (PIC thunks).
+      if (in.flow == Flow::Call && inside(in.target) && in.target != cfg_.start)
+        return fail(fmt::format("call into its own body at {:#x}", in.addr));
       if (!in.rip_relative || !inside(in.rip_address)) continue;
-      if (in.zy.mnemonic == ZYDIS_MNEMONIC_LEA) {
+      if (in.mnemonic == ZYDIS_MNEMONIC_LEA) {
         if (in.rip_address != cfg_.start)
           return fail(fmt::format("code address taken at {:#x}", in.addr));
       } else {

@@ -17,7 +17,7 @@ const ZydisDecoder& decoder() {
   return d;
 }
 
-Flow flow_of(const ZydisDecodedInstruction& zy, const ZydisDecodedOperand& op0) {
+Flow flow_of(const ZydisDecodedInstruction& zy) {
   bool relative = zy.attributes & ZYDIS_ATTRIB_IS_RELATIVE;
   switch (zy.meta.category) {
     case ZYDIS_CATEGORY_COND_BR: return Flow::CondBranch;
@@ -37,27 +37,49 @@ Flow flow_of(const ZydisDecodedInstruction& zy, const ZydisDecodedOperand& op0) 
     case ZYDIS_MNEMONIC_JECXZ: return Flow::CondBranch;
     default: break;
   }
-  (void)op0;
   return Flow::Next;
+}
+
+Operand compact(const ZydisDecodedOperand& op) {
+  Operand o;
+  o.type = op.type;
+  o.actions = op.actions;
+  if (op.type == ZYDIS_OPERAND_TYPE_REGISTER) o.reg = op.reg.value;
+  if (op.type == ZYDIS_OPERAND_TYPE_MEMORY) {
+    o.base = op.mem.base;
+    o.index = op.mem.index;
+    o.scale = op.mem.scale;
+    o.disp = op.mem.disp.value;
+  }
+  if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE) o.imm = op.imm.value.u;
+  return o;
 }
 
 }  // namespace
 
 Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr) {
+  ZydisDecodedInstruction zy;
+  std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), bytes.data(), bytes.size(), &zy, ops.data())))
+    return fail(fmt::format("undecodable bytes at {:#x}", addr));
   Instruction in;
   in.addr = addr;
-  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), bytes.data(), bytes.size(), &in.zy, in.ops.data())))
-    return fail(fmt::format("undecodable bytes at {:#x}", addr));
-  in.length = in.zy.length;
+  in.length = zy.length;
   std::copy_n(bytes.begin(), in.length, in.bytes.begin());
-  in.flow = flow_of(in.zy, in.ops[0]);
-  for (unsigned i = 0; i < in.zy.operand_count_visible; ++i) {
-    const ZydisDecodedOperand& op = in.ops[i];
+  in.flow = flow_of(zy);
+  in.mnemonic = zy.mnemonic;
+  in.prefix_count = zy.raw.prefix_count;
+  in.operand_count = zy.operand_count_visible;
+  in.disp = {zy.raw.disp.offset, zy.raw.disp.size};
+  in.imm = {zy.raw.imm[0].offset, zy.raw.imm[0].size};
+  for (unsigned i = 0; i < in.ops.size() && i < zy.operand_count_visible; ++i) in.ops[i] = compact(ops[i]);
+  for (unsigned i = 0; i < zy.operand_count_visible; ++i) {
+    const ZydisDecodedOperand& op = ops[i];
     bool rel_imm = op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && op.imm.is_relative;
     bool rip_mem = op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.base == ZYDIS_REGISTER_RIP;
     if (!rel_imm && !rip_mem) continue;
     ZyanU64 absolute = 0;
-    if (ZYAN_FAILED(ZydisCalcAbsoluteAddress(&in.zy, &op, addr, &absolute)))
+    if (ZYAN_FAILED(ZydisCalcAbsoluteAddress(&zy, &op, addr, &absolute)))
       return fail(fmt::format("cannot compute the address operand at {:#x}", addr));
     if (rel_imm) {
       in.has_target = true;

@@ -1,29 +1,59 @@
-// Emits a function's code for a new address. For now in original order (the
-// profile-guided layout comes next): every instruction relocated, branches to
-// instructions of the same function aimed at their new copies, everything
-// else (calls, tail calls, jump-table targets) at the original code, which
-// stays intact (I1). Returns the bytes and the translation table (I6).
+// Emits one function's copied blocks, in layout order, for a new address.
+// Every instruction is relocated; within the function, branches go to the
+// new copy of their target block, or to the same instruction in the original
+// code when that block was not copied (the original stays intact, I1); calls
+// and jumps that leave the function go where `Redirects` says (the cache copy
+// of a hot callee, the function behind a PLT stub) or to their original
+// target. Where the layout breaks a fall-through, a `jmp` is added; where it
+// makes a jump fall through, the jump is dropped or its condition inverted.
+// Returns the bytes and the translation table (I6).
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.h"
+#include "jit/block_layout.h"
 #include "jit/cfg.h"
 
 namespace dyni::jit {
 
+// What a cache instruction is, relative to the original it maps to.
+enum class Translation : uint8_t {
+  Copied,    // the original instruction, PC-relative fields re-aimed
+  Inverted,  // the original jcc with the opposite condition: target and fall-through swapped
+  Jump,      // an added jmp, as if execution continued at the original address
+};
+
 struct TranslationEntry {
   uint64_t new_addr = 0;
   uint64_t original_addr = 0;
+  Translation kind = Translation::Copied;
+};
+
+// Where branches that leave a function are sent instead of their original target.
+struct Redirects {
+  std::unordered_map<uint64_t, uint64_t> to;
+  uint64_t operator()(uint64_t target) const {
+    auto it = to.find(target);
+    return it == to.end() ? target : it->second;
+  }
 };
 
 struct EmittedCode {
   uint64_t base = 0;
   std::vector<uint8_t> bytes;
-  std::vector<TranslationEntry> translation;  // one per instruction, in new-address order
+  std::vector<TranslationEntry> translation;  // one per cache instruction, in address order
 };
 
+// The size emit_function() will produce for `layout` (known before the address).
+uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout);
+
+Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
+                                  const Redirects& redirects = {});
+
+// Every block in original order, nothing redirected.
 Result<EmittedCode> emit_in_order(const FunctionCfg& cfg, uint64_t base);
 
 }  // namespace dyni::jit

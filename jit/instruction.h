@@ -21,6 +21,24 @@ enum class Flow : uint8_t {
   Stop,            // int3, ud2, hlt: no successor
 };
 
+// The facts of one operand that analysis matches on (a compact copy of
+// Zydis's operand: a function's instructions are kept while it is laid out).
+struct Operand {
+  ZydisOperandType type = ZYDIS_OPERAND_TYPE_UNUSED;
+  ZydisRegister reg = ZYDIS_REGISTER_NONE;    // register operand
+  ZydisRegister base = ZYDIS_REGISTER_NONE;   // memory operand: [base + index*scale + disp]
+  ZydisRegister index = ZYDIS_REGISTER_NONE;
+  uint8_t scale = 0;
+  uint8_t actions = 0;                        // ZYDIS_OPERAND_ACTION_*
+  int64_t disp = 0;
+  uint64_t imm = 0;                           // immediate operand
+};
+
+// Where a field sits in the encoding (offset in bytes, size in bits).
+struct EncodingField {
+  uint8_t offset = 0, size = 0;
+};
+
 struct Instruction {
   uint64_t addr = 0;
   uint8_t length = 0;
@@ -30,8 +48,11 @@ struct Instruction {
   uint64_t target = 0;
   bool rip_relative = false;  // has a [rip + disp] memory operand
   uint64_t rip_address = 0;   // the absolute address it refers to
-  ZydisDecodedInstruction zy{};
-  std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops{};
+  ZydisMnemonic mnemonic = ZYDIS_MNEMONIC_INVALID;
+  uint8_t prefix_count = 0;
+  uint8_t operand_count = 0;  // visible operands
+  EncodingField disp, imm;    // displacement, first immediate
+  std::array<Operand, 2> ops{};  // the first two visible operands
 
   uint64_t end() const { return addr + length; }
   bool ends_block() const { return flow != Flow::Next && flow != Flow::Call && flow != Flow::IndirectCall; }

@@ -19,9 +19,8 @@ bool is_rel8_only(ZydisMnemonic m) {
 Kind kind_of(const Instruction& in) {
   if (in.rip_relative) return Kind::PatchDisp;
   if (!in.has_target) return Kind::Copy;
-  const auto& imm = in.zy.raw.imm[0];
-  if (is_rel8_only(in.zy.mnemonic)) return Kind::ExpandRel8Only;
-  if (imm.size == 32) return Kind::PatchImm32;
+    if (is_rel8_only(in.mnemonic)) return Kind::ExpandRel8Only;
+  if (in.imm.size == 32) return Kind::PatchImm32;
   if (in.flow == Flow::Branch) return Kind::WidenJmp8;
   return Kind::WidenJcc8;
 }
@@ -39,7 +38,7 @@ void put32(std::vector<uint8_t>& out, std::size_t offset, int32_t v) {
 
 // Prefix bytes before the opcode (e.g. 0x67 of jecxz); hint prefixes of rel8
 // jcc/jmp (0x2e/0x3e) are dropped when widening.
-std::size_t prefix_length(const Instruction& in) { return in.zy.raw.prefix_count; }
+std::size_t prefix_length(const Instruction& in) { return in.prefix_count; }
 
 }  // namespace
 
@@ -63,16 +62,16 @@ Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
   switch (kind_of(in)) {
     case Kind::Copy: return out;
     case Kind::PatchDisp: {
-      if (in.zy.raw.disp.size != 32) return fail(fmt::format("RIP-relative operand without disp32 at {:#x}", in.addr));
+      if (in.disp.size != 32) return fail(fmt::format("RIP-relative operand without disp32 at {:#x}", in.addr));
       auto d = rel32(in.rip_address, new_addr + len, in.addr);
       if (!d) return std::unexpected(d.error());
-      put32(out, in.zy.raw.disp.offset, *d);
+      put32(out, in.disp.offset, *d);
       return out;
     }
     case Kind::PatchImm32: {
       auto d = rel32(target, new_addr + len, in.addr);
       if (!d) return std::unexpected(d.error());
-      put32(out, in.zy.raw.imm[0].offset, *d);
+      put32(out, in.imm.offset, *d);
       return out;
     }
     case Kind::WidenJmp8: {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <set>
 
 #include "jit/decoder.h"
 #include "jit/relocator.h"
@@ -11,55 +12,164 @@
 namespace dyni::jit {
 namespace {
 
-// The bytes of `in` other than its displacement and relative immediate.
+// The bytes of `a` and `b` agree outside a's displacement and relative immediate.
 bool same_bytes_outside_pc_fields(const Instruction& a, const Instruction& b) {
   if (a.length != b.length) return false;
   for (std::size_t i = 0; i < a.length; ++i) {
-    bool in_disp = a.rip_relative && i >= a.zy.raw.disp.offset && i < a.zy.raw.disp.offset + 4u;
-    bool in_imm = a.has_target && i >= a.zy.raw.imm[0].offset &&
-                  i < a.zy.raw.imm[0].offset + a.zy.raw.imm[0].size / 8u;
+    bool in_disp = a.rip_relative && i >= a.disp.offset && i < a.disp.offset + 4u;
+    bool in_imm = a.has_target && i >= a.imm.offset &&
+                  i < a.imm.offset + a.imm.size / 8u;
     if (!in_disp && !in_imm && a.bytes[i] != b.bytes[i]) return false;
   }
   return true;
 }
 
-}  // namespace
+// The condition nibble of a jcc (7x rel8 or 0f 8x rel32), or -1.
+int condition_of(const Instruction& in) {
+  std::size_t p = in.prefix_count;
+  if (in.bytes[p] >= 0x70 && in.bytes[p] <= 0x7f) return in.bytes[p] & 0x0f;
+  if (in.bytes[p] == 0x0f && (in.bytes[p + 1] & 0xf0) == 0x80) return in.bytes[p + 1] & 0x0f;
+  return -1;
+}
 
-Status verify(const FunctionCfg& original, const EmittedCode& code) {
-  std::map<uint64_t, const Instruction*> by_addr;
-  std::map<uint64_t, uint64_t> new_of;
-  for (const Instruction& in : original.instructions) by_addr[in.addr] = &in;
-  for (const TranslationEntry& t : code.translation) new_of[t.original_addr] = t.new_addr;
-  if (new_of.size() != original.instructions.size())
-    return fail("verifier: translation table does not cover every instruction");
-  for (std::size_t k = 0; k < code.translation.size(); ++k) {
-    const TranslationEntry& t = code.translation[k];
-    auto orig = by_addr.find(t.original_addr);
-    if (orig == by_addr.end()) return fail(fmt::format("verifier: no original for {:#x}", t.new_addr));
+class Verifier {
+ public:
+  Verifier(const FunctionCfg& cfg, const EmittedCode& code, const Redirects& redirects)
+      : cfg_(cfg), code_(code), redirects_(redirects) {
+    for (const Instruction& in : cfg.instructions) original_[in.addr] = &in;
+    for (const TranslationEntry& t : code.translation)
+      if (t.kind != Translation::Jump) copy_of_[t.original_addr] = t.new_addr;
+    find_dropped();
+  }
+
+  Status run() {
+    if (code_.translation.empty() || code_.translation.front().original_addr != cfg_.start ||
+        code_.translation.front().new_addr != code_.base)
+      return fail("verifier: the code does not begin with the function's entry");
+    for (std::size_t k = 0; k < code_.translation.size(); ++k)
+      if (auto r = check(k); !r) return r;
+    return check_dropped();
+  }
+
+ private:
+  bool inside(uint64_t a) const { return a >= cfg_.start && a < cfg_.end; }
+
+  uint64_t image(uint64_t target) const {
+    if (!inside(target)) return redirects_(target);
+    auto it = copy_of_.find(continues_at(target));
+    return it == copy_of_.end() ? target : it->second;
+  }
+
+  // Where execution goes on from original address `a`, skipping dropped jmps.
+  uint64_t continues_at(uint64_t a) const {
+    for (int hops = 0; hops < 64; ++hops) {
+      auto it = original_.find(a);
+      if (it == original_.end() || !dropped_.count(a)) return a;
+      a = it->second->target;
+    }
+    return a;
+  }
+
+  uint64_t end_of(std::size_t k) const {
+    return k + 1 < code_.translation.size() ? code_.translation[k + 1].new_addr : code_.base + code_.bytes.size();
+  }
+
+  Result<Instruction> decode_at(uint64_t at, uint64_t end) const {
+    if (at < code_.base || end > code_.base + code_.bytes.size() || end <= at)
+      return fail(fmt::format("verifier: bad extent at {:#x}", at));
+    return decode_one(std::span(code_.bytes.data() + (at - code_.base), end - at), at);
+  }
+
+  // The next cache instruction must stand for original address `want`.
+  Status check_continues(std::size_t k, uint64_t want) const {
+    want = continues_at(want);
+    if (k + 1 >= code_.translation.size() || code_.translation[k + 1].original_addr != want)
+      return fail(fmt::format("verifier: {:#x} does not continue at the image of {:#x}",
+                              code_.translation[k].new_addr, want));
+    return ok();
+  }
+
+  Status check(std::size_t k) const {
+    const TranslationEntry& t = code_.translation[k];
+    uint64_t next = end_of(k);
+    if (t.kind == Translation::Jump) return check_jump(t, next);
+    auto orig = original_.find(t.original_addr);
+    if (orig == original_.end()) return fail(fmt::format("verifier: no original for {:#x}", t.new_addr));
     const Instruction& o = *orig->second;
-    uint64_t next = k + 1 < code.translation.size() ? code.translation[k + 1].new_addr : code.base + code.bytes.size();
     if (next - t.new_addr != relocated_length(o))
       return fail(fmt::format("verifier: {:#x} has the wrong length", t.new_addr));
-    std::span<const uint8_t> at(code.bytes.data() + (t.new_addr - code.base), next - t.new_addr);
+    if (auto r = check_instruction(t, o, next); !r) return r;
+    if (t.kind == Translation::Inverted) return check_continues(k, o.target);
+    bool falls = o.flow == Flow::Next || o.flow == Flow::Call || o.flow == Flow::IndirectCall ||
+                 o.flow == Flow::CondBranch;
+    if (falls && o.end() < cfg_.end) return check_continues(k, o.end());
+    return ok();
+  }
+
+  Status check_jump(const TranslationEntry& t, uint64_t next) const {
+    auto d = decode_at(t.new_addr, next);
+    if (!d || d->mnemonic != ZYDIS_MNEMONIC_JMP || !d->has_target ||
+        d->target != image(continues_at(t.original_addr)))
+      return fail(fmt::format("verifier: added jmp at {:#x} misses the image of {:#x}", t.new_addr,
+                              t.original_addr));
+    return ok();
+  }
+
+  Status check_instruction(const TranslationEntry& t, const Instruction& o, uint64_t next) const {
     // An expanded rel8-only branch ends in the jmp rel32 that carries its target.
-    bool expanded = o.has_target && at.size() > o.length && o.length + 7u == at.size();
-    auto d = decode_one(expanded ? at.subspan(at.size() - 5) : at,
-                        expanded ? next - 5 : t.new_addr);
+    bool expanded = o.has_target && next - t.new_addr == o.length + 7u;
+    auto d = decode_at(expanded ? next - 5 : t.new_addr, next);
     if (!d) return fail("verifier: " + d.error().message());
-    if (!expanded && d->zy.mnemonic != o.zy.mnemonic)
+    if (t.kind == Translation::Inverted) {
+      int c = condition_of(o);
+      if (c < 0 || condition_of(*d) != (c ^ 1) || !d->has_target || d->target != image(o.end()))
+        return fail(fmt::format("verifier: inverted branch at {:#x} is wrong", t.new_addr));
+      return ok();
+    }
+    if (!expanded && d->mnemonic != o.mnemonic)
       return fail(fmt::format("verifier: {:#x} is not the instruction of {:#x}", t.new_addr, o.addr));
     if (!o.has_target && !o.rip_relative && !same_bytes_outside_pc_fields(o, *d))
       return fail(fmt::format("verifier: {:#x} changed bytes of {:#x}", t.new_addr, o.addr));
     if (o.rip_relative && (d->rip_address != o.rip_address || !same_bytes_outside_pc_fields(o, *d)))
       return fail(fmt::format("verifier: {:#x} no longer addresses {:#x}", t.new_addr, o.rip_address));
-    if (o.has_target) {
-      auto inside = new_of.find(o.target);
-      uint64_t want = inside != new_of.end() ? inside->second : o.target;
-      if (!d->has_target || d->target != want)
-        return fail(fmt::format("verifier: branch at {:#x} misses the image of {:#x}", t.new_addr, o.target));
+    if (o.has_target && (!d->has_target || d->target != image(o.target)))
+      return fail(fmt::format("verifier: branch at {:#x} misses the image of {:#x}", t.new_addr, o.target));
+    return ok();
+  }
+
+  // Original instructions missing from blocks that were copied: dropped jmps.
+  void find_dropped() {
+    for (const Block& b : cfg_.blocks) {
+      bool any = false;
+      for (std::size_t i = b.first; i < b.first + b.count; ++i) any |= copy_of_.count(cfg_.instructions[i].addr) > 0;
+      if (!any) continue;
+      for (std::size_t i = b.first; i < b.first + b.count; ++i)
+        if (!copy_of_.count(cfg_.instructions[i].addr)) dropped_.insert(cfg_.instructions[i].addr);
     }
   }
-  return ok();
+
+  // Only a direct jmp to inside the function may be left out of a copied block.
+  Status check_dropped() const {
+    for (uint64_t a : dropped_) {
+      const Instruction& in = *original_.at(a);
+      if (in.flow != Flow::Branch || !inside(in.target))
+        return fail(fmt::format("verifier: {:#x} is missing from the cache", a));
+    }
+    return ok();
+  }
+
+  const FunctionCfg& cfg_;
+  const EmittedCode& code_;
+  const Redirects& redirects_;
+  std::map<uint64_t, const Instruction*> original_;
+  std::map<uint64_t, uint64_t> copy_of_;
+  std::set<uint64_t> dropped_;
+};
+
+}  // namespace
+
+Status verify(const FunctionCfg& original, const EmittedCode& code, const Redirects& redirects) {
+  return Verifier(original, code, redirects).run();
 }
 
 }  // namespace dyni::jit

@@ -1,9 +1,18 @@
 // The verifier (on in all tests, optional in production): decodes emitted code
 // back and checks it against the original function through the translation
-// table (I6): each instruction is its original with only PC-relative fields
-// changed, every RIP-relative operand addresses what it did, and every direct
-// branch reaches the new copy of its original target (inside the function) or
-// the original target itself (outside).
+// table (I6):
+//   - the first cache instruction is the function's entry;
+//   - each copied instruction is its original with only PC-relative fields
+//     changed (an inverted jcc: only the condition's low bit), every
+//     RIP-relative operand addresses what it did;
+//   - every branch reaches the image of its original target: the copy of that
+//     instruction when there is one, else the original instruction; outside
+//     the function, the redirect or the original target;
+//   - where an instruction falls through, the next cache instruction continues
+//     at the original successor (through dropped jmps), and an added jmp goes
+//     to the image of the address it stands for;
+//   - an original instruction missing from the cache in a copied region can
+//     only be a dropped direct jmp.
 #pragma once
 
 #include "common/result.h"
@@ -12,6 +21,6 @@
 
 namespace dyni::jit {
 
-Status verify(const FunctionCfg& original, const EmittedCode& code);
+Status verify(const FunctionCfg& original, const EmittedCode& code, const Redirects& redirects = {});
 
 }  // namespace dyni::jit

@@ -70,4 +70,29 @@ nlohmann::json Profile::to_json(std::size_t top_n) const {
           {"top", top_list}};
 }
 
+jit::ModuleProfile Profile::module_profile(int module) const {
+  jit::ModuleProfile out;
+  if (module >= 0 && static_cast<std::size_t>(module) < symbolizer_->modules().size())
+    out.module = symbolizer_->modules()[module].path;
+  for (const auto& [key, f] : functions_) {
+    if (key.first != module) continue;
+    out.functions[key.second] = {f.samples, f.by_offset};
+    out.total_samples += f.samples;
+  }
+  for (const auto& [edge, weight] : calls_)
+    if (edge.first.first == module && edge.second.first == module)
+      out.calls.push_back({edge.first.second, edge.second.second, weight});
+  return out;
+}
+
+int Profile::hottest_module() const {
+  std::map<int, uint64_t> per_module;
+  for (const auto& [key, f] : functions_) per_module[key.first] += f.samples;
+  int best = -1;
+  uint64_t most = 0;
+  for (auto [m, n] : per_module)
+    if (n > most) best = m, most = n;
+  return best;
+}
+
 }  // namespace dyni::profiler

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "jit/module_profile.h"
 #include "profiler/sampler.h"
 #include "profiler/symbolizer.h"
 
@@ -54,6 +55,10 @@ class Profile {
   // The smallest set of hottest functions that covers `fraction` of samples.
   std::vector<FunctionKey> hot_set(double fraction) const;
   nlohmann::json to_json(std::size_t top_n) const;
+  // What the jit needs of module `module` (an index into the symbolizer's modules).
+  jit::ModuleProfile module_profile(int module) const;
+  // The module with the most samples, or -1.
+  int hottest_module() const;
 
  private:
   const Symbolizer* symbolizer_;

@@ -62,12 +62,11 @@ TEST(Relocator, ByteExact) {
 
 TEST(Verifier, CatchesAMisaimedBranchAndAChangedByte) {
   std::vector<uint8_t> fn = {0x85, 0xff, 0x74, 0x01, 0x90, 0xc3};  // test; je ret; nop; ret
-  auto ins = decode_function(fn, 0x1000);
-  ASSERT_TRUE(ins);
-  FunctionCfg cfg;
-  cfg.start = 0x1000;
-  cfg.end = 0x1006;
-  cfg.instructions = *ins;
+  ModuleImage image;
+  image.add(0x1000, fn, true);
+  auto built = build_cfg(elf::Function{0x1000, fn.size(), "f", false, 0}, image);
+  ASSERT_TRUE(built) << built.error().message();
+  const FunctionCfg& cfg = *built;
   auto code = emit_in_order(cfg, 0x5000);
   ASSERT_TRUE(code);
   EXPECT_TRUE(verify(cfg, *code));
@@ -115,18 +114,14 @@ class InProcess : public ThisBinary {
     EXPECT_NE(fn, nullptr);
     auto cfg = build_cfg(*fn, *image);
     EXPECT_TRUE(cfg) << cfg.error().message();
-    // Relocate as if the code ran at its runtime addresses.
-    for (Instruction& in : cfg->instructions) {
-      in.addr += bias;
-      if (in.has_target) in.target += bias;
-      if (in.rip_relative) in.rip_address += bias;
-    }
-    uint64_t base = reinterpret_cast<uint64_t>(buffer);
+    // PC-relative code is the same at any bias: emit in link-time numbering
+    // for a cache whose link-time address is the buffer's minus the bias.
+    uint64_t base = reinterpret_cast<uint64_t>(buffer) - bias;
     auto code = emit_in_order(*cfg, base);
     EXPECT_TRUE(code) << code.error().message();
     std::memcpy(buffer, code->bytes.data(), code->bytes.size());
     __builtin___clear_cache(static_cast<char*>(buffer), static_cast<char*>(buffer) + code->bytes.size());
-    EXPECT_EQ(code->translation.front().original_addr, fn->addr + bias);
+    EXPECT_EQ(code->translation.front().original_addr, fn->addr);
     auto checked = verify(*cfg, *code);
     EXPECT_TRUE(checked) << checked.error().message();
     return buffer;

@@ -1,77 +1,147 @@
-// dyni-scan ELF-FILE: runs the jit over every function of a binary, as if all
-// were hot: analysis, relocation to a cache 256 MiB away, and the verifier.
-// Prints how many functions and bytes dyni would accept, why it rejects the
-// others, and exits 1 on any verifier failure. (Profile-guided layout joins as
-// it lands; this is the tool the jit's goals are measured with.)
+// dyni-scan ELF-FILE [--profile FILE] [--shuffle SEED] [--leave-cold]
+//
+// Runs the whole jit (jit/pipeline.h) over a binary: every function as if all
+// were hot, or the functions of a recorded profile (dyni-record) laid out by
+// it. Prints the functions and bytes accepted, the rejections by reason, the
+// share of sampled CPU accepted (with a profile), the cache built, and the
+// verifier's verdict on every function; exits 1 on any verifier failure.
+// --shuffle lays every function out in a random block order (with
+// --leave-cold, leaving a random quarter of blocks behind): a stress test of
+// the emitter and verifier on real code.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 
 #include "elf/elf_file.h"
 #include "elf/function_table.h"
 #include "jit/cfg.h"
-#include "jit/emitter.h"
-#include "jit/verifier.h"
 #include "jit/module_image.h"
+#include "jit/pipeline.h"
+#include "jit/verifier.h"
+
+namespace {
+
+using namespace dyni;
+
+struct Args {
+  std::string elf, profile;
+  uint64_t shuffle = 0;
+  bool leave_cold = false;
+};
+
+bool parse(int argc, char** argv, Args& a) {
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--profile" && i + 1 < argc) a.profile = argv[++i];
+    else if (s == "--shuffle" && i + 1 < argc) a.shuffle = std::strtoull(argv[++i], nullptr, 0);
+    else if (s == "--leave-cold") a.leave_cold = true;
+    else if (!s.starts_with("-") && a.elf.empty()) a.elf = s;
+    else return false;
+  }
+  return !a.elf.empty();
+}
+
+Result<jit::ModuleProfile> read_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return fail(path + ": cannot open");
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return fail(path + ": not JSON");
+  return jit::ModuleProfile::from_json(j);
+}
+
+double percent(uint64_t part, uint64_t whole) { return whole ? 100.0 * part / whole : 0.0; }
+
+void print_rejections(const jit::ModulePlan& plan) {
+  std::map<std::string, std::tuple<std::size_t, uint64_t, std::string>> by_kind;  // n, samples, example
+  for (const jit::Rejection& r : plan.rejected) {
+    auto& [n, samples, example] = by_kind[jit::reason_kind(r.reason)];
+    if (n++ == 0) example = r.name + ": " + r.reason;
+    samples += r.samples;
+  }
+  for (const auto& [kind, v] : by_kind)
+    std::printf("rejected: %-40s %6zu functions %7llu samples  e.g. %s\n", kind.c_str(), std::get<0>(v),
+                static_cast<unsigned long long>(std::get<1>(v)), std::get<2>(v).substr(0, 100).c_str());
+}
+
+// Every function of the cache, decoded back; the failures are printed.
+std::size_t verify_all(const jit::ModulePlan& plan) {
+  std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
+  for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
+  std::size_t failures = 0;
+  for (const jit::CachedFunction& f : plan.cache.functions) {
+    auto checked = jit::verify(*cfg_of.at(f.original_entry), f.code, plan.cache.redirects);
+    if (!checked && failures++ < 10)
+      std::fprintf(stderr, "verifier failure: %#llx: %s\n", static_cast<unsigned long long>(f.original_entry),
+                   checked.error().message().c_str());
+  }
+  return failures;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  using namespace dyni;
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: dyni-scan ELF-FILE\n");
+  Args args;
+  if (!parse(argc, argv, args)) {
+    std::fprintf(stderr, "usage: dyni-scan ELF-FILE [--profile FILE] [--shuffle SEED] [--leave-cold]\n");
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto file = elf::ElfFile::open(argv[1]);
-  if (!file) {
-    std::fprintf(stderr, "dyni-scan: %s\n", file.error().message().c_str());
-    return 1;
-  }
-  auto table = elf::FunctionTable::build(*file);
-  if (!table) {
-    std::fprintf(stderr, "dyni-scan: %s: %s\n", argv[1], table.error().message().c_str());
+  auto file = elf::ElfFile::open(args.elf);
+  auto table = file ? elf::FunctionTable::build(*file) : std::unexpected(file.error());
+  auto profile = args.profile.empty() ? Result<jit::ModuleProfile>(jit::ModuleProfile{}) : read_profile(args.profile);
+  if (!table || !profile) {
+    std::fprintf(stderr, "dyni-scan: %s: %s\n", args.elf.c_str(),
+                 (!table ? table.error() : profile.error()).message().c_str());
     return 1;
   }
   jit::ModuleImage image(*file);
-  std::size_t accepted = 0, total = 0, tables = 0, verifier_failures = 0;
-  constexpr uint64_t kCacheDistance = 256ull << 20;
-  uint64_t bytes_ok = 0, bytes_all = 0;
-  std::map<std::string, std::pair<std::size_t, uint64_t>> rejected;
-  std::map<std::string, std::string> example;
+  jit::ModuleInput input{&*table, &image, args.profile.empty() ? nullptr : &*profile, {}, 0, {}};
+  uint64_t bytes_all = 0, end = 0;
   for (const auto& f : table->functions()) {
-    if (!image.is_code(f.addr)) continue;
-    ++total;
+    bool wanted = input.profile ? profile->functions.count(f.addr) > 0 : image.is_code(f.addr);
+    if (!wanted) continue;
+    input.hot.push_back(f.addr);
     bytes_all += f.size;
-    auto cfg = jit::build_cfg(f, image);
-    if (cfg) {
-      auto code = jit::emit_in_order(*cfg, f.addr + kCacheDistance);
-      auto checked = code ? jit::verify(*cfg, *code) : dyni::Status(std::unexpected(code.error()));
-      if (!checked) {
-        if (verifier_failures++ < 10)
-          std::fprintf(stderr, "verifier failure: %s: %s\n", elf::display_name(f).c_str(),
-                       checked.error().message().c_str());
-        continue;
-      }
-      ++accepted;
-      bytes_ok += f.size;
-      tables += cfg->tables.size();
-      continue;
-    }
-    std::string kind = jit::reason_kind(cfg.error().message());
-    rejected[kind].first++;
-    rejected[kind].second += f.size;
-    if (!example.count(kind)) example[kind] = elf::display_name(f) + ": " + cfg.error().message();
+    end = std::max(end, f.addr + f.size);
   }
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s\n", argv[1]);
-  std::printf("functions: %zu, accepted %zu (%.1f%%), jump tables resolved %zu\n", total, accepted,
-              total ? 100.0 * accepted / total : 0.0, tables);
+  input.cache_base = (end + (256ull << 20)) & ~0xfffull;  // like a cache mapped near the module
+  jit::JitOptions options;
+  options.verify = false;  // verified below, function by function, to count failures
+  options.layout.shuffle_seed = args.shuffle;
+  if (args.leave_cold) options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
+  auto plan = jit::optimize_module(input, options);
+  if (!plan) {
+    std::fprintf(stderr, "dyni-scan: %s\n", plan.error().message().c_str());
+    return 1;
+  }
+  double jit_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::size_t failures = verify_all(*plan);
+  uint64_t bytes_ok = 0, tables = 0;
+  for (const auto& c : plan->cfgs) bytes_ok += c->end - c->start, tables += c->tables.size();
+  std::size_t accepted = plan->cache.functions.size(), total = input.hot.size();
+  std::printf("%s\n", args.elf.c_str());
+  std::printf("functions: %zu, accepted %zu (%.1f%%), jump tables resolved %llu\n", total, accepted,
+              percent(accepted, total), static_cast<unsigned long long>(tables));
   std::printf("bytes:     %llu, accepted %llu (%.1f%%)\n", static_cast<unsigned long long>(bytes_all),
-              static_cast<unsigned long long>(bytes_ok), bytes_all ? 100.0 * bytes_ok / bytes_all : 0.0);
-  for (const auto& [kind, n] : rejected)
-    std::printf("rejected: %-45s %6zu functions %9llu bytes  e.g. %s\n", kind.c_str(), n.first,
-                static_cast<unsigned long long>(n.second), example[kind].substr(0, 100).c_str());
-  std::printf("verifier failures: %zu\n", verifier_failures);
-  std::printf("time: %.2f s\n", secs);
-  return verifier_failures == 0 ? 0 : 1;
+              static_cast<unsigned long long>(bytes_ok), percent(bytes_ok, bytes_all));
+  if (input.profile)
+    std::printf("samples:   %llu in these functions, accepted %llu (%.1f%% of sampled CPU)\n",
+                static_cast<unsigned long long>(plan->hot_samples),
+                static_cast<unsigned long long>(plan->accepted_samples),
+                percent(plan->accepted_samples, plan->hot_samples));
+  print_rejections(*plan);
+  std::map<std::string, std::size_t> unpatched;
+  for (const jit::CachedFunction& f : plan->cache.functions)
+    if (!f.unpatched.empty()) unpatched[jit::reason_kind(f.unpatched)]++;
+  std::printf("cache:     %zu functions, %zu bytes at %#llx\n", plan->cache.functions.size(),
+              plan->cache.bytes.size(), static_cast<unsigned long long>(plan->cache.base));
+  for (const auto& [kind, n] : unpatched)
+    std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
+  std::printf("verifier failures: %zu\n", failures);
+  std::printf("time: %.2f s (jit), %.2f s (with verifier)\n", jit_secs,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return failures == 0 ? 0 : 1;
 }

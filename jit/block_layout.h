@@ -1,0 +1,58 @@
+// Profile-guided block order for one function (ext-TSP objective, as in BOLT
+// and LLVM's code layout): hot edges become fall-throughs, short jumps are
+// preferred to long ones, loops stay compact. Blocks nobody was seen to run go
+// after the hot ones. Unsampled is not proven cold (DESIGN.md §7), so by
+// default every block is still copied; leaving a block in the original code
+// (branches to it go back to the same instruction there) is a policy for
+// functions sampled well enough to be sure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "jit/block_profile.h"
+#include "jit/cfg.h"
+#include "jit/edge_profile.h"
+
+namespace dyni::jit {
+
+enum class ColdBlocks {
+  CopyLast,         // copy every block; unsampled ones after the hot code
+  LeaveInOriginal,  // unsampled, flowless blocks of well-sampled functions stay behind
+};
+
+struct LayoutOptions {
+  ColdBlocks cold = ColdBlocks::CopyLast;
+  uint64_t min_samples_to_leave_blocks = 1000;  // function samples before any block stays behind
+  std::size_t max_blocks_to_merge = 400;        // beyond: fall-through chaining only (time bound)
+  // Stress mode for tests and `dyni-scan --shuffle`: a random block order
+  // (entry first), and with LeaveInOriginal a random quarter of the blocks
+  // left behind, so every bridging path of the emitter runs on real code.
+  uint64_t shuffle_seed = 0;
+};
+
+struct BlockLayout {
+  std::vector<std::size_t> order;  // copied blocks in cache order; the entry block first
+  std::vector<bool> copied;        // per block of the CFG
+};
+
+// Every block, in address order (what the original code does).
+BlockLayout original_layout(const FunctionCfg& cfg);
+
+BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>& counts,
+                          const LayoutOptions& options = {});
+
+// The stress layout of LayoutOptions::shuffle_seed.
+BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_some);
+
+// The ext-TSP score of `order` (higher is better): every edge scores its
+// weight if it falls through, a tenth of it scaled down by distance for a
+// forward jump up to 1024 bytes or a backward jump up to 640 bytes.
+double ext_tsp_score(const std::vector<uint64_t>& block_sizes, const std::vector<EdgeCount>& edges,
+                     const std::vector<std::size_t>& order);
+
+// Block sizes once relocated (layout works on the bytes the cache will hold).
+std::vector<uint64_t> relocated_block_sizes(const FunctionCfg& cfg);
+
+}  // namespace dyni::jit

@@ -1,0 +1,55 @@
+// The code cache for one module: hot functions, each laid out by its profile,
+// packed in the given order (call-graph affinity, function_order.h) at one
+// base address, with calls and tail jumps between them going straight to the
+// copies and calls through PLT stubs going straight to the function behind
+// the stub when it is in reach. Carries everything injection needs: the
+// bytes, the translation table (I6) and the patch plan (I1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "jit/block_layout.h"
+#include "jit/cfg.h"
+#include "jit/emitter.h"
+#include "jit/patch_plan.h"
+
+namespace dyni::jit {
+
+struct HotCode {
+  const FunctionCfg* cfg = nullptr;
+  BlockLayout layout;
+};
+
+struct CachedFunction {
+  uint64_t original_entry = 0;
+  EmittedCode code;  // its slice of the cache
+  // No entries when the entry cannot be patched (unpatched says why): the
+  // copy is then reached only by calls from other cache code.
+  FunctionPatch patch;
+  std::string unpatched;
+};
+
+struct CodeCache {
+  uint64_t base = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<CachedFunction> functions;  // in cache order
+  Redirects redirects;                    // what calls leaving a function were sent to
+
+  // Every cache instruction → its original address, over all functions.
+  std::vector<TranslationEntry> translation() const;
+};
+
+constexpr uint64_t kFunctionAlignment = 16;
+constexpr uint8_t kPadding = 0xcc;  // int3: nothing should ever run it
+
+// `plt`: PLT stub address → the function it reaches (read from the GOT by
+// whoever knows it); applied only where the function is within ±2 GB.
+// With `verify`, every function is decoded back (verifier.h) and any
+// mismatch fails the whole build.
+Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64_t base,
+                                   const Redirects& plt = {}, bool verify = true);
+
+}  // namespace dyni::jit

@@ -1,0 +1,30 @@
+// Entry patches and their static safety checks.
+#include "jit/patch_plan.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace dyni::jit {
+
+Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
+  uint64_t entry = cfg.start, end = cfg.start + kEntryPatchSize;
+  if (cfg.end < end) return fail(fmt::format("too small to patch at {:#x}", entry));
+  for (const Block& b : cfg.blocks)
+    if (b.start > entry && b.start < end) return fail(fmt::format("branch target in the entry bytes at {:#x}", b.start));
+  EntryPatch patch{entry, {}, {}};
+  for (const Instruction& in : cfg.instructions) {
+    if (in.addr >= end) break;
+    bool returns_inside = (in.flow == Flow::Call || in.flow == Flow::IndirectCall) && in.end() < end;
+    if (returns_inside) return fail(fmt::format("call in the entry bytes at {:#x}", in.addr));
+    for (uint64_t a = in.addr; a < in.end() && a < end; ++a) patch.original[a - entry] = in.bytes[a - in.addr];
+  }
+  int64_t delta = static_cast<int64_t>(cache_entry - end);
+  if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("cache beyond ±2 GB of {:#x}", entry));
+  int32_t rel = static_cast<int32_t>(delta);
+  patch.replacement[0] = 0xe9;
+  std::memcpy(patch.replacement.data() + 1, &rel, 4);
+  return FunctionPatch{entry, {patch}};
+}
+
+}  // namespace dyni::jit

@@ -1,0 +1,34 @@
+// The patch that sends a function's callers to its cache copy: a 5-byte
+// `jmp rel32` over its entry, with the original bytes kept for undo (I1, I2:
+// one write per entry). Per function, all entries or none (STYLE.md §5).
+// What can be checked without the process is checked here (I4): the entry
+// bytes must belong to the function alone, no branch may land inside them, and
+// no call inside them may leave a return address there. dynid adds the live
+// part: no thread's PC or return address inside them at patch time.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common/result.h"
+#include "jit/cfg.h"
+
+namespace dyni::jit {
+
+constexpr std::size_t kEntryPatchSize = 5;
+
+struct EntryPatch {
+  uint64_t addr = 0;                                 // original entry
+  std::array<uint8_t, kEntryPatchSize> original{};   // restored by undo
+  std::array<uint8_t, kEntryPatchSize> replacement{};  // jmp rel32 to the copy
+};
+
+struct FunctionPatch {
+  uint64_t function = 0;  // original entry
+  std::vector<EntryPatch> entries;
+};
+
+Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry);
+
+}  // namespace dyni::jit

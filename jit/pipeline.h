@@ -1,0 +1,57 @@
+// The jit for one module, top to bottom (DESIGN.md §3, steps 4–6). Pure: it
+// reads the module's bytes, never a process.
+//
+//   1. analyse   each hot function: decode, CFG, jump tables (cfg.h), or
+//                reject it with a typed reason (I5)
+//   2. lay out   its blocks by the profile's block counts (block_layout.h)
+//   3. order     the functions by call-graph affinity (function_order.h)
+//   4. emit      the code cache: relocate, send calls between hot functions
+//                and through PLT stubs straight to their targets, verify
+//                (code_cache.h, emitter.h, verifier.h)
+//   5. plan      the entry patches, all or nothing per function (patch_plan.h)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "elf/function_table.h"
+#include "jit/block_layout.h"
+#include "jit/code_cache.h"
+#include "jit/module_image.h"
+#include "jit/module_profile.h"
+
+namespace dyni::jit {
+
+struct JitOptions {
+  LayoutOptions layout;
+  bool verify = true;  // decode every emitted function back (tests: always)
+};
+
+struct Rejection {
+  uint64_t addr = 0;
+  std::string name;    // for people: demangled, or func_<hex>
+  std::string reason;  // "indirect jump unresolved at 0x…"
+  uint64_t samples = 0;
+};
+
+struct ModulePlan {
+  CodeCache cache;
+  std::vector<std::unique_ptr<FunctionCfg>> cfgs;  // of the functions in the cache
+  std::vector<Rejection> rejected;
+  uint64_t hot_samples = 0, accepted_samples = 0;  // of the hot functions asked for
+};
+
+struct ModuleInput {
+  const elf::FunctionTable* functions = nullptr;
+  const ModuleImage* image = nullptr;
+  const ModuleProfile* profile = nullptr;  // null: no samples, original block order
+  std::vector<uint64_t> hot;               // function start addresses, any order
+  uint64_t cache_base = 0;
+  Redirects plt;                           // PLT stub → the function it reaches
+};
+
+Result<ModulePlan> optimize_module(const ModuleInput& input, const JitOptions& options = {});
+
+}  // namespace dyni::jit
