@@ -10,8 +10,13 @@ namespace dyni::jit {
 Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
   uint64_t entry = cfg.start, end = cfg.start + kEntryPatchSize;
   if (cfg.end < end) return fail(fmt::format("too small to patch at {:#x}", entry));
-  for (const Block& b : cfg.blocks)
-    if (b.start > entry && b.start < end) return fail(fmt::format("branch target in the entry bytes at {:#x}", b.start));
+  auto inside_entry = [&](uint64_t a) { return a > entry && a < end; };
+  for (const Instruction& in : cfg.instructions)
+    if (in.has_target && in.flow != Flow::Call && inside_entry(in.target))
+      return fail(fmt::format("branch target in the entry bytes at {:#x}", in.target));
+  for (const JumpTable& t : cfg.tables)
+    for (uint64_t a : t.targets)
+      if (inside_entry(a)) return fail(fmt::format("branch target in the entry bytes at {:#x}", a));
   EntryPatch patch{entry, {}, {}};
   for (const Instruction& in : cfg.instructions) {
     if (in.addr >= end) break;

@@ -1,5 +1,8 @@
 // Real compiled functions for jit tests: their CFGs are checked in jit_test.cpp.
 // Built with -O2 so the switch becomes a jump table.
+#include <csetjmp>
+#include <cstdarg>
+
 extern "C" {
 
 // Distinct work per case, so the compiler needs a jump table (a switch that
@@ -22,6 +25,65 @@ __attribute__((noinline)) long jit_loop(const int* v, int n) {
   long sum = 0;
   for (int i = 0; i < n; ++i) sum += v[i] * (i & 3 ? 1 : 2);
   return sum;
+}
+
+}
+
+// More shapes for the in-process tests (relocated copies must compute the same).
+extern "C" {
+
+__attribute__((noinline)) long jit_fib(int n) { return n < 2 ? n : jit_fib(n - 1) + jit_fib(n - 2); }
+
+__attribute__((noinline)) long jit_varargs(int n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  long sum = 0;
+  for (int i = 0; i < n; ++i) sum = sum * 31 + va_arg(ap, int);
+  va_end(ap);
+  return sum;
+}
+
+static jmp_buf jit_jmp;
+__attribute__((noinline)) void jit_bail(int code) { longjmp(jit_jmp, code); }
+
+// Returns through longjmp for negative inputs: setjmp's saved return address
+// is in the copy, and longjmp must land there.
+__attribute__((noinline)) int jit_setjmp(int x) {
+  volatile int steps = 0;
+  int code = setjmp(jit_jmp);
+  if (code != 0) return -code * 1000 - steps;
+  for (int i = 0; i < 10; ++i) {
+    steps = steps + 1;
+    if (x < 0 && i == -x % 10) jit_bail(-x);
+  }
+  return x * 2 + steps;
+}
+
+__attribute__((noinline)) long jit_tail_b(long x) { return x * 7 + 3; }
+// At -O2 the call becomes a jmp (a tail call) to jit_tail_b.
+__attribute__((noinline)) long jit_tail_a(long x) {
+  if (x & 1) return jit_tail_b(x + 1);
+  return jit_tail_b(x - 1);
+}
+
+// Computed goto: an indirect jump through label addresses the jit cannot bound.
+__attribute__((noinline)) int jit_computed_goto(const unsigned char* ops, int n) {
+  static const void* labels[] = {&&inc, &&dbl, &&neg, &&end};
+  int acc = 1, i = 0;
+#define NEXT goto *labels[i < n ? ops[i++] & 3 : 3]
+  NEXT;
+inc:
+  acc += 1;
+  NEXT;
+dbl:
+  acc *= 2;
+  NEXT;
+neg:
+  acc = -acc;
+  NEXT;
+end:
+  return acc;
+#undef NEXT
 }
 
 }

@@ -1,0 +1,180 @@
+// The whole jit on real compiled functions of this binary, executed: a code
+// cache is built (layout, relocation, redirected calls, verifier on) into an
+// mmap'd buffer near the binary, and every copy must compute what its
+// original computes, for many inputs and many layouts — original order,
+// random orders, random blocks left in the original code, and layouts from
+// random profiles.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "jit/block_layout.h"
+#include "jit/code_cache.h"
+#include "jit/decoder.h"
+#include "tests/unit/this_binary.h"
+
+extern "C" {
+int jit_switch(int, int);
+long jit_loop(const int*, int);
+long jit_fib(int);
+long jit_varargs(int, ...);
+int jit_setjmp(int);
+long jit_tail_a(long);
+int jit_computed_goto(const unsigned char*, int);
+}
+
+namespace dyni::jit {
+namespace {
+
+constexpr std::size_t kBufferSize = 1 << 20;
+
+enum class Mode { Original, Shuffled, ShuffledLeavingBlocks, RandomProfile };
+
+class CacheInProcess : public ThisBinary {
+ protected:
+  void SetUp() override {
+    ThisBinary::SetUp();
+    if (HasFatalFailure()) return;
+    bias = reinterpret_cast<uint64_t>(&jit_loop) - named("jit_loop")->addr;
+    uint64_t hint = (reinterpret_cast<uint64_t>(&jit_loop) + (64 << 20)) & ~0xfffull;
+    for (int i = 0; i < 64 && buffer == MAP_FAILED; ++i, hint += 1 << 20)
+      buffer = mmap(reinterpret_cast<void*>(hint), kBufferSize, PROT_READ | PROT_WRITE | PROT_EXEC,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ASSERT_NE(buffer, MAP_FAILED);
+  }
+  void TearDown() override {
+    if (buffer != MAP_FAILED) munmap(buffer, kBufferSize);
+  }
+
+  BlockLayout layout_for(const FunctionCfg& cfg, Mode mode, uint64_t seed) {
+    switch (mode) {
+      case Mode::Original: return original_layout(cfg);
+      case Mode::Shuffled: return shuffled_layout(cfg, seed, false);
+      case Mode::ShuffledLeavingBlocks: return shuffled_layout(cfg, seed, true);
+      case Mode::RandomProfile: break;
+    }
+    std::mt19937_64 rng(seed);
+    std::vector<BlockCount> counts(cfg.blocks.size());
+    for (BlockCount& c : counts) c.samples = rng() % 3 == 0 ? 0 : rng() % 500;
+    LayoutOptions options;
+    options.cold = ColdBlocks::LeaveInOriginal;
+    options.min_samples_to_leave_blocks = 0;
+    return layout_blocks(cfg, counts, options);
+  }
+
+  // Builds a cache of `names` into the buffer; returns the cache.
+  CodeCache build(const std::vector<std::string>& names, Mode mode, uint64_t seed) {
+    cfgs.clear();
+    std::vector<HotCode> hot;
+    for (const std::string& name : names) {
+      const elf::Function* fn = named(name);
+      EXPECT_NE(fn, nullptr) << name;
+      auto cfg = build_cfg(*fn, *image);
+      EXPECT_TRUE(cfg) << name << ": " << cfg.error().message();
+      cfgs[name] = std::make_unique<FunctionCfg>(std::move(*cfg));
+    }
+    for (const std::string& name : names) hot.push_back({cfgs[name].get(), layout_for(*cfgs[name], mode, seed)});
+    // PC-relative code is the same at any bias: emit in link-time numbering.
+    auto cache = build_code_cache(hot, reinterpret_cast<uint64_t>(buffer) - bias);
+    EXPECT_TRUE(cache) << cache.error().message();
+    EXPECT_LE(cache->bytes.size(), kBufferSize);
+    std::memcpy(buffer, cache->bytes.data(), cache->bytes.size());
+    __builtin___clear_cache(static_cast<char*>(buffer), static_cast<char*>(buffer) + cache->bytes.size());
+    return std::move(*cache);
+  }
+
+
+ public:
+  template <typename Fn>
+  Fn copy(const CodeCache& cache, const std::string& name) {
+    for (const CachedFunction& f : cache.functions)
+      if (f.original_entry == named(name)->addr) return reinterpret_cast<Fn>(f.code.base + bias);
+    ADD_FAILURE() << name << " is not in the cache";
+    return nullptr;
+  }
+
+ protected:
+  uint64_t bias = 0;
+  void* buffer = MAP_FAILED;
+  std::map<std::string, std::unique_ptr<FunctionCfg>> cfgs;
+};
+
+const std::vector<std::string> kShapes = {"jit_loop", "jit_switch", "jit_fib", "jit_varargs",
+                                          "jit_setjmp", "jit_bail", "jit_tail_a", "jit_tail_b"};
+
+void expect_same_results(const CodeCache& cache, CacheInProcess& t, const std::string& what) {
+  auto loop = t.copy<long (*)(const int*, int)>(cache, "jit_loop");
+  auto sw = t.copy<int (*)(int, int)>(cache, "jit_switch");
+  auto fib = t.copy<long (*)(int)>(cache, "jit_fib");
+  auto va = t.copy<long (*)(int, ...)>(cache, "jit_varargs");
+  auto sj = t.copy<int (*)(int)>(cache, "jit_setjmp");
+  auto tail = t.copy<long (*)(long)>(cache, "jit_tail_a");
+  ASSERT_TRUE(loop && sw && fib && va && sj && tail);
+  std::mt19937 rng(11);
+  std::vector<int> v(300);
+  for (int& x : v) x = static_cast<int>(rng() % 2001) - 1000;
+  for (int n : {0, 1, 2, 3, 4, 5, 17, 100, 299, 300}) EXPECT_EQ(loop(v.data(), n), jit_loop(v.data(), n)) << what;
+  for (int x = -3; x < 12; ++x)
+    for (int y : {-1000, -7, 0, 1, 13, 99999}) EXPECT_EQ(sw(x, y), jit_switch(x, y)) << what;
+  for (int n : {0, 1, 2, 10, 20}) EXPECT_EQ(fib(n), jit_fib(n)) << what;
+  EXPECT_EQ(va(0), jit_varargs(0)) << what;
+  EXPECT_EQ(va(3, 1, -2, 3), jit_varargs(3, 1, -2, 3)) << what;
+  EXPECT_EQ(va(7, 9, 8, 7, 6, 5, 4, 3), jit_varargs(7, 9, 8, 7, 6, 5, 4, 3)) << what;
+  for (int x : {-25, -13, -9, -1, 0, 1, 42}) EXPECT_EQ(sj(x), jit_setjmp(x)) << what << " x=" << x;
+  for (long x : {-5L, -4L, 0L, 1L, 2L, 1000001L}) EXPECT_EQ(tail(x), jit_tail_a(x)) << what;
+}
+
+TEST_F(CacheInProcess, EveryShapeComputesTheSameUnderEveryLayout) {
+  for (Mode mode : {Mode::Original, Mode::Shuffled, Mode::ShuffledLeavingBlocks, Mode::RandomProfile}) {
+    for (uint64_t seed = 1; seed <= (mode == Mode::Original ? 1u : 12u); ++seed) {
+      CodeCache cache = build(kShapes, mode, seed);
+      expect_same_results(cache, *this, "mode " + std::to_string(static_cast<int>(mode)) + " seed " +
+                                            std::to_string(seed));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// A direct branch in `f`'s copy to `to` (an original address, or a cache address).
+bool branches_to(const CachedFunction& f, uint64_t to) {
+  for (std::size_t k = 0; k < f.code.translation.size(); ++k) {
+    uint64_t at = f.code.translation[k].new_addr;
+    auto in = decode_one(std::span(f.code.bytes).subspan(at - f.code.base), at);
+    if (in && in->has_target && in->target == to) return true;
+  }
+  return false;
+}
+
+TEST_F(CacheInProcess, CallsBetweenHotFunctionsGoStraightToTheCopies) {
+  CodeCache cache = build({"jit_fib", "jit_tail_a", "jit_tail_b"}, Mode::Original, 0);
+  std::map<uint64_t, const CachedFunction*> by_entry;
+  for (const CachedFunction& f : cache.functions) by_entry[f.original_entry] = &f;
+  const CachedFunction& fib = *by_entry.at(named("jit_fib")->addr);
+  const CachedFunction& tail_a = *by_entry.at(named("jit_tail_a")->addr);
+  const CachedFunction& tail_b = *by_entry.at(named("jit_tail_b")->addr);
+  EXPECT_TRUE(branches_to(fib, fib.code.base)) << "recursion should call the copy";
+  EXPECT_FALSE(branches_to(fib, named("jit_fib")->addr)) << "recursion still calls the original";
+  EXPECT_TRUE(branches_to(tail_a, tail_b.code.base)) << "tail call should jump to the copy";
+  EXPECT_FALSE(branches_to(tail_a, named("jit_tail_b")->addr));
+  for (const CachedFunction& f : cache.functions) {
+    ASSERT_EQ(f.patch.entries.size(), 1u);
+    EXPECT_EQ(f.patch.entries[0].replacement[0], 0xe9);  // jmp rel32 to the copy
+    int32_t rel;
+    std::memcpy(&rel, f.patch.entries[0].replacement.data() + 1, 4);
+    EXPECT_EQ(f.original_entry + 5 + static_cast<int64_t>(rel), f.code.base);
+    EXPECT_EQ(0, std::memcmp(f.patch.entries[0].original.data(),
+                             reinterpret_cast<const void*>(f.original_entry + bias), 5));
+  }
+}
+
+TEST_F(CacheInProcess, ComputedGotoIsRejectedWithAReason) {
+  auto cfg = build_cfg(*named("jit_computed_goto"), *image);
+  ASSERT_FALSE(cfg);
+  EXPECT_EQ(reason_kind(cfg.error().message()), "indirect jump unresolved") << cfg.error().message();
+}
+
+}  // namespace
+}  // namespace dyni::jit

@@ -1,0 +1,254 @@
+// Small functions assembled from text (LLVM MC) through the whole jit: block
+// counts → layout → emitted cache → verifier → executed, with the expected
+// layouts checked; edge inference, entry patches and the verifier's teeth.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <map>
+
+#include "jit/block_layout.h"
+#include "jit/code_cache.h"
+#include "jit/edge_profile.h"
+#include "jit/patch_plan.h"
+#include "jit/verifier.h"
+#include "tests/unit/assembler.h"
+
+namespace dyni::jit {
+namespace {
+
+constexpr std::size_t kArea = 1 << 16;
+
+// An assembled function placed in executable memory at its "original" address,
+// with a cache area right after it: both can be called.
+class Assembled : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    area = static_cast<uint8_t*>(mmap(nullptr, 2 * kArea, PROT_READ | PROT_WRITE | PROT_EXEC,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(area, MAP_FAILED);
+  }
+  void TearDown() override { munmap(area, 2 * kArea); }
+
+  uint64_t original() const { return reinterpret_cast<uint64_t>(area); }
+  uint64_t cache_base() const { return original() + kArea; }
+
+  void load(const std::string& text) {
+    auto bytes = test::assemble(text);
+    ASSERT_TRUE(bytes) << bytes.error().message();
+    code = *bytes;
+    std::memcpy(area, code.data(), code.size());
+    image = ModuleImage();
+    image.add(original(), code, true);
+    auto built = build_cfg(elf::Function{original(), code.size(), "f", false, 0}, image);
+    ASSERT_TRUE(built) << built.error().message();
+    cfg = std::move(*built);
+  }
+
+  std::size_t block_at(std::size_t offset) const {
+    for (std::size_t i = 0; i < cfg.blocks.size(); ++i)
+      if (cfg.blocks[i].start == original() + offset) return i;
+    ADD_FAILURE() << "no block at +" << offset;
+    return 0;
+  }
+
+  // Samples on every instruction of the blocks starting at these offsets.
+  std::vector<BlockCount> counts(const std::map<std::size_t, uint64_t>& per_block) const {
+    std::map<uint64_t, uint64_t> by_offset;
+    for (auto [offset, n] : per_block) {
+      const Block& b = cfg.blocks[block_at(offset)];
+      for (std::size_t i = b.first; i < b.first + b.count; ++i) by_offset[cfg.instructions[i].addr - original()] = n;
+    }
+    return block_counts(cfg, by_offset);
+  }
+
+  CodeCache emit(const BlockLayout& layout) {
+    auto cache = build_code_cache({{&cfg, layout}}, cache_base());
+    EXPECT_TRUE(cache) << cache.error().message();
+    if (!cache) return {};
+    std::memcpy(area + kArea, cache->bytes.data(), cache->bytes.size());
+    __builtin___clear_cache(reinterpret_cast<char*>(area), reinterpret_cast<char*>(area) + 2 * kArea);
+    return std::move(*cache);
+  }
+
+  template <typename Fn>
+  Fn at(uint64_t addr) const { return reinterpret_cast<Fn>(addr); }
+
+  uint8_t* area = nullptr;
+  std::vector<uint8_t> code;
+  ModuleImage image;
+  FunctionCfg cfg;
+};
+
+// Offsets below are those of the assembled bytes (noted beside each line).
+const char* kTakenIsHot = R"(
+  test edi, edi        # +0
+  je hot               # +2
+  mov eax, 1           # +4  cold
+  ret                  # +9
+hot:
+  lea eax, [rdi + 2]   # +10
+  ret
+)";
+
+TEST_F(Assembled, HotTakenBranchBecomesTheFallThrough) {
+  load(kTakenIsHot);
+  std::size_t entry = block_at(0), cold = block_at(4), hot = block_at(10);
+  BlockLayout layout = layout_blocks(cfg, counts({{0, 50}, {10, 50}}));
+  EXPECT_EQ(layout.order, (std::vector<std::size_t>{entry, hot, cold}));
+  CodeCache cache = emit(layout);
+  ASSERT_EQ(cache.functions.size(), 1u);
+  const auto& tr = cache.functions[0].code.translation;
+  ASSERT_GE(tr.size(), 2u);
+  EXPECT_EQ(tr[1].kind, Translation::Inverted);  // je hot → jne cold, hot falls through
+  EXPECT_EQ(tr[2].original_addr, original() + 10);
+  auto copy = at<int (*)(int)>(cache_base());
+  for (int x : {0, 1, -5, 77}) EXPECT_EQ(copy(x), at<int (*)(int)>(original())(x)) << x;
+}
+
+// A loop whose body sits after a cold error path and is entered at the check.
+const char* kLoop = R"(
+  xor eax, eax         # +0
+  jmp check            # +2
+err:
+  mov eax, -1          # +4  cold
+  ret                  # +9
+body:
+  add eax, esi         # +10
+  cmp esi, 100000      # +12
+  ja err               # +18
+  dec esi              # +20
+check:
+  test esi, esi        # +22
+  jne body             # +24
+  ret                  # +26
+)";
+
+TEST_F(Assembled, LoopStaysCompactAndColdCodeGoesLast) {
+  load(kLoop);
+  std::size_t err = block_at(4), body = block_at(10), dec = block_at(20), check = block_at(22), exit = block_at(26);
+  auto c = counts({{10, 400}, {20, 400}, {22, 400}});
+  BlockLayout layout = layout_blocks(cfg, c);
+  ASSERT_EQ(layout.order.size(), cfg.blocks.size());
+  EXPECT_EQ(layout.order.front(), 0u);
+  // The unsampled error path and exit go last, in address order.
+  EXPECT_EQ(std::vector(layout.order.end() - 2, layout.order.end()), (std::vector<std::size_t>{err, exit}));
+  // The loop's three blocks are adjacent.
+  std::vector<std::size_t> pos(cfg.blocks.size());
+  for (std::size_t k = 0; k < layout.order.size(); ++k) pos[layout.order[k]] = k;
+  std::size_t lo = std::min({pos[body], pos[dec], pos[check]}), hi = std::max({pos[body], pos[dec], pos[check]});
+  EXPECT_EQ(hi - lo, 2u);
+  auto sizes = relocated_block_sizes(cfg);
+  auto edges = infer_edges(cfg, block_frequencies(cfg, c));
+  // The original order was already good for this loop: the layout keeps its
+  // score (but for the unsampled exit's tiny fall-through, moved last).
+  EXPECT_GE(ext_tsp_score(sizes, edges, layout.order), 0.999 * ext_tsp_score(sizes, edges, original_layout(cfg).order));
+  CodeCache cache = emit(layout);
+  auto copy = at<int (*)(int, int)>(cache_base());
+  for (int n : {0, 1, 2, 10, 1000, 200000}) EXPECT_EQ(copy(0, n), at<int (*)(int, int)>(original())(0, n)) << n;
+}
+
+TEST_F(Assembled, WellSampledFunctionsLeaveUnsampledBlocksInTheOriginal) {
+  load(kLoop);
+  std::size_t err = block_at(4), exit = block_at(26);
+  LayoutOptions options;
+  options.cold = ColdBlocks::LeaveInOriginal;
+  options.min_samples_to_leave_blocks = 100;
+  BlockLayout layout = layout_blocks(cfg, counts({{10, 400}, {20, 400}, {22, 400}}), options);
+  EXPECT_FALSE(layout.copied[err]);
+  EXPECT_FALSE(layout.copied[exit]);
+  EXPECT_EQ(layout.order.size(), cfg.blocks.size() - 2);
+  CodeCache cache = emit(layout);
+  // The copy's `ja err` goes to the original error path, which still works.
+  auto copy = at<int (*)(int, int)>(cache_base());
+  EXPECT_EQ(copy(0, 200000), -1);
+  EXPECT_EQ(copy(0, 10), 55);
+  // Too few samples to be sure: everything is copied.
+  options.min_samples_to_leave_blocks = 1u << 30;
+  EXPECT_TRUE(layout_blocks(cfg, counts({{10, 400}}), options).copied[err]);
+}
+
+TEST_F(Assembled, NoSamplesKeepsTheOriginalOrder) {
+  load(kLoop);
+  BlockLayout layout = layout_blocks(cfg, counts({}));
+  EXPECT_EQ(layout.order, original_layout(cfg).order);
+}
+
+TEST_F(Assembled, EdgeInferenceConservesFlow) {
+  load(kLoop);
+  // A diamond inside the loop would be ideal; here: the loop's blocks carry
+  // 400 each, and flow in equals flow out at each of them.
+  auto c = counts({{0, 10}, {10, 400}, {20, 400}, {22, 400}, {26, 10}});
+  auto f = block_frequencies(cfg, c);
+  auto edges = infer_edges(cfg, f);
+  for (std::size_t b : {block_at(10), block_at(20), block_at(22)}) {
+    double in = 0, out = 0;
+    for (const EdgeCount& e : edges) {
+      if (e.to == b) in += e.weight;
+      if (e.from == b) out += e.weight;
+    }
+    EXPECT_NEAR(in, f[b], 0.05 * f[b]) << b;
+    EXPECT_NEAR(out, f[b], 0.05 * f[b]) << b;
+  }
+  // The unsampled error exit gets almost nothing; the back edge nearly all.
+  for (const EdgeCount& e : edges) {
+    if (e.to == block_at(4)) {
+      EXPECT_LT(e.weight, 0.01 * f[block_at(10)]);
+    }
+    if (e.from == block_at(22) && e.to == block_at(10)) {
+      EXPECT_GT(e.weight, 0.9 * f[block_at(22)]);
+    }
+  }
+}
+
+TEST_F(Assembled, EntryPatchIsAJumpToTheCopyAndKeepsTheOriginalBytes) {
+  load(kTakenIsHot);
+  auto patch = plan_patch(cfg, original() + 0x1000);
+  ASSERT_TRUE(patch) << patch.error().message();
+  ASSERT_EQ(patch->entries.size(), 1u);
+  // 85 ff / 74 06 / b8 ..: test edi,edi; je +6; first byte of mov
+  EXPECT_EQ(patch->entries[0].original, (std::array<uint8_t, 5>{0x85, 0xff, 0x74, 0x06, 0xb8}));
+  // e9 fb 0f 00 00: jmp rel32, 0x1000 - 5
+  EXPECT_EQ(patch->entries[0].replacement, (std::array<uint8_t, 5>{0xe9, 0xfb, 0x0f, 0x00, 0x00}));
+}
+
+TEST_F(Assembled, EntryPatchRefusals) {
+  load("xor eax, eax\nret");
+  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "too small to patch");
+  load("push rbx\nloop:\ndec edi\njne loop\npop rbx\nret");
+  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "branch target in the entry bytes");
+  load("call rax\nnop\nnop\nnop\nnop\nret");
+  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "call in the entry bytes");
+}
+
+TEST_F(Assembled, VerifierCatchesBrokenBridges) {
+  load(kLoop);
+  BlockLayout layout = shuffled_layout(cfg, 3, false);
+  auto code = emit_function(cfg, layout, cache_base());
+  ASSERT_TRUE(code) << code.error().message();
+  ASSERT_TRUE(verify(cfg, *code));
+  bool tried_jump = false;
+  for (std::size_t k = 0; k < code->translation.size(); ++k) {
+    const TranslationEntry& t = code->translation[k];
+    if (t.kind != Translation::Jump) continue;
+    auto bad = *code;
+    bad.bytes[t.new_addr - bad.base + 1] ^= 0x10;  // the added jmp now lands elsewhere
+    EXPECT_FALSE(verify(cfg, bad));
+    tried_jump = true;
+  }
+  EXPECT_TRUE(tried_jump) << "the shuffled layout should need an added jmp";
+  auto reordered = *code;  // claim a different instruction order
+  std::swap(reordered.translation[1].original_addr, reordered.translation[2].original_addr);
+  EXPECT_FALSE(verify(cfg, reordered));
+  auto missing = *code;  // lose an instruction that is not a jmp
+  missing.translation.erase(missing.translation.begin() + 1);
+  EXPECT_FALSE(verify(cfg, missing));
+}
+
+TEST(Assembler, ReportsErrors) {
+  EXPECT_FALSE(test::assemble("not_an_instruction eax"));
+  EXPECT_FALSE(test::assemble("call external_function"));  // needs a relocation
+}
+
+}  // namespace
+}  // namespace dyni::jit
