@@ -24,32 +24,96 @@ bool is_reg(const Operand& op, ZydisRegister r) {
   return op.type == ZYDIS_OPERAND_TYPE_REGISTER && widest(op.reg) == r;
 }
 
+// The number of entries a `cmp X, imm` then `jcc` guard allows, or none.
+std::optional<uint64_t> bound_of(ZydisMnemonic guard, uint64_t imm) {
+  switch (guard) {
+    case ZYDIS_MNEMONIC_JNBE:  // ja: taken when idx > imm → entries 0..imm
+    case ZYDIS_MNEMONIC_JBE: return imm + 1;
+    case ZYDIS_MNEMONIC_JNB:   // jae: taken when idx >= imm
+    case ZYDIS_MNEMONIC_JB: return imm;
+    default: return std::nullopt;
+  }
+}
+
+bool same_memory(const Instruction& a, const Operand& x, const Instruction& b, const Operand& y) {
+  if (x.type != ZYDIS_OPERAND_TYPE_MEMORY || y.type != ZYDIS_OPERAND_TYPE_MEMORY || x.size != y.size) return false;
+  if (x.base == ZYDIS_REGISTER_RIP || y.base == ZYDIS_REGISTER_RIP)
+    return x.base == y.base && a.rip_address == b.rip_address;
+  return x.base == y.base && x.index == y.index && x.scale == y.scale && x.disp == y.disp;
+}
+
+bool writes_register(const Instruction& in, ZydisRegister r) {
+  return r != ZYDIS_REGISTER_NONE && in.operand_count >= 1 && is_reg(in.ops[0], r) &&
+         (in.ops[0].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE);
+}
+
+// True when register `r` at instruction `at` holds the value that `idx` holds
+// at instruction `to`: value numbering over register copies (mov reg,reg)
+// in a window around them; any other write gives a register a new value.
+bool same_value(const std::vector<Instruction>& ins, std::size_t at, ZydisRegister r, std::size_t to,
+                ZydisRegister idx) {
+  std::map<ZydisRegister, std::size_t> value;  // absent: its value at the window start
+  auto value_of = [&](ZydisRegister x) {
+    auto it = value.find(x);
+    return it != value.end() ? it->second : static_cast<std::size_t>(x) + (1u << 20);
+  };
+  std::size_t from = at > kPatternWindow ? at - kPatternWindow : 0, compared = 0;
+  for (std::size_t i = from; i < to; ++i) {
+    if (i == at) compared = value_of(r);
+    const Instruction& in = ins[i];
+    if (in.operand_count < 1 || in.ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
+        !(in.ops[0].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+      continue;
+    bool copy = in.mnemonic == ZYDIS_MNEMONIC_MOV && in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+                in.ops[0].size >= 32;
+    value[widest(in.ops[0].reg)] = copy ? value_of(widest(in.ops[1].reg)) : i;
+  }
+  return compared == value_of(idx);
+}
+
+// What the index was loaded from, followed back: a register, or (after
+// `mov idx, [mem]`) that memory operand, which the guard may compare instead.
+struct IndexSource {
+  ZydisRegister reg = ZYDIS_REGISTER_NONE;
+  const Instruction* load = nullptr;  // set: the index came from load->ops[1]
+};
+
 // Entries guarded by `cmp idx, imm; ja/jae default` before instruction `at`,
-// following register copies (mov eax, edi) back to the compared register.
+// following register copies (mov eax, edi) back to the compared register and
+// a load back to a compare of the same memory (no store, call or address
+// change in between).
 std::optional<uint64_t> find_bound(const std::vector<Instruction>& ins, std::size_t at, ZydisRegister idx) {
   std::optional<ZydisMnemonic> guard;
+  IndexSource src{idx, nullptr};
   for (std::size_t back = 1; back <= 32 && back <= at; ++back) {
     const Instruction& in = ins[at - back];
     if (in.flow == Flow::CondBranch && !guard) guard = in.mnemonic;
-    if (in.mnemonic == ZYDIS_MNEMONIC_CMP && is_reg(in.ops[0], idx) &&
-        in.ops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && guard) {
-      uint64_t imm = in.ops[1].imm;
-      switch (*guard) {
-        case ZYDIS_MNEMONIC_JNBE:  // ja: taken when idx > imm → entries 0..imm
-        case ZYDIS_MNEMONIC_JBE: return imm + 1;
-        case ZYDIS_MNEMONIC_JNB:   // jae: taken when idx >= imm
-        case ZYDIS_MNEMONIC_JB: return imm;
-        default: return std::nullopt;
-      }
+    bool is_cmp = in.mnemonic == ZYDIS_MNEMONIC_CMP && in.ops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE;
+    if (is_cmp && guard) {
+      bool on_reg = !src.load && in.ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+                    (is_reg(in.ops[0], src.reg) || same_value(ins, at - back, widest(in.ops[0].reg), at, idx));
+      bool on_mem = src.load && same_memory(in, in.ops[0], *src.load, src.load->ops[1]);
+      if (on_reg || on_mem) return bound_of(*guard, in.ops[1].imm);
     }
-    bool writes_idx = in.operand_count >= 2 && is_reg(in.ops[0], idx) &&
-                      (in.ops[0].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE);
-    if (!writes_idx) continue;
-    bool copy = (in.mnemonic == ZYDIS_MNEMONIC_MOV || in.mnemonic == ZYDIS_MNEMONIC_MOVZX ||
-                 in.mnemonic == ZYDIS_MNEMONIC_MOVSXD) &&
-                in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER;
-    if (!copy) return std::nullopt;  // idx computed otherwise: no provable bound
-    idx = widest(in.ops[1].reg);
+    if (src.load) {
+      const Operand& m = src.load->ops[1];
+      bool stores = in.operand_count >= 1 && in.ops[0].type == ZYDIS_OPERAND_TYPE_MEMORY &&
+                    (in.ops[0].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE);
+      if (stores || in.flow == Flow::Call || in.flow == Flow::IndirectCall || writes_register(in, widest(m.base)) ||
+          writes_register(in, widest(m.index)))
+        return std::nullopt;
+      continue;
+    }
+    if (!writes_register(in, src.reg) || in.operand_count < 2) {
+      if (writes_register(in, src.reg)) return std::nullopt;
+      continue;
+    }
+    bool copy_or_load = in.mnemonic == ZYDIS_MNEMONIC_MOV || in.mnemonic == ZYDIS_MNEMONIC_MOVZX ||
+                        in.mnemonic == ZYDIS_MNEMONIC_MOVSXD;
+    if (!copy_or_load) return std::nullopt;  // idx computed otherwise: no provable bound
+    if (in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER) src.reg = widest(in.ops[1].reg);
+    else if (in.ops[1].type == ZYDIS_OPERAND_TYPE_MEMORY) src.load = &in;
+    else return std::nullopt;
   }
   return std::nullopt;
 }
@@ -100,6 +164,22 @@ std::optional<TablePattern> match_absolute_table(const std::vector<Instruction>&
       m.index == ZYDIS_REGISTER_NONE)
     return std::nullopt;
   return TablePattern{static_cast<uint64_t>(m.disp), 8, widest(m.index), jmp};
+}
+
+// A tail call through a function pointer: `jmp [reg+disp]` / `jmp [rip+x]`,
+// or `jmp reg` whose register was loaded from such an unindexed slot (an
+// object's or the GOT's). Jump tables are indexed; these are not. The copy
+// jumps to the same address the original would: the pointer's target.
+bool is_pointer_tail_call(const std::vector<Instruction>& ins, std::size_t jmp) {
+  const Operand& op = ins[jmp].ops[0];
+  if (op.type == ZYDIS_OPERAND_TYPE_MEMORY) return op.index == ZYDIS_REGISTER_NONE;
+  if (op.type != ZYDIS_OPERAND_TYPE_REGISTER) return false;
+  ZydisRegister r = widest(op.reg);
+  auto load = find_back(ins, jmp, [&](const Instruction& in) { return writes_register(in, r); });
+  if (!load) return false;
+  const Instruction& in = ins[*load];
+  return in.mnemonic == ZYDIS_MNEMONIC_MOV && in.ops[0].size == 64 && in.ops[1].type == ZYDIS_OPERAND_TYPE_MEMORY &&
+         in.ops[1].index == ZYDIS_REGISTER_NONE;
 }
 
 Result<JumpTable> resolve_table(const std::vector<Instruction>& ins, std::size_t jmp,
@@ -173,10 +253,15 @@ class CfgBuilder {
     for (std::size_t i = 0; i < ins.size(); ++i) {
       if (ins[i].flow != Flow::IndirectBranch) continue;
       auto table = resolve_table(ins, i, image_);
+      if (!table && is_pointer_tail_call(ins, i)) continue;  // leaves the function
       if (!table) return std::unexpected(table.error());
+      // Entries may leave the function for other code (gcc's .cold parts):
+      // those are exits. Inside, they must be instruction boundaries.
       for (uint64_t target : table->targets) {
-        if (!inside(target) || !index_.count(target))
-          return fail(fmt::format("jump table entry outside the function at {:#x}", ins[i].addr));
+        if (inside(target) && !index_.count(target))
+          return fail(fmt::format("jump table entry inside an instruction at {:#x}", ins[i].addr));
+        if (!inside(target) && !image_.is_code(target))
+          return fail(fmt::format("jump table entry outside the code at {:#x}", ins[i].addr));
       }
       cfg_.tables.push_back(std::move(*table));
     }
@@ -209,8 +294,9 @@ class CfgBuilder {
       case Flow::CondBranch: add(last.target); has_next ? add(last.end()) : void(b.exits = true); break;
       case Flow::Branch: add(last.target); break;
       case Flow::IndirectBranch:
+        b.exits = true;  // a pointer tail call, unless a table says otherwise
         for (const JumpTable& t : cfg_.tables)
-          if (t.jump_addr == last.addr) for (uint64_t a : t.targets) add(a);
+          if (t.jump_addr == last.addr) b.exits = false, std::for_each(t.targets.begin(), t.targets.end(), add);
         break;
       case Flow::Return:
       case Flow::Stop: b.exits = true; break;

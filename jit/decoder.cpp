@@ -18,6 +18,9 @@ const ZydisDecoder& decoder() {
 }
 
 Flow flow_of(const ZydisDecodedInstruction& zy) {
+  // xabort outside a transaction does nothing; inside one, control resumes at
+  // xbegin's abort target, which the CFG already has as xbegin's branch.
+  if (zy.mnemonic == ZYDIS_MNEMONIC_XABORT) return Flow::Next;
   bool relative = zy.attributes & ZYDIS_ATTRIB_IS_RELATIVE;
   switch (zy.meta.category) {
     case ZYDIS_CATEGORY_COND_BR: return Flow::CondBranch;
@@ -44,6 +47,7 @@ Operand compact(const ZydisDecodedOperand& op) {
   Operand o;
   o.type = op.type;
   o.actions = op.actions;
+  o.size = op.size;
   if (op.type == ZYDIS_OPERAND_TYPE_REGISTER) o.reg = op.reg.value;
   if (op.type == ZYDIS_OPERAND_TYPE_MEMORY) {
     o.base = op.mem.base;

@@ -30,6 +30,7 @@ struct Operand {
   ZydisRegister index = ZYDIS_REGISTER_NONE;
   uint8_t scale = 0;
   uint8_t actions = 0;                        // ZYDIS_OPERAND_ACTION_*
+  uint16_t size = 0;                          // bits
   int64_t disp = 0;
   uint64_t imm = 0;                           // immediate operand
 };

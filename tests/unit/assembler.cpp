@@ -29,7 +29,7 @@ namespace dyni::test {
 namespace {
 
 // The .text of the relocatable object LLVM wrote (trusted: we just made it).
-Result<std::vector<uint8_t>> text_of(std::span<const uint8_t> object) {
+Result<Assembly> text_of(std::span<const uint8_t> object) {
   Elf64_Ehdr eh;
   std::memcpy(&eh, object.data(), sizeof eh);
   auto section = [&](unsigned i) {
@@ -38,24 +38,37 @@ Result<std::vector<uint8_t>> text_of(std::span<const uint8_t> object) {
     return sh;
   };
   Elf64_Shdr names = section(eh.e_shstrndx);
-  std::vector<uint8_t> text;
+  Assembly out;
   bool found = false;
+  unsigned text_index = 0;
   for (unsigned i = 0; i < eh.e_shnum; ++i) {
     Elf64_Shdr sh = section(i);
     std::string name(reinterpret_cast<const char*>(object.data() + names.sh_offset + sh.sh_name));
     if (name == ".rela.text" && sh.sh_size > 0) return fail("the text needs relocations (references outside .text)");
     if (name == ".text") {
-      text.assign(object.begin() + sh.sh_offset, object.begin() + sh.sh_offset + sh.sh_size);
+      out.bytes.assign(object.begin() + sh.sh_offset, object.begin() + sh.sh_offset + sh.sh_size);
       found = true;
+      text_index = i;
     }
   }
   if (!found) return fail("no .text assembled");
-  return text;
+  for (unsigned i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh = section(i);
+    if (sh.sh_type != SHT_SYMTAB) continue;
+    Elf64_Shdr strings = section(sh.sh_link);
+    for (uint64_t off = 0; off + sizeof(Elf64_Sym) <= sh.sh_size; off += sizeof(Elf64_Sym)) {
+      Elf64_Sym sym;
+      std::memcpy(&sym, object.data() + sh.sh_offset + off, sizeof sym);
+      if (sym.st_shndx != text_index || sym.st_name == 0) continue;
+      out.labels[reinterpret_cast<const char*>(object.data() + strings.sh_offset + sym.st_name)] = sym.st_value;
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
-Result<std::vector<uint8_t>> assemble(const std::string& intel_text) {
+Result<Assembly> assemble_with_labels(const std::string& intel_text) {
   static const bool initialised = [] {
     LLVMInitializeX86TargetInfo();
     LLVMInitializeX86TargetMC();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,17 @@
 
 namespace dyni::test {
 
-Result<std::vector<uint8_t>> assemble(const std::string& intel_text);
+struct Assembly {
+  std::vector<uint8_t> bytes;               // .text
+  std::map<std::string, uint64_t> labels;  // offsets in .text of its labels
+};
+
+Result<Assembly> assemble_with_labels(const std::string& intel_text);
+
+inline Result<std::vector<uint8_t>> assemble(const std::string& intel_text) {
+  auto a = assemble_with_labels(intel_text);
+  if (!a) return std::unexpected(a.error());
+  return a->bytes;
+}
 
 }  // namespace dyni::test
