@@ -16,6 +16,10 @@ struct Cie {
   uint8_t fde_encoding = 0;   // DW_EH_PE_absptr unless 'R' says otherwise
   uint8_t lsda_encoding = kOmit;
   bool has_augmentation_data = false;
+  uint64_t code_align = 1;
+  int64_t data_align = -8;
+  uint64_t return_register = 16;
+  std::size_t program = 0, program_end = 0;
 };
 
 // Reads a DW_EH_PE-encoded pointer at the reader's position.
@@ -50,11 +54,29 @@ Result<Cie> parse_cie(ByteReader r, uint64_t section_addr) {
   if (!version || (*version != 1 && *version != 3) || !augmentation)
     return fail("bad CIE header");
   if (augmentation->find("eh") != std::string::npos && !r.skip(8)) return fail("bad CIE eh data");
-  if (!r.uleb128() || !r.sleb128()) return fail("bad CIE alignment factors");
-  if (*version == 1 ? !r.read<uint8_t>() : !r.uleb128()) return fail("bad CIE return register");
-  if (augmentation->empty() || (*augmentation)[0] != 'z') return cie;
+  auto code_align = r.uleb128();
+  auto data_align = r.sleb128();
+  if (!code_align || !data_align) return fail("bad CIE alignment factors");
+  cie.code_align = *code_align;
+  cie.data_align = *data_align;
+  std::optional<uint64_t> ra;
+  if (*version == 1) {
+    if (auto b = r.read<uint8_t>()) ra = *b;
+  } else {
+    ra = r.uleb128();
+  }
+  if (!ra) return fail("bad CIE return register");
+  cie.return_register = *ra;
+  cie.program_end = r.size();
+  if (augmentation->empty() || (*augmentation)[0] != 'z') {
+    cie.program = r.pos();
+    return cie;
+  }
   cie.has_augmentation_data = true;
-  if (!r.uleb128()) return fail("bad CIE augmentation length");
+  auto aug_length = r.uleb128();
+  if (!aug_length) return fail("bad CIE augmentation length");
+  std::size_t aug_end = r.pos() + *aug_length;
+  if (*aug_length > r.size() - r.pos()) return fail("bad CIE augmentation length");
   for (char c : augmentation->substr(1)) {
     if (c == 'R') {
       auto enc = r.read<uint8_t>();
@@ -71,6 +93,7 @@ Result<Cie> parse_cie(ByteReader r, uint64_t section_addr) {
       return fail(std::string("unknown CIE augmentation '") + c + "'");
     }
   }
+  cie.program = aug_end;
   return cie;
 }
 
@@ -82,15 +105,23 @@ Result<Fde> parse_fde(ByteReader r, const Cie& cie, uint64_t section_addr) {
   fde.begin = *begin;
   fde.end = *begin + *range;
   if (fde.end < fde.begin) return fail("FDE range wraps around");
+  fde.program = r.pos();
   if (cie.has_augmentation_data) {
     auto len = r.uleb128();
-    if (!len) return fail("bad FDE augmentation length");
+    if (!len || *len > r.size() - r.pos()) return fail("bad FDE augmentation length");
+    fde.program = r.pos() + *len;
     if (cie.lsda_encoding != kOmit && *len > 0) {
       auto lsda = read_encoded(r, cie.lsda_encoding, section_addr);
       if (!lsda) return fail("bad FDE LSDA pointer");
       fde.lsda = *lsda;
     }
   }
+  fde.program_size = r.size() - fde.program;
+  fde.code_align = cie.code_align;
+  fde.data_align = cie.data_align;
+  fde.return_register = cie.return_register;
+  fde.cie_program = cie.program;
+  fde.cie_program_size = cie.program_end - cie.program;
   return fde;
 }
 

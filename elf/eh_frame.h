@@ -1,6 +1,6 @@
-// .eh_frame: the call-frame records of a module. For now it yields each FDE's
-// code range (function bounds for stripped code) and LSDA; the CFI programs
-// themselves are decoded where unwinding through the cache needs them.
+// .eh_frame: the call-frame records of a module. Yields each FDE's code range
+// (function bounds for stripped code), LSDA, and where its CFI program and its
+// CIE's initial program lie (decoded by elf/cfi.h).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,12 @@ struct Fde {
   uint64_t lsda = 0;        // language-specific data (exception tables), 0 if none
   std::size_t offset = 0;   // of the FDE within .eh_frame
   std::size_t cie_offset = 0;
+  // From the CIE, for the CFI programs:
+  uint64_t code_align = 1;
+  int64_t data_align = -8;
+  uint64_t return_register = 16;
+  std::size_t cie_program = 0, cie_program_size = 0;  // CIE initial instructions (offsets in .eh_frame)
+  std::size_t program = 0, program_size = 0;          // this FDE's instructions
 };
 
 // Parses `bytes`, the contents of .eh_frame loaded at `section_addr`.
