@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   uint64_t end = 0;
   for (const auto& f : table->functions()) end = std::max(end, f.addr + f.size);
   uint64_t cache_base = (end + (256ull << 20)) & ~0xfffull;  // like a cache mapped near the module
-  jit::ModuleInput input{&*table, &image, &*profile, profile->hot_set(fraction), cache_base, {}};
+  jit::ModuleInput input{&*table, &image, &*profile, profile->hot_set(fraction), cache_base, {}, {}, 0};
+  jit::use_unwind_info(input, *file);
   std::vector<double> plain, verified;
   std::size_t cached = 0, bytes = 0;
   for (int round = 0; round < 5; ++round) {

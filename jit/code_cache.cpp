@@ -60,7 +60,7 @@ Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64
     std::copy(code->bytes.begin(), code->bytes.end(), cache.bytes.begin() + (entries[i] - base));
     auto patch = plan_patch(cfg, entries[i]);
     cache.functions.push_back({cfg.start, std::move(*code), patch ? std::move(*patch) : FunctionPatch{cfg.start, {}},
-                               patch ? "" : patch.error().message()});
+                               patch ? "" : patch.error().message(), {}});
   }
   return cache;
 }

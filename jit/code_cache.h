@@ -15,6 +15,7 @@
 #include "jit/cfg.h"
 #include "jit/emitter.h"
 #include "jit/patch_plan.h"
+#include "jit/unwind_rows.h"
 
 namespace dyni::jit {
 
@@ -30,6 +31,7 @@ struct CachedFunction {
   // copy is then reached only by calls from other cache code.
   FunctionPatch patch;
   std::string unpatched;
+  std::vector<UnwindRow> unwind;  // the copy's frames (I6); empty when the original has no FDE
 };
 
 struct CodeCache {

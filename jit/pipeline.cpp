@@ -17,8 +17,31 @@ const FunctionSamples* samples_of(const ModuleInput& in, uint64_t addr) {
   return it == in.profile->functions.end() ? nullptr : &it->second;
 }
 
-// Step 1: analyse, keeping the functions that are fully understood.
+// The function's own FDE, read into rows; none when it has no FDE of its own.
+Result<std::optional<std::vector<elf::CfiRow>>> unwind_of(const ModuleInput& in,
+                                                          const std::map<uint64_t, elf::Fde>& fdes,
+                                                          const FunctionCfg& cfg) {
+  auto fde = fdes.find(cfg.start);
+  if (fde == fdes.end()) return std::nullopt;
+  if (fde->second.end < cfg.end) return fail(fmt::format("unwind info does not cover the function at {:#x}", cfg.start));
+  auto rows = elf::cfi_rows(in.eh_frame, fde->second);
+  if (!rows) return fail(fmt::format("unwind info unreadable at {:#x}: {}", cfg.start, rows.error().message()));
+  return std::optional(std::move(*rows));
+}
+
+std::map<uint64_t, elf::Fde> fdes_of(const ModuleInput& in) {
+  std::map<uint64_t, elf::Fde> out;
+  if (in.eh_frame.empty()) return out;
+  auto fdes = elf::parse_eh_frame(in.eh_frame, in.eh_frame_addr);
+  if (fdes)
+    for (const elf::Fde& f : *fdes) out.emplace(f.begin, f);
+  return out;
+}
+
+// Step 1: analyse, keeping the functions that are fully understood
+// (including their unwind info, which their copies will need).
 void analyse(const ModuleInput& in, ModulePlan& plan) {
+  std::map<uint64_t, elf::Fde> fdes = fdes_of(in);
   std::set<uint64_t> seen;
   for (uint64_t addr : in.hot) {
     if (!seen.insert(addr).second) continue;
@@ -28,10 +51,13 @@ void analyse(const ModuleInput& in, ModulePlan& plan) {
     const elf::Function* f = in.functions->find(addr);
     Result<FunctionCfg> cfg = f && f->addr == addr ? build_cfg(*f, *in.image)
                                                    : fail(fmt::format("no function starts at {:#x}", addr));
-    if (!cfg) {
-      plan.rejected.push_back({addr, f ? elf::display_name(*f) : "", cfg.error().message(), samples});
+    Result<std::optional<std::vector<elf::CfiRow>>> unwind = cfg ? unwind_of(in, fdes, *cfg) : std::nullopt;
+    if (!cfg || !unwind) {
+      plan.rejected.push_back({addr, f ? elf::display_name(*f) : "", (!cfg ? cfg.error() : unwind.error()).message(),
+                               samples});
       continue;
     }
+    if (*unwind) plan.original_unwind[addr] = std::move(**unwind);
     plan.accepted_samples += samples;
     plan.cfgs.push_back(std::make_unique<FunctionCfg>(std::move(*cfg)));
   }
@@ -64,6 +90,15 @@ std::vector<const FunctionCfg*> order(const ModuleInput& in, const ModulePlan& p
 
 }  // namespace
 
+void use_unwind_info(ModuleInput& input, const elf::ElfFile& file) {
+  const elf::Section* eh = file.find_section(".eh_frame");
+  if (!eh) return;
+  auto bytes = file.contents(*eh);
+  if (!bytes) return;
+  input.eh_frame = *bytes;
+  input.eh_frame_addr = eh->addr;
+}
+
 Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& options) {
   if (!in.functions || !in.image) return fail("optimize_module: no module given");
   ModulePlan plan;
@@ -73,6 +108,16 @@ Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& opti
   auto cache = build_code_cache(hot, in.cache_base, in.plt, options.verify);
   if (!cache) return std::unexpected(cache.error());
   plan.cache = std::move(*cache);
+  // Step 6: the copies' unwind rows.
+  std::map<uint64_t, uint64_t> end_of;
+  for (const auto& cfg : plan.cfgs) end_of[cfg->start] = cfg->end;
+  for (CachedFunction& f : plan.cache.functions) {
+    auto original = plan.original_unwind.find(f.original_entry);
+    if (original == plan.original_unwind.end()) continue;
+    auto rows = cache_unwind_rows(original->second, end_of.at(f.original_entry), f.code);
+    if (!rows) return fail(fmt::format("{:#x}: {}", f.original_entry, rows.error().message()));
+    f.unwind = std::move(*rows);
+  }
   return plan;
 }
 

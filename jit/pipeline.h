@@ -9,13 +9,19 @@
 //                and through PLT stubs straight to their targets, verify
 //                (code_cache.h, emitter.h, verifier.h)
 //   5. plan      the entry patches, all or nothing per function (patch_plan.h)
+//   6. unwind    rows for every copy: each cache instruction has its
+//                original's frame (unwind_rows.h, elf/cfi.h)
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
+#include "elf/cfi.h"
 #include "elf/function_table.h"
 #include "jit/block_layout.h"
 #include "jit/code_cache.h"
@@ -39,6 +45,7 @@ struct Rejection {
 struct ModulePlan {
   CodeCache cache;
   std::vector<std::unique_ptr<FunctionCfg>> cfgs;  // of the functions in the cache
+  std::map<uint64_t, std::vector<elf::CfiRow>> original_unwind;  // by function start, where it has an FDE
   std::vector<Rejection> rejected;
   uint64_t hot_samples = 0, accepted_samples = 0;  // of the hot functions asked for
 };
@@ -50,7 +57,12 @@ struct ModuleInput {
   std::vector<uint64_t> hot;               // function start addresses, any order
   uint64_t cache_base = 0;
   Redirects plt;                           // PLT stub → the function it reaches
+  std::span<const uint8_t> eh_frame;       // the module's .eh_frame (empty: no unwind rows)
+  uint64_t eh_frame_addr = 0;
 };
+
+// Points `input` at `file`'s .eh_frame (its functions' unwind rows).
+void use_unwind_info(ModuleInput& input, const elf::ElfFile& file);
 
 Result<ModulePlan> optimize_module(const ModuleInput& input, const JitOptions& options = {});
 

@@ -14,6 +14,7 @@
 #include "jit/block_layout.h"
 #include "jit/code_cache.h"
 #include "jit/decoder.h"
+#include "jit/pipeline.h"
 #include "tests/unit/this_binary.h"
 
 extern "C" {
@@ -174,6 +175,42 @@ TEST_F(CacheInProcess, ComputedGotoIsRejectedWithAReason) {
   auto cfg = build_cfg(*named("jit_computed_goto"), *image);
   ASSERT_FALSE(cfg);
   EXPECT_EQ(reason_kind(cfg.error().message()), "indirect jump unresolved") << cfg.error().message();
+}
+
+}  // namespace
+}  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// The whole pipeline on this binary's functions: each copy's unwind rows give
+// every cache instruction its original's frame (I6), under a shuffled layout.
+TEST_F(CacheInProcess, CopiesHaveTheirOriginalsFrames) {
+  ModuleInput input{table.get(), image.get(), nullptr, {}, reinterpret_cast<uint64_t>(buffer) - bias, {}, {}, 0};
+  use_unwind_info(input, *file);
+  for (const std::string& name : kShapes) input.hot.push_back(named(name)->addr);
+  JitOptions options;
+  options.layout.shuffle_seed = 99;
+  options.layout.cold = ColdBlocks::LeaveInOriginal;
+  auto plan = optimize_module(input, options);
+  ASSERT_TRUE(plan) << plan.error().message();
+  ASSERT_EQ(plan->cache.functions.size(), kShapes.size());
+  std::size_t distinct_frames = 0;
+  for (const CachedFunction& f : plan->cache.functions) {
+    const auto& original = plan->original_unwind.at(f.original_entry);
+    ASSERT_FALSE(f.unwind.empty());
+    std::vector<elf::CfiRow> rows;
+    for (const UnwindRow& r : f.unwind) rows.push_back({r.cache_addr, r.state});
+    const elf::Function* fn = table->find(f.original_entry);
+    for (const TranslationEntry& t : f.code.translation) {
+      auto want = elf::cfi_state_at(original, fn->addr + fn->size, t.original_addr);
+      auto got = elf::cfi_state_at(rows, f.code.base + f.code.bytes.size(), t.new_addr);
+      ASSERT_TRUE(want && got);
+      EXPECT_TRUE(*want == *got) << std::hex << t.new_addr << " ← " << t.original_addr;
+    }
+    distinct_frames = std::max(distinct_frames, f.unwind.size());
+  }
+  EXPECT_GE(distinct_frames, 3u) << "some shape should push and pop (several frames)";
 }
 
 }  // namespace

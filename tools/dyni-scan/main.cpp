@@ -22,6 +22,8 @@
 #include "jit/pipeline.h"
 #include "jit/verifier.h"
 
+#include <fmt/format.h>
+
 namespace {
 
 using namespace dyni;
@@ -66,13 +68,32 @@ void print_rejections(const jit::ModulePlan& plan) {
                 static_cast<unsigned long long>(std::get<1>(v)), std::get<2>(v).substr(0, 100).c_str());
 }
 
-// Every function of the cache, decoded back; the failures are printed.
+// I6 for unwinding: at every cache instruction, the copy's row is the row of
+// the original instruction it stands for.
+Status check_unwind(const jit::ModulePlan& plan, const jit::CachedFunction& f, const jit::FunctionCfg& cfg) {
+  auto original = plan.original_unwind.find(f.original_entry);
+  if (original == plan.original_unwind.end()) return ok();
+  std::vector<elf::CfiRow> cache_rows;
+  for (const jit::UnwindRow& r : f.unwind) cache_rows.push_back({r.cache_addr, r.state});
+  uint64_t cache_end = f.code.base + f.code.bytes.size();
+  for (const jit::TranslationEntry& t : f.code.translation) {
+    auto want = elf::cfi_state_at(original->second, cfg.end, t.original_addr);
+    auto got = elf::cfi_state_at(cache_rows, cache_end, t.new_addr);
+    if (!want || !got || !(*want == *got)) return fail(fmt::format("unwind row differs at {:#x}", t.new_addr));
+  }
+  return ok();
+}
+
+// Every function of the cache, decoded back and its frames checked; the
+// failures are printed.
 std::size_t verify_all(const jit::ModulePlan& plan) {
   std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
   for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
   std::size_t failures = 0;
   for (const jit::CachedFunction& f : plan.cache.functions) {
-    auto checked = jit::verify(*cfg_of.at(f.original_entry), f.code, plan.cache.redirects);
+    const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
+    auto checked = jit::verify(cfg, f.code, plan.cache.redirects);
+    if (checked) checked = check_unwind(plan, f, cfg);
     if (!checked && failures++ < 10)
       std::fprintf(stderr, "verifier failure: %#llx: %s\n", static_cast<unsigned long long>(f.original_entry),
                    checked.error().message().c_str());
@@ -98,7 +119,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   jit::ModuleImage image(*file);
-  jit::ModuleInput input{&*table, &image, args.profile.empty() ? nullptr : &*profile, {}, 0, {}};
+  jit::ModuleInput input{&*table, &image, args.profile.empty() ? nullptr : &*profile, {}, 0, {}, {}, 0};
+  jit::use_unwind_info(input, *file);
   uint64_t bytes_all = 0, end = 0;
   for (const auto& f : table->functions()) {
     bool wanted = input.profile ? profile->functions.count(f.addr) > 0 : image.is_code(f.addr);
@@ -140,6 +162,10 @@ int main(int argc, char** argv) {
               plan->cache.bytes.size(), static_cast<unsigned long long>(plan->cache.base));
   for (const auto& [kind, n] : unpatched)
     std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
+  std::size_t with_rows = 0, rows = 0;
+  for (const jit::CachedFunction& f : plan->cache.functions) with_rows += !f.unwind.empty(), rows += f.unwind.size();
+  std::printf("unwind:    %zu functions with rows, %zu rows (each cache instruction has its original's frame)\n",
+              with_rows, rows);
   std::printf("verifier failures: %zu\n", failures);
   std::printf("time: %.2f s (jit), %.2f s (with verifier)\n", jit_secs,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -1,0 +1,28 @@
+// Unwind rows for cache code (I6, I7): every cache instruction stands for one
+// original instruction and has that instruction's frame — the same CFA rule
+// and saved registers — so the rows of a function's copy are the original
+// rows, re-addressed through the translation table. An added jmp has the
+// frame of the instruction it continues at. Consecutive equal rows merge.
+// (Registering them in the target, with LSDAs, is the injection's business.)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/result.h"
+#include "elf/cfi.h"
+#include "jit/emitter.h"
+
+namespace dyni::jit {
+
+struct UnwindRow {
+  uint64_t cache_addr = 0;     // in effect from here to the next row or the code's end
+  uint64_t original_addr = 0;  // the instruction whose frame this is
+  elf::CfiState state;
+};
+
+// `original`: the function's rows (elf::cfi_rows), covering [first row, original_end).
+Result<std::vector<UnwindRow>> cache_unwind_rows(const std::vector<elf::CfiRow>& original, uint64_t original_end,
+                                                 const EmittedCode& code);
+
+}  // namespace dyni::jit
