@@ -3,14 +3,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace dyni::jit {
 
 Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
-  uint64_t entry = cfg.start, end = cfg.start + kEntryPatchSize;
+  // With CET's indirect-branch tracking, indirect calls must land on endbr64:
+  // it stays, and the jmp goes right after it.
+  bool endbr = !cfg.instructions.empty() && cfg.instructions[0].mnemonic == ZYDIS_MNEMONIC_ENDBR64;
+  uint64_t entry = cfg.start + (endbr ? cfg.instructions[0].length : 0), end = entry + kEntryPatchSize;
   if (cfg.end < end) return fail(fmt::format("too small to patch at {:#x}", entry));
-  auto inside_entry = [&](uint64_t a) { return a > entry && a < end; };
+  auto inside_entry = [&](uint64_t a) { return a > entry && a < end; };  // landing on `entry` itself is fine
   for (const Instruction& in : cfg.instructions)
     if (in.has_target && in.flow != Flow::Call && inside_entry(in.target))
       return fail(fmt::format("branch target in the entry bytes at {:#x}", in.target));
@@ -20,16 +24,16 @@ Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
   EntryPatch patch{entry, {}, {}};
   for (const Instruction& in : cfg.instructions) {
     if (in.addr >= end) break;
-    bool returns_inside = (in.flow == Flow::Call || in.flow == Flow::IndirectCall) && in.end() < end;
+    bool returns_inside = (in.flow == Flow::Call || in.flow == Flow::IndirectCall) && in.end() > entry && in.end() < end;
     if (returns_inside) return fail(fmt::format("call in the entry bytes at {:#x}", in.addr));
-    for (uint64_t a = in.addr; a < in.end() && a < end; ++a) patch.original[a - entry] = in.bytes[a - in.addr];
+    for (uint64_t a = std::max(in.addr, entry); a < in.end() && a < end; ++a) patch.original[a - entry] = in.bytes[a - in.addr];
   }
   int64_t delta = static_cast<int64_t>(cache_entry - end);
   if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("cache beyond ±2 GB of {:#x}", entry));
   int32_t rel = static_cast<int32_t>(delta);
   patch.replacement[0] = 0xe9;
   std::memcpy(patch.replacement.data() + 1, &rel, 4);
-  return FunctionPatch{entry, {patch}};
+  return FunctionPatch{cfg.start, {patch}};
 }
 
 }  // namespace dyni::jit

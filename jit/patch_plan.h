@@ -5,6 +5,7 @@
 // bytes must belong to the function alone, no branch may land inside them, and
 // no call inside them may leave a return address there. dynid adds the live
 // part: no thread's PC or return address inside them at patch time.
+// A function that begins with endbr64 keeps it: the jmp goes after it.
 #pragma once
 
 #include <array>

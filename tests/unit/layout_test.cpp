@@ -9,6 +9,7 @@
 
 #include "jit/block_layout.h"
 #include "jit/code_cache.h"
+#include "jit/decoder.h"
 #include "jit/edge_profile.h"
 #include "jit/patch_plan.h"
 #include "jit/verifier.h"
@@ -212,6 +213,17 @@ TEST_F(Assembled, EntryPatchIsAJumpToTheCopyAndKeepsTheOriginalBytes) {
   EXPECT_EQ(patch->entries[0].replacement, (std::array<uint8_t, 5>{0xe9, 0xfb, 0x0f, 0x00, 0x00}));
 }
 
+TEST_F(Assembled, EntryPatchKeepsEndbr64) {
+  load("endbr64\npush rbx\nmov eax, edi\npop rbx\nret");
+  auto patch = plan_patch(cfg, original() + 0x1000);
+  ASSERT_TRUE(patch) << patch.error().message();
+  EXPECT_EQ(patch->entries[0].addr, original() + 4);
+  // 53 / 89 f8 / 5b / c3: push rbx; mov eax, edi; pop rbx (the bytes after endbr64)
+  EXPECT_EQ(patch->entries[0].original, (std::array<uint8_t, 5>{0x53, 0x89, 0xf8, 0x5b, 0xc3}));
+  // jmp rel32 from +4: 0x1000 - 9 = 0xff7
+  EXPECT_EQ(patch->entries[0].replacement, (std::array<uint8_t, 5>{0xe9, 0xf7, 0x0f, 0x00, 0x00}));
+}
+
 TEST_F(Assembled, EntryPatchRefusals) {
   load("xor eax, eax\nret");
   EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "too small to patch");
@@ -248,6 +260,67 @@ TEST_F(Assembled, VerifierCatchesBrokenBridges) {
 TEST(Assembler, ReportsErrors) {
   EXPECT_FALSE(test::assemble("not_an_instruction eax"));
   EXPECT_FALSE(test::assemble("call external_function"));  // needs a relocation
+}
+
+}  // namespace
+}  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// A call through a PLT-style stub (jmp [rip+slot]) to a known function goes
+// straight to that function — or to its copy when it is in the cache too.
+TEST_F(Assembled, CallsThroughPltStubsBypassTheStub) {
+  auto a = test::assemble_with_labels(R"(
+f:
+  push rbx
+  call stub
+  pop rbx
+  ret
+g:
+  lea eax, [rdi + 5]
+  ret
+stub:
+  jmp qword ptr [rip + slot]
+  .p2align 3
+slot:
+  .quad 0
+end:
+)");
+  ASSERT_TRUE(a) << a.error().message();
+  std::memcpy(area, a->bytes.data(), a->bytes.size());
+  uint64_t f = original() + a->labels.at("f"), g = original() + a->labels.at("g");
+  uint64_t stub = original() + a->labels.at("stub");
+  std::memcpy(area + a->labels.at("slot"), &g, 8);  // what the dynamic linker would have written
+  image = ModuleImage();
+  image.add(original(), a->bytes, true);
+  auto fcfg = build_cfg(elf::Function{f, g - f, "f", false, 0}, image);
+  auto gcfg = build_cfg(elf::Function{g, stub - g, "g", false, 0}, image);
+  ASSERT_TRUE(fcfg && gcfg);
+  Redirects plt;
+  plt.to[stub] = g;
+  for (bool g_in_cache : {false, true}) {
+    std::vector<HotCode> hot = {{&*fcfg, original_layout(*fcfg)}};
+    if (g_in_cache) hot.push_back({&*gcfg, original_layout(*gcfg)});
+    auto cache = build_code_cache(hot, cache_base(), plt);
+    ASSERT_TRUE(cache) << cache.error().message();
+    uint64_t want = g_in_cache ? cache->functions[1].code.base : g;
+    EXPECT_EQ(cache->redirects(stub), want);
+    // The copy's call (its second instruction) targets g or g's copy, not the stub.
+    const auto& tr = cache->functions[0].code.translation;
+    auto call = decode_one(std::span(cache->bytes).subspan(tr[1].new_addr - cache_base()), tr[1].new_addr);
+    ASSERT_TRUE(call);
+    EXPECT_EQ(call->target, want);
+    std::memcpy(area + kArea, cache->bytes.data(), cache->bytes.size());
+    __builtin___clear_cache(reinterpret_cast<char*>(area), reinterpret_cast<char*>(area) + 2 * kArea);
+    for (int x : {0, 7, -9}) EXPECT_EQ(at<int (*)(int)>(cache_base())(x), x + 5);
+  }
+  // Out of reach (±2 GB): the stub stays.
+  Redirects far;
+  far.to[stub] = g + (8ull << 30);
+  auto cache = build_code_cache({{&*fcfg, original_layout(*fcfg)}}, cache_base(), far);
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->redirects(stub), stub);
 }
 
 }  // namespace
