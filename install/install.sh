@@ -47,7 +47,7 @@ build() {
 install_files() {
   stop_daemon
   DESTDIR="$ROOT" cmake --install "$BUILD" --prefix "$PREFIX" >/dev/null
-  say "installed $PREFIX/bin/dyni, $PREFIX/sbin/dynid, $PREFIX/bin/dyni-token, $PREFIX/bin/dyni-scan"
+  say "installed $PREFIX/bin/dyni, $PREFIX/sbin/dynid, $PREFIX/bin/dyni-token, $PREFIX/bin/dyni-scan, $PREFIX/bin/dyni-record"
   if [ -e "$ROOT/etc/dyni.conf" ]; then
     say "keeping existing /etc/dyni.conf (new default: $PREFIX/share/doc/dyni/dyni.conf)"
   else
@@ -86,7 +86,7 @@ uninstall() {
     if systemd_running; then systemctl daemon-reload; fi
   fi
   rm -f "$ROOT$PREFIX/bin/dyni" "$ROOT$PREFIX/sbin/dynid" "$ROOT$PREFIX/bin/dyni-token" \
-        "$ROOT$PREFIX/bin/dyni-scan" \
+        "$ROOT$PREFIX/bin/dyni-scan" "$ROOT$PREFIX/bin/dyni-record" \
         "$ROOT/etc/logrotate.d/dyni"
   rm -rf "$ROOT$PREFIX/share/doc/dyni"
   say "removed binaries and unit"

@@ -19,6 +19,7 @@ check "dyni installed and runs" test "$("$ROOT/usr/local/bin/dyni" -version)" = 
 check "dynid installed in sbin" test -x "$ROOT/usr/local/sbin/dynid"
 check "dyni-token installed" test -x "$ROOT/usr/local/bin/dyni-token"
 check "dyni-scan installed" test -x "$ROOT/usr/local/bin/dyni-scan"
+check "dyni-record installed" test -x "$ROOT/usr/local/bin/dyni-record"
 check "default config installed" cmp -s "$SRC/etc/dyni.conf" "$ROOT/etc/dyni.conf"
 check "default config is valid" "$ROOT/usr/local/sbin/dynid" --check-config --config="$ROOT/etc/dyni.conf"
 check "state dir 0700" test "$(stat -c %a "$ROOT/var/lib/dyni")" = 700
@@ -34,7 +35,7 @@ check "reinstall keeps an edited config" grep -q "edited by the operator" "$ROOT
 installer --uninstall > "$ROOT.log"
 check "uninstall removes dyni" test ! -e "$ROOT/usr/local/bin/dyni"
 check "uninstall removes dynid" test ! -e "$ROOT/usr/local/sbin/dynid"
-check "uninstall removes dyni-scan and dyni-token" test ! -e "$ROOT/usr/local/bin/dyni-scan" -a ! -e "$ROOT/usr/local/bin/dyni-token"
+check "uninstall removes dyni-scan, dyni-record and dyni-token" test ! -e "$ROOT/usr/local/bin/dyni-scan" -a ! -e "$ROOT/usr/local/bin/dyni-record" -a ! -e "$ROOT/usr/local/bin/dyni-token"
 check "uninstall removes the unit" test ! -e "$ROOT/etc/systemd/system/dynid.service"
 check "uninstall keeps the config" grep -q "edited by the operator" "$ROOT/etc/dyni.conf"
 check "uninstall keeps the state" test -f "$ROOT/var/lib/dyni/license.json"
