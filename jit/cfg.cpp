@@ -9,6 +9,7 @@
 #include <set>
 
 #include "jit/decoder.h"
+#include "jit/relocator.h"
 
 namespace dyni::jit {
 namespace {
@@ -214,6 +215,8 @@ class CfgBuilder {
   }
 
   Status build() {
+    for (const Instruction& in : cfg_.instructions)
+      if (auto r = check_relocatable(in); !r) return r;
     if (auto r = check_references(); !r) return r;
     if (auto r = resolve_tables(); !r) return r;
     if (auto r = find_leaders(); !r) return r;

@@ -58,7 +58,8 @@ Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64
       if (auto checked = jit::verify(cfg, *code, cache.redirects); !checked)
         return fail(describe(cfg, checked.error().message()));
     std::copy(code->bytes.begin(), code->bytes.end(), cache.bytes.begin() + (entries[i] - base));
-    auto patch = plan_patch(cfg, entries[i]);
+    auto patch = kept[i]->shares_entry_bytes ? fail(fmt::format("another entry point in the entry bytes at {:#x}", cfg.start))
+                                             : plan_patch(cfg, entries[i]);
     cache.functions.push_back({cfg.start, std::move(*code), patch ? std::move(*patch) : FunctionPatch{cfg.start, {}},
                                patch ? "" : patch.error().message(), {}});
   }

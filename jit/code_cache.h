@@ -22,6 +22,7 @@ namespace dyni::jit {
 struct HotCode {
   const FunctionCfg* cfg = nullptr;
   BlockLayout layout;
+  bool shares_entry_bytes = false;  // another entry point (symbol, FDE) lies where the patch would go
 };
 
 struct CachedFunction {

@@ -38,10 +38,26 @@ std::map<uint64_t, elf::Fde> fdes_of(const ModuleInput& in) {
   return out;
 }
 
+// Where code may be entered from outside: function starts and FDE starts.
+// An entry patch must not cover another one (it would land mid-jmp).
+std::set<uint64_t> entry_points(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes) {
+  std::set<uint64_t> out;
+  for (const elf::Function& f : in.functions->functions()) out.insert(f.addr);
+  for (const auto& [begin, fde] : fdes) out.insert(begin);
+  return out;
+}
+
+// Where the entry patch of `cfg` ends (after a leading endbr64, as patch_plan.h puts it).
+uint64_t patch_end(const FunctionCfg& cfg) {
+  bool endbr = !cfg.instructions.empty() && cfg.instructions[0].mnemonic == ZYDIS_MNEMONIC_ENDBR64;
+  return cfg.start + (endbr ? cfg.instructions[0].length : 0) + kEntryPatchSize;
+}
+
 // Step 1: analyse, keeping the functions that are fully understood
 // (including their unwind info, which their copies will need).
 void analyse(const ModuleInput& in, ModulePlan& plan) {
   std::map<uint64_t, elf::Fde> fdes = fdes_of(in);
+  std::set<uint64_t> entries = entry_points(in, fdes);
   std::set<uint64_t> seen;
   for (uint64_t addr : in.hot) {
     if (!seen.insert(addr).second) continue;
@@ -58,6 +74,8 @@ void analyse(const ModuleInput& in, ModulePlan& plan) {
       continue;
     }
     if (*unwind) plan.original_unwind[addr] = std::move(**unwind);
+    auto next_entry = entries.upper_bound(addr);
+    if (next_entry != entries.end() && *next_entry < patch_end(*cfg)) plan.shares_entry_bytes.insert(addr);
     plan.accepted_samples += samples;
     plan.cfgs.push_back(std::make_unique<FunctionCfg>(std::move(*cfg)));
   }
@@ -104,7 +122,8 @@ Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& opti
   ModulePlan plan;
   analyse(in, plan);
   std::vector<HotCode> hot;
-  for (const FunctionCfg* cfg : order(in, plan)) hot.push_back({cfg, lay_out(in, *cfg, options.layout)});
+  for (const FunctionCfg* cfg : order(in, plan))
+    hot.push_back({cfg, lay_out(in, *cfg, options.layout), plan.shares_entry_bytes.count(cfg->start) > 0});
   auto cache = build_code_cache(hot, in.cache_base, in.plt, options.verify);
   if (!cache) return std::unexpected(cache.error());
   plan.cache = std::move(*cache);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@ struct ModulePlan {
   CodeCache cache;
   std::vector<std::unique_ptr<FunctionCfg>> cfgs;  // of the functions in the cache
   std::map<uint64_t, std::vector<elf::CfiRow>> original_unwind;  // by function start, where it has an FDE
+  std::set<uint64_t> shares_entry_bytes;  // functions with another entry point where their patch would go
   std::vector<Rejection> rejected;
   uint64_t hot_samples = 0, accepted_samples = 0;  // of the hot functions asked for
 };

@@ -19,7 +19,7 @@ bool is_rel8_only(ZydisMnemonic m) {
 Kind kind_of(const Instruction& in) {
   if (in.rip_relative) return Kind::PatchDisp;
   if (!in.has_target) return Kind::Copy;
-    if (is_rel8_only(in.mnemonic)) return Kind::ExpandRel8Only;
+  if (is_rel8_only(in.mnemonic)) return Kind::ExpandRel8Only;
   if (in.imm.size == 32) return Kind::PatchImm32;
   if (in.flow == Flow::Branch) return Kind::WidenJmp8;
   return Kind::WidenJcc8;
@@ -41,6 +41,19 @@ void put32(std::vector<uint8_t>& out, std::size_t offset, int32_t v) {
 std::size_t prefix_length(const Instruction& in) { return in.prefix_count; }
 
 }  // namespace
+
+Status check_relocatable(const Instruction& in) {
+  if (in.rip_relative && in.disp.size != 32)
+    return fail(fmt::format("RIP-relative operand without disp32 at {:#x}", in.addr));
+  if (!in.has_target) return ok();
+  Kind k = kind_of(in);
+  bool known = (k == Kind::PatchImm32) || (k == Kind::ExpandRel8Only && in.imm.size == 8) ||
+               (k == Kind::WidenJmp8 && in.imm.size == 8 && in.bytes[in.prefix_count] == 0xeb) ||
+               (k == Kind::WidenJcc8 && in.imm.size == 8 && in.bytes[in.prefix_count] >= 0x70 &&
+                in.bytes[in.prefix_count] <= 0x7f);
+  if (!known) return fail(fmt::format("unsupported branch encoding at {:#x}", in.addr));
+  return ok();
+}
 
 std::size_t relocated_length(const Instruction& in) {
   switch (kind_of(in)) {

@@ -19,6 +19,10 @@
 
 namespace dyni::jit {
 
+// Whether relocate() knows `in`'s encoding (rel16 branches, for one, it does
+// not): checked during analysis, so emission fails only on distance.
+Status check_relocatable(const Instruction& in);
+
 // The length relocate() will produce for `in` (known before addresses are).
 std::size_t relocated_length(const Instruction& in);
 

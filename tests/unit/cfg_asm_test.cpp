@@ -157,6 +157,12 @@ TEST(CfgAsm, XabortFallsThrough) {
   EXPECT_EQ(a->cfg->blocks.size(), 1u);
 }
 
+TEST(CfgAsm, BranchEncodingsTheRelocatorDoesNotKnowAreRejected) {
+  // 66 c7 f8 00 00: xbegin rel16
+  EXPECT_EQ(kind_of(*analyse(".byte 0x66, 0xc7, 0xf8, 0x00, 0x00\nret\nend:")), "unsupported branch encoding");
+  EXPECT_EQ(kind_of(*analyse("xbegin fallback\nxend\nfallback: ret\nend:")), "accepted");  // rel32 form
+}
+
 TEST(CfgAsm, CallsIntoItsOwnBodyAreRejected) {
   EXPECT_EQ(kind_of(*analyse("call next\nnext: pop rax\nret\nend:")), "call into its own body");
 }

@@ -224,6 +224,14 @@ TEST_F(Assembled, EntryPatchKeepsEndbr64) {
   EXPECT_EQ(patch->entries[0].replacement, (std::array<uint8_t, 5>{0xe9, 0xf7, 0x0f, 0x00, 0x00}));
 }
 
+TEST_F(Assembled, AnotherEntryPointInTheEntryBytesLeavesTheEntryUnpatched) {
+  load(kTakenIsHot);
+  auto cache = build_code_cache({{&cfg, original_layout(cfg), true}}, cache_base());
+  ASSERT_TRUE(cache) << cache.error().message();
+  EXPECT_TRUE(cache->functions[0].patch.entries.empty());
+  EXPECT_EQ(reason_kind(cache->functions[0].unpatched), "another entry point in the entry bytes");
+}
+
 TEST_F(Assembled, EntryPatchRefusals) {
   load("xor eax, eax\nret");
   EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "too small to patch");
