@@ -1,6 +1,7 @@
 // The CFI interpreter against binutils' own: `readelf -wF` prints the rows of
 // every FDE of a binary; each must match ours (CFA rule and every register it
 // lists) — over all of libc's FDEs. Plus the interpreter's refusals.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -25,9 +26,9 @@ std::string spell(const RegisterRule& r) {
     case K::Unspecified:
     case K::Undefined: return "u";
     case K::Same: return "s";
-    case K::AtCfa: return "c" + std::string(r.value >= 0 ? "+" : "") + std::to_string(r.value);
-    case K::ValCfa: return "v" + std::string(r.value >= 0 ? "+" : "") + std::to_string(r.value);
-    case K::InRegister: return "r" + std::to_string(r.value);  // readelf adds " (name)"
+    case K::AtCfa: return fmt::format("c{:+d}", r.value);
+    case K::ValCfa: return fmt::format("v{:+d}", r.value);
+    case K::InRegister: return fmt::format("r{}", r.value);  // readelf adds " (name)"
 
     case K::Expression: return "exp";
     case K::ValExpression: return "vexp";
@@ -38,7 +39,7 @@ std::string spell(const RegisterRule& r) {
 std::string spell(const CfaRule& c) {
   if (c.expression) return "exp";
   for (const auto& [name, n] : kRegs)
-    if (n == c.reg) return name + (c.offset >= 0 ? "+" : "") + std::to_string(c.offset);
+    if (n == c.reg) return fmt::format("{}{:+d}", name, c.offset);
   return "?";
 }
 
