@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "profiler/profile.h"
+#include "profiler/recorder.h"
 #include "profiler/sampler.h"
 #include "profiler/symbolizer.h"
 
@@ -32,12 +33,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   Profile profile(&*symbolizer);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    sampler->drain([&](const Sample& s) { profile.add(s); });
-    if (!sampler->refresh_threads()) break;
-  }
+  (void)sample_for(*sampler, profile, std::chrono::seconds(seconds));  // a target that exits ends it early
   rusage self{};
   getrusage(RUSAGE_SELF, &self);
   double cpu = self.ru_utime.tv_sec + self.ru_stime.tv_sec +

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <thread>
 
 namespace dyni::profiler {
 
@@ -33,6 +34,18 @@ double hot_set_coverage(const std::map<FunctionKey, uint64_t>& before,
     if (hot.count(k)) fresh_hot += added;
   }
   return fresh == 0 ? 0.0 : static_cast<double>(fresh_hot) / static_cast<double>(fresh);
+}
+
+Status sample_for(Sampler& sampler, Profile& profile, std::chrono::milliseconds duration) {
+  auto until = std::chrono::steady_clock::now() + duration;
+  auto add = [&](const Sample& s) { profile.add(s); };
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    sampler.drain(add);
+    if (auto r = sampler.refresh_threads(); !r) return r;
+  }
+  sampler.drain(add);
+  return ok();
 }
 
 Result<std::unique_ptr<Recorder>> Recorder::start(pid_t pid, const RecorderOptions& options) {

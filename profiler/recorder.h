@@ -24,6 +24,10 @@
 
 namespace dyni::profiler {
 
+// Drains `sampler` into `profile` every 100 ms for `duration` (tools and
+// benchmarks that sample for a fixed time). Fails when the target is gone.
+Status sample_for(Sampler& sampler, Profile& profile, std::chrono::milliseconds duration);
+
 struct RecorderOptions {
   SamplerOptions sampler;
   uint64_t min_samples = 1500;

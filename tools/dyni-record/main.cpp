@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "profiler/profile.h"
+#include "profiler/recorder.h"
 #include "profiler/sampler.h"
 #include "profiler/symbolizer.h"
 
@@ -42,13 +43,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   Profile profile(&*symbolizer);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    sampler->drain([&](const Sample& s) { profile.add(s); });
-    if (!sampler->refresh_threads()) break;
-  }
-  sampler->drain([&](const Sample& s) { profile.add(s); });
+  (void)sample_for(*sampler, profile, std::chrono::seconds(seconds));  // a target that exits ends it early
   int module = argc == 6 ? module_named(*symbolizer, argv[5]) : profile.hottest_module();
   if (module < 0) {
     std::fprintf(stderr, "dyni-record: no such module sampled\n");
