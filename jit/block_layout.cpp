@@ -215,15 +215,18 @@ BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>&
     return density(a, flow, sizes) > density(b, flow, sizes);
   });
 
-  uint64_t samples = 0;
-  for (const BlockCount& c : counts) samples += c.samples;
-  bool may_leave = options.cold == ColdBlocks::LeaveInOriginal && samples >= options.min_samples_to_leave_blocks;
+  double peak_rate = *std::max_element(frequency.begin(), frequency.end());
+  auto proven_cold = [&](std::size_t b) {
+    if (options.cold != ColdBlocks::LeaveInOriginal || counts[b].samples != 0) return false;
+    double rate_high = counts[b].high / static_cast<double>(cfg.blocks[b].count);
+    return rate_high < options.cold_fraction * peak_rate;
+  };
   BlockLayout l;
   l.copied.assign(cfg.blocks.size(), false);
   for (const Chain& c : chains)
     for (std::size_t b : c) l.order.push_back(b), l.copied[b] = true;
   for (std::size_t b = 0; b < cfg.blocks.size(); ++b) {
-    if (hot[b] || (may_leave && counts[b].samples == 0)) continue;
+    if (hot[b] || proven_cold(b)) continue;
     l.order.push_back(b);
     l.copied[b] = true;
   }

@@ -122,8 +122,11 @@ Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& opti
   ModulePlan plan;
   analyse(in, plan);
   std::vector<HotCode> hot;
-  for (const FunctionCfg* cfg : order(in, plan))
+  for (const FunctionCfg* cfg : order(in, plan)) {
     hot.push_back({cfg, lay_out(in, *cfg, options.layout), plan.shares_entry_bytes.count(cfg->start) > 0});
+    plan.blocks += cfg->blocks.size();
+    plan.blocks_left += cfg->blocks.size() - hot.back().layout.order.size();
+  }
   auto cache = build_code_cache(hot, in.cache_base, in.plt, options.verify);
   if (!cache) return std::unexpected(cache.error());
   plan.cache = std::move(*cache);

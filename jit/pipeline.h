@@ -50,6 +50,7 @@ struct ModulePlan {
   std::set<uint64_t> shares_entry_bytes;  // functions with another entry point where their patch would go
   std::vector<Rejection> rejected;
   uint64_t hot_samples = 0, accepted_samples = 0;  // of the hot functions asked for
+  std::size_t blocks = 0, blocks_left = 0;         // in the cache's functions; left in the original code
 };
 
 struct ModuleInput {

@@ -62,7 +62,7 @@ class CacheInProcess : public ThisBinary {
     for (BlockCount& c : counts) c.samples = rng() % 3 == 0 ? 0 : rng() % 500;
     LayoutOptions options;
     options.cold = ColdBlocks::LeaveInOriginal;
-    options.min_samples_to_leave_blocks = 0;
+    options.cold_fraction = 1.0;  // leave every unsampled, flowless block behind
     return layout_blocks(cfg, counts, options);
   }
 

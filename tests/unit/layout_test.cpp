@@ -129,7 +129,9 @@ TEST_F(Assembled, LoopStaysCompactAndColdCodeGoesLast) {
   load(kLoop);
   std::size_t err = block_at(4), body = block_at(10), dec = block_at(20), check = block_at(22), exit = block_at(26);
   auto c = counts({{10, 400}, {20, 400}, {22, 400}});
-  BlockLayout layout = layout_blocks(cfg, c);
+  LayoutOptions copy_all;
+  copy_all.cold = ColdBlocks::CopyLast;
+  BlockLayout layout = layout_blocks(cfg, c, copy_all);
   ASSERT_EQ(layout.order.size(), cfg.blocks.size());
   EXPECT_EQ(layout.order.front(), 0u);
   // The unsampled error path and exit go last, in address order.
@@ -154,7 +156,6 @@ TEST_F(Assembled, WellSampledFunctionsLeaveUnsampledBlocksInTheOriginal) {
   std::size_t err = block_at(4), exit = block_at(26);
   LayoutOptions options;
   options.cold = ColdBlocks::LeaveInOriginal;
-  options.min_samples_to_leave_blocks = 100;
   BlockLayout layout = layout_blocks(cfg, counts({{10, 400}, {20, 400}, {22, 400}}), options);
   EXPECT_FALSE(layout.copied[err]);
   EXPECT_FALSE(layout.copied[exit]);
@@ -164,9 +165,13 @@ TEST_F(Assembled, WellSampledFunctionsLeaveUnsampledBlocksInTheOriginal) {
   auto copy = at<int (*)(int, int)>(cache_base());
   EXPECT_EQ(copy(0, 200000), -1);
   EXPECT_EQ(copy(0, 10), 55);
-  // Too few samples to be sure: everything is copied.
-  options.min_samples_to_leave_blocks = 1u << 30;
-  EXPECT_TRUE(layout_blocks(cfg, counts({{10, 400}}), options).copied[err]);
+  // Too few samples to be sure (a 2-instruction block with no samples could
+  // still run at 1.85 samples per instruction, the loop runs at 10): copied.
+  BlockLayout sparse = layout_blocks(cfg, counts({{10, 10}, {20, 10}, {22, 10}}), options);
+  EXPECT_TRUE(sparse.copied[err]);
+  EXPECT_EQ(sparse.order.back(), exit) << "but still placed after the hot code";
+  options.cold = ColdBlocks::CopyLast;
+  EXPECT_TRUE(layout_blocks(cfg, counts({{10, 400}, {20, 400}, {22, 400}}), options).copied[err]);
 }
 
 TEST_F(Assembled, NoSamplesKeepsTheOriginalOrder) {

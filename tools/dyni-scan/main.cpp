@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   jit::JitOptions options;
   options.verify = false;  // verified below, function by function, to count failures
   options.layout.shuffle_seed = args.shuffle;
-  if (args.leave_cold) options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
+  if (args.shuffle) options.layout.cold = args.leave_cold ? jit::ColdBlocks::LeaveInOriginal : jit::ColdBlocks::CopyLast;
   auto plan = jit::optimize_module(input, options);
   if (!plan) {
     std::fprintf(stderr, "dyni-scan: %s\n", plan.error().message().c_str());
@@ -158,8 +158,9 @@ int main(int argc, char** argv) {
   std::map<std::string, std::size_t> unpatched;
   for (const jit::CachedFunction& f : plan->cache.functions)
     if (!f.unpatched.empty()) unpatched[jit::reason_kind(f.unpatched)]++;
-  std::printf("cache:     %zu functions, %zu bytes at %#llx\n", plan->cache.functions.size(),
-              plan->cache.bytes.size(), static_cast<unsigned long long>(plan->cache.base));
+  std::printf("cache:     %zu functions, %zu bytes at %#llx; %zu of %zu blocks left in the original code\n",
+              plan->cache.functions.size(), plan->cache.bytes.size(),
+              static_cast<unsigned long long>(plan->cache.base), plan->blocks_left, plan->blocks);
   for (const auto& [kind, n] : unpatched)
     std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
   std::size_t with_rows = 0, rows = 0;
