@@ -194,12 +194,14 @@ BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_so
 }
 
 BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>& counts,
-                          const LayoutOptions& options) {
+                          const LayoutOptions& options, const std::vector<EdgeCount>* measured) {
   if (options.shuffle_seed)
     return shuffled_layout(cfg, options.shuffle_seed, options.cold == ColdBlocks::LeaveInOriginal);
   std::vector<double> frequency = block_frequencies(cfg, counts);
-  std::vector<EdgeCount> edges = infer_edges(cfg, frequency);
-  std::vector<double> flow = block_flow(frequency, edges);
+  bool use_measured = measured && std::any_of(measured->begin(), measured->end(), [](auto& e) { return e.weight > 0; });
+  std::vector<EdgeCount> edges = use_measured ? *measured : infer_edges(cfg, frequency);
+  // Measured edges are in their own unit (branch records): flow then comes from them alone.
+  std::vector<double> flow = block_flow(use_measured ? std::vector<double>(frequency.size(), 0.0) : frequency, edges);
   std::vector<uint64_t> sizes = relocated_block_sizes(cfg);
   double peak = *std::max_element(flow.begin(), flow.end());
   std::vector<bool> hot(cfg.blocks.size());

@@ -46,8 +46,10 @@ struct BlockLayout {
 // Every block, in address order (what the original code does).
 BlockLayout original_layout(const FunctionCfg& cfg);
 
+// `measured`: edge counts from LBR (edge_profile.h), used instead of the
+// inferred ones when given and not all zero.
 BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>& counts,
-                          const LayoutOptions& options = {});
+                          const LayoutOptions& options = {}, const std::vector<EdgeCount>* measured = nullptr);
 
 // The stress layout of LayoutOptions::shuffle_seed.
 BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_some);

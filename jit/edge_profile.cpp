@@ -56,4 +56,37 @@ std::vector<EdgeCount> infer_edges(const FunctionCfg& cfg, const std::vector<dou
   return edges;
 }
 
+std::vector<EdgeCount> measured_edges(const FunctionCfg& cfg, const OffsetPairs& branches, const OffsetPairs& traces) {
+  std::map<std::pair<std::size_t, std::size_t>, double> count;
+  std::map<uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < cfg.blocks.size(); ++i) index[cfg.blocks[i].start] = i;
+  auto successor = [&](std::size_t u, uint64_t addr) {
+    const auto& succ = cfg.blocks[u].successors;
+    return std::find(succ.begin(), succ.end(), addr) != succ.end();
+  };
+  for (const auto& [key, n] : branches) {
+    uint64_t from = cfg.start + key.first, to = cfg.start + key.second;
+    const Block* u = cfg.block_at(from);
+    if (!u || cfg.instructions[u->first + u->count - 1].addr != from || !successor(u - cfg.blocks.data(), to)) continue;
+    count[{static_cast<std::size_t>(u - cfg.blocks.data()), index.at(to)}] += static_cast<double>(n);
+  }
+  for (const auto& [key, n] : traces) {
+    const Block* a = cfg.block_at(cfg.start + key.first);
+    const Block* b = cfg.block_at(cfg.start + key.second);
+    if (!a || !b || b < a) continue;
+    for (const Block* x = a; x < b; ++x) {
+      if (x->end != (x + 1)->start || !successor(x - cfg.blocks.data(), (x + 1)->start)) break;  // not straight
+      count[{static_cast<std::size_t>(x - cfg.blocks.data()), static_cast<std::size_t>(x + 1 - cfg.blocks.data())}] +=
+          static_cast<double>(n);
+    }
+  }
+  std::vector<EdgeCount> edges;
+  for (std::size_t u = 0; u < cfg.blocks.size(); ++u)
+    for (uint64_t s : cfg.blocks[u].successors) {
+      auto it = count.find({u, index.at(s)});
+      edges.push_back({u, index.at(s), it == count.end() ? 0.0 : it->second});
+    }
+  return edges;
+}
+
 }  // namespace dyni::jit

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <vector>
 
 #include "jit/block_profile.h"
@@ -24,5 +26,14 @@ std::vector<double> block_frequencies(const FunctionCfg& cfg, const std::vector<
 
 // Every in-function CFG edge with an inferred frequency.
 std::vector<EdgeCount> infer_edges(const FunctionCfg& cfg, const std::vector<double>& frequency);
+
+// Offsets from the function's start → count (jit/module_profile.h).
+using OffsetPairs = std::map<std::pair<uint64_t, uint64_t>, uint64_t>;
+
+// Every in-function CFG edge with its count measured from LBR branch stacks:
+// taken branches count where they leave a block for a successor; a
+// straight-line trace counts every fall-through it crosses. Branches that
+// match no CFG edge (calls, returns, stale records) are ignored.
+std::vector<EdgeCount> measured_edges(const FunctionCfg& cfg, const OffsetPairs& branches, const OffsetPairs& traces);
 
 }  // namespace dyni::jit

@@ -27,7 +27,15 @@ nlohmann::json ModuleProfile::to_json() const {
   for (const auto& [addr, f] : functions) {
     nlohmann::json offsets = nlohmann::json::array();
     for (auto [off, n] : f.by_offset) offsets.push_back({off, n});
-    fns.push_back({{"addr", addr}, {"samples", f.samples}, {"offsets", offsets}});
+    nlohmann::json entry = {{"addr", addr}, {"samples", f.samples}, {"offsets", offsets}};
+    auto pairs = [](const std::map<std::pair<uint64_t, uint64_t>, uint64_t>& m) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const auto& [k, n] : m) a.push_back({k.first, k.second, n});
+      return a;
+    };
+    if (!f.branches.empty()) entry["branches"] = pairs(f.branches);
+    if (!f.traces.empty()) entry["traces"] = pairs(f.traces);
+    fns.push_back(std::move(entry));
   }
   nlohmann::json calls_j = nlohmann::json::array();
   for (const CallEdge& e : calls) calls_j.push_back({e.caller, e.callee, e.weight});
@@ -45,6 +53,10 @@ Result<ModuleProfile> ModuleProfile::from_json(const nlohmann::json& j) {
       FunctionSamples s;
       s.samples = f.at("samples").get<uint64_t>();
       for (const auto& o : f.at("offsets")) s.by_offset[o.at(0).get<uint64_t>()] = o.at(1).get<uint64_t>();
+      for (const auto& b : f.value("branches", nlohmann::json::array()))
+        s.branches[{b.at(0).get<uint64_t>(), b.at(1).get<uint64_t>()}] = b.at(2).get<uint64_t>();
+      for (const auto& t : f.value("traces", nlohmann::json::array()))
+        s.traces[{t.at(0).get<uint64_t>(), t.at(1).get<uint64_t>()}] = t.at(2).get<uint64_t>();
       p.functions[f.at("addr").get<uint64_t>()] = std::move(s);
     }
     for (const auto& c : j.at("calls"))

@@ -19,6 +19,9 @@ namespace dyni::jit {
 struct FunctionSamples {
   uint64_t samples = 0;
   std::map<uint64_t, uint64_t> by_offset;  // offset from the function's start → samples
+  // LBR (hosts with a PMU), offsets from the function's start:
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> branches;  // taken branch (from, to) → count
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> traces;    // straight-line run (start, end) → count
 };
 
 struct ModuleProfile {

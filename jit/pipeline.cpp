@@ -6,6 +6,7 @@
 #include <set>
 
 #include "jit/block_profile.h"
+#include "jit/edge_profile.h"
 #include "jit/function_order.h"
 
 namespace dyni::jit {
@@ -85,7 +86,9 @@ void analyse(const ModuleInput& in, ModulePlan& plan) {
 BlockLayout lay_out(const ModuleInput& in, const FunctionCfg& cfg, const LayoutOptions& options) {
   const FunctionSamples* s = samples_of(in, cfg.start);
   if (!s && !options.shuffle_seed) return original_layout(cfg);
-  return layout_blocks(cfg, block_counts(cfg, s ? s->by_offset : std::map<uint64_t, uint64_t>{}), options);
+  if (!s) return layout_blocks(cfg, block_counts(cfg, {}), options);
+  std::vector<EdgeCount> lbr = measured_edges(cfg, s->branches, s->traces);  // all zero without LBR
+  return layout_blocks(cfg, block_counts(cfg, s->by_offset), options, &lbr);
 }
 
 // Step 3: function order by call-graph affinity.

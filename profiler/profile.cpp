@@ -22,10 +22,41 @@ void Profile::add(const Sample& sample) {
   fp.function = loc.function;
   ++fp.samples;
   ++fp.by_offset[loc.link_addr - loc.function->addr];
+  add_branches(sample);
   if (sample.callchain.empty()) return;
   // The return address points just after the call; step back one byte to land in it.
   Location caller = symbolizer_->locate(sample.callchain.front() - 1);
   if (caller.function) ++calls_[{{caller.module, caller.function->addr}, key}];
+}
+
+// LBR entries, most recent first: each is a taken branch; between the target
+// of one and the source of the next more recent one, code ran straight.
+// Only what stays inside one function is kept (the jit's edges are per function).
+void Profile::add_branches(const Sample& sample) {
+  auto same_function = [&](uint64_t a, uint64_t b, FunctionProfile*& fp, uint64_t& ao, uint64_t& bo) {
+    Location la = symbolizer_->locate(a), lb = symbolizer_->locate(b);
+    if (!la.function || la.function != lb.function || la.module != lb.module) return false;
+    auto it = functions_.find({la.module, la.function->addr});
+    if (it == functions_.end()) {
+      it = functions_.emplace(FunctionKey{la.module, la.function->addr}, FunctionProfile{}).first;
+      it->second.key = it->first;
+      it->second.function = la.function;
+    }
+    fp = &it->second;
+    ao = la.link_addr - la.function->addr;
+    bo = lb.link_addr - lb.function->addr;
+    return true;
+  };
+  const auto& br = sample.branches;
+  for (std::size_t i = 0; i < br.size(); ++i) {
+    FunctionProfile* fp = nullptr;
+    uint64_t from = 0, to = 0;
+    if (same_function(br[i].from, br[i].to, fp, from, to)) ++fp->branches[{from, to}];
+    if (i == 0) continue;
+    uint64_t start = 0, end = 0;
+    if (br[i].to <= br[i - 1].from && same_function(br[i].to, br[i - 1].from, fp, start, end))
+      ++fp->traces[{start, end}];
+  }
 }
 
 std::vector<FunctionKey> Profile::hot_set(double fraction) const {
@@ -76,7 +107,7 @@ jit::ModuleProfile Profile::module_profile(int module) const {
     out.module = symbolizer_->modules()[module].path;
   for (const auto& [key, f] : functions_) {
     if (key.first != module) continue;
-    out.functions[key.second] = {f.samples, f.by_offset};
+    out.functions[key.second] = {f.samples, f.by_offset, f.branches, f.traces};
     out.total_samples += f.samples;
   }
   for (const auto& [edge, weight] : calls_)

@@ -28,6 +28,9 @@ struct FunctionProfile {
   const elf::Function* function = nullptr;
   uint64_t samples = 0;
   std::map<uint64_t, uint64_t> by_offset;  // offset in function → samples
+  // From LBR branch stacks (hosts with a PMU), offsets in the function:
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> branches;  // taken branch (from, to) → count
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> traces;    // straight-line run (start, end) → count
 };
 
 struct HotFunction {
@@ -65,6 +68,8 @@ class Profile {
   uint64_t total_ = 0;
   uint64_t outside_modules_ = 0;
   uint64_t outside_functions_ = 0;
+  void add_branches(const Sample& sample);
+
   std::map<FunctionKey, FunctionProfile> functions_;
   std::map<std::pair<FunctionKey, FunctionKey>, uint64_t> calls_;
 };

@@ -61,12 +61,12 @@ Recorder::Recorder(Sampler sampler, std::unique_ptr<Symbolizer> symbolizer,
                    const RecorderOptions& options)
     : options_(options), sampler_(std::move(sampler)), symbolizer_(std::move(symbolizer)),
       profile_(symbolizer_.get()), started_(std::chrono::steady_clock::now()),
-      last_check_(started_) {}
+      last_check_(started_), stability_(options) {}
 
 Status Recorder::step() {
   sampler_.drain([this](const Sample& s) { profile_.add(s); });
   if (auto r = sampler_.refresh_threads(); !r) return r;
-  if (std::chrono::steady_clock::now() - last_check_ >= std::chrono::seconds(1)) check_stability();
+  if (std::chrono::steady_clock::now() - last_check_ >= std::chrono::milliseconds(250)) check_stability();
   if (done() && finished_ == std::chrono::steady_clock::time_point{})
     finished_ = std::chrono::steady_clock::now();
   return ok();
@@ -82,16 +82,22 @@ bool Recorder::timed_out() const {
   return std::chrono::steady_clock::now() - started_ >= std::chrono::seconds(options_.max_seconds);
 }
 
+bool StabilityCheck::update(const std::map<FunctionKey, uint64_t>& counts, uint64_t total) {
+  if (stable_ || total - window_start_total_ < options_.min_fresh_samples) return stable_;
+  if (window_start_total_ > 0) {
+    coverage_ = hot_set_coverage(window_start_, counts, 0.99);
+    calm_windows_ = coverage_ >= options_.stable_coverage ? calm_windows_ + 1 : 0;
+    stable_ = calm_windows_ >= 2 && total >= options_.min_samples;
+  }
+  window_start_ = counts;
+  window_start_total_ = total;
+  return stable_;
+}
+
 void Recorder::check_stability() {
-  if (profile_.total() - last_total_ < options_.min_fresh_samples) return;
   std::map<FunctionKey, uint64_t> counts;
   for (const auto& [key, fp] : profile_.functions()) counts[key] = fp.samples;
-  last_coverage_ = hot_set_coverage(last_counts_, counts, 0.99);
-  bool calm = last_coverage_ >= options_.stable_coverage;
-  calm_checks_ = calm ? calm_checks_ + 1 : 0;
-  if (calm_checks_ >= 2 && profile_.total() >= options_.min_samples) stable_ = true;
-  last_counts_ = std::move(counts);
-  last_total_ = profile_.total();
+  stable_ = stability_.update(counts, profile_.total());
   last_check_ = std::chrono::steady_clock::now();
 }
 
@@ -107,7 +113,7 @@ nlohmann::json Recorder::to_json(std::size_t top_n) const {
                                                                  : finished_;
   j["seconds"] = std::chrono::duration<double>(end - started_).count();
   j["stable"] = stable_;
-  j["hot_set_coverage"] = last_coverage_;
+  j["hot_set_coverage"] = stability_.coverage();
   return j;
 }
 

@@ -41,7 +41,9 @@ std::vector<pid_t> list_threads(pid_t pid) {
   return tids;
 }
 
-perf_event_attr make_attr(uint32_t type, uint64_t config, const SamplerOptions& o) {
+constexpr uint64_t kMaxBranches = 64;  // LBR depth is 8–32; more is a corrupt record
+
+perf_event_attr make_attr(uint32_t type, uint64_t config, const SamplerOptions& o, bool branch_stack) {
   perf_event_attr attr{};
   attr.size = sizeof attr;
   attr.type = type;
@@ -53,6 +55,10 @@ perf_event_attr make_attr(uint32_t type, uint64_t config, const SamplerOptions& 
   attr.exclude_hv = 1;
   attr.exclude_callchain_kernel = 1;
   attr.sample_max_stack = kMaxStack;
+  if (branch_stack) {
+    attr.sample_type |= PERF_SAMPLE_BRANCH_STACK;
+    attr.branch_sample_type = PERF_SAMPLE_BRANCH_USER | PERF_SAMPLE_BRANCH_ANY;
+  }
   return attr;
 }
 
@@ -67,6 +73,44 @@ int online_cpus() {
 
 }  // namespace
 
+std::optional<Sample> parse_sample(std::span<const uint8_t> body, const SampleFormat& format, pid_t& pid) {
+  const uint8_t* p = body.data();
+  const uint8_t* end = body.data() + body.size();
+  auto take = [&](auto& out) {
+    if (static_cast<std::size_t>(end - p) < sizeof out) return false;
+    std::memcpy(&out, p, sizeof out);
+    p += sizeof out;
+    return true;
+  };
+  Sample s;
+  uint32_t pid32 = 0, tid32 = 0;
+  if (!take(s.ip) || !take(pid32) || !take(tid32)) return std::nullopt;
+  pid = static_cast<pid_t>(pid32);
+  s.tid = static_cast<pid_t>(tid32);
+  if (format.callchain) {
+    uint64_t nr = 0;
+    if (!take(nr)) return std::nullopt;
+    for (uint64_t i = 0; i < nr; ++i) {
+      uint64_t frame = 0;
+      if (!take(frame)) return std::nullopt;
+      if (frame >= PERF_CONTEXT_MAX || s.callchain.size() >= kMaxStack) continue;  // context markers
+      s.callchain.push_back(frame);
+    }
+    // The chain starts with the sampled ip itself; keep only its callers.
+    if (!s.callchain.empty() && s.callchain.front() == s.ip) s.callchain.erase(s.callchain.begin());
+  }
+  if (format.branch_stack) {
+    uint64_t nr = 0;
+    if (!take(nr) || nr > kMaxBranches) return std::nullopt;
+    for (uint64_t i = 0; i < nr; ++i) {
+      uint64_t from = 0, to = 0, flags = 0;
+      if (!take(from) || !take(to) || !take(flags)) return std::nullopt;
+      s.branches.push_back({from, to});
+    }
+  }
+  return s;
+}
+
 int max_sample_rate() {
   auto text = read_file("/proc/sys/kernel/perf_event_max_sample_rate", 64);
   int rate = 0;
@@ -80,14 +124,17 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
   struct Candidate {
     uint32_t type;
     uint64_t config;
+    bool branch_stack;
     const char* name;
   };
   std::vector<Candidate> candidates;
-  if (options.allow_hardware) candidates.push_back({PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, "cycles"});
-  candidates.push_back({PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, "cpu-clock"});
+  if (options.allow_hardware && options.branch_stacks)
+    candidates.push_back({PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, true, "cycles with branch stacks"});
+  if (options.allow_hardware) candidates.push_back({PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, false, "cycles"});
+  candidates.push_back({PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, false, "cpu-clock"});
   std::string why;
   for (const auto& c : candidates) {
-    perf_event_attr attr = make_attr(c.type, c.config, options);
+    perf_event_attr attr = make_attr(c.type, c.config, options, c.branch_stack);
     int fd = perf_open(attr, pid);
     if (fd < 0) {
       why += std::string(why.empty() ? "" : "; ") + c.name + ": " + errno_text();
@@ -97,10 +144,11 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
     s.event_type_ = c.type;
     s.event_config_ = c.config;
     s.event_name_ = c.name;
+    s.format_ = {options.callchains, c.branch_stack};
     break;
   }
   if (s.event_name_.empty()) return fail("perf_event_open failed (" + why + ")");
-  if (!why.empty()) log::info("profiler: pid {}: no hardware cycles event ({}), using {}", pid, why, s.event_name_);
+  if (!why.empty()) log::info("profiler: pid {}: using {} ({})", pid, s.event_name_, why);
   s.scope_ = options.scope;
   if (s.scope_ == SamplerScope::PerCpu) {
     if (auto r = s.open_cpus(); !r) {
@@ -115,7 +163,7 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
 
 Sampler::Sampler(Sampler&& o) noexcept
     : pid_(o.pid_), options_(o.options_), event_type_(o.event_type_), event_config_(o.event_config_),
-      event_name_(std::move(o.event_name_)), scope_(o.scope_), threads_(std::move(o.threads_)),
+      event_name_(std::move(o.event_name_)), format_(o.format_), scope_(o.scope_), threads_(std::move(o.threads_)),
       tids_seen_(std::move(o.tids_seen_)), stats_(o.stats_) {
   o.threads_.clear();
 }
@@ -130,7 +178,7 @@ void Sampler::stop() {
 // One event with its ring buffer: for thread `tid` on any CPU, or (tid -1)
 // for every process on `cpu`.
 Result<Sampler::ThreadEvent> Sampler::open_event(pid_t tid, int cpu) {
-  perf_event_attr attr = make_attr(event_type_, event_config_, options_);
+  perf_event_attr attr = make_attr(event_type_, event_config_, options_, format_.branch_stack);
   int fd = perf_open(attr, tid, cpu);
   if (fd < 0) return fail(sys_error(fmt::format("perf_event_open tid {} cpu {}", tid, cpu)));
   void* ring = ::mmap(nullptr, ring_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -215,39 +263,20 @@ void Sampler::drain_one(ThreadEvent& e, const std::function<void(const Sample&)>
     record.resize(hdr.size);
     for (std::size_t i = 0; i < hdr.size; ++i) record[i] = data[(tail + i) % size];
     tail += hdr.size;
-    const uint8_t* p = record.data() + sizeof hdr;
-    const uint8_t* end = record.data() + record.size();
-    auto take = [&](auto& out) {
-      if (static_cast<std::size_t>(end - p) < sizeof out) return false;
-      std::memcpy(&out, p, sizeof out);
-      p += sizeof out;
-      return true;
-    };
+    std::span<const uint8_t> body(record.data() + sizeof hdr, record.size() - sizeof hdr);
     if (hdr.type == PERF_RECORD_LOST) {
-      uint64_t id = 0, lost = 0;
-      if (take(id) && take(lost)) stats_.lost += lost;
+      uint64_t lost_record[2] = {0, 0};  // id, lost
+      if (body.size() >= sizeof lost_record) std::memcpy(lost_record, body.data(), sizeof lost_record);
+      stats_.lost += lost_record[1];
       continue;
     }
     if (hdr.type != PERF_RECORD_SAMPLE) continue;
-    Sample s;
-    uint32_t pid = 0, tid = 0;
-    if (!take(s.ip) || !take(pid) || !take(tid)) continue;
-    if (static_cast<pid_t>(pid) != pid_) continue;  // PerCpu: another process
-    s.tid = static_cast<pid_t>(tid);
-    tids_seen_.insert(s.tid);
-    uint64_t nr = 0;
-    if (options_.callchains && take(nr)) {
-      for (uint64_t i = 0; i < nr && i < kMaxStack + 8u; ++i) {
-        uint64_t frame = 0;
-        if (!take(frame)) break;
-        if (frame >= PERF_CONTEXT_MAX) continue;  // context markers (PERF_CONTEXT_USER, ...)
-        s.callchain.push_back(frame);
-      }
-      // The chain starts with the sampled ip itself; keep only its callers.
-      if (!s.callchain.empty() && s.callchain.front() == s.ip) s.callchain.erase(s.callchain.begin());
-    }
+    pid_t pid = 0;
+    std::optional<Sample> s = parse_sample(body, format_, pid);
+    if (!s || pid != pid_) continue;  // PerCpu: another process
+    tids_seen_.insert(s->tid);
     ++stats_.samples;
-    sink(s);
+    sink(*s);
   }
   __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
 }

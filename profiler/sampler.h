@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <span>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,13 +37,31 @@ struct SamplerOptions {
   int frequency_hz = 999;
   bool callchains = true;      // frame-pointer callchains for caller→callee weights
   bool allow_hardware = true;  // try `cycles` before `cpu-clock`
+  bool branch_stacks = true;   // with `cycles`, ask for LBR branch stacks (edge counts) too
+};
+
+// A taken branch from the PMU's last-branch record.
+struct Branch {
+  uint64_t from = 0, to = 0;
 };
 
 struct Sample {
   uint64_t ip = 0;
   pid_t tid = 0;
   std::vector<uint64_t> callchain;  // user frames, innermost first, excluding ip itself
+  std::vector<Branch> branches;     // most recent first (LBR), when the event has them
 };
+
+// What a PERF_RECORD_SAMPLE carries after its header, in this order:
+// ip, pid/tid, [callchain], [branch stack].
+struct SampleFormat {
+  bool callchain = false;
+  bool branch_stack = false;
+};
+
+// Parses the body of one PERF_RECORD_SAMPLE (after perf_event_header); pid
+// comes back in `pid`. Nothing is trusted: a short record is refused.
+std::optional<Sample> parse_sample(std::span<const uint8_t> body, const SampleFormat& format, pid_t& pid);
 
 struct SamplerStats {
   uint64_t samples = 0;
@@ -66,6 +86,7 @@ class Sampler {
   void stop();
 
   const std::string& event_name() const { return event_name_; }
+  bool has_branch_stacks() const { return format_.branch_stack; }
   SamplerScope scope() const { return scope_; }
   const SamplerStats& stats() const { return stats_; }
   pid_t pid() const { return pid_; }
@@ -86,6 +107,7 @@ class Sampler {
   uint32_t event_type_ = 0;
   uint64_t event_config_ = 0;
   std::string event_name_;
+  SampleFormat format_;
   SamplerScope scope_ = SamplerScope::PerCpu;
   std::map<pid_t, ThreadEvent> threads_;  // PerThread: by tid; PerCpu: by cpu
   std::set<pid_t> tids_seen_;
