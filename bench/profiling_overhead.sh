@@ -6,7 +6,7 @@
 # B/A per ABBA group with mean and 95 % CI, and the sampler's CPU and RSS.
 #
 #   sudo bench/profiling_overhead.sh [GROUPS=6] [WINDOW=10] [BUILD_DIR=build]
-# PROBE_ARGS (default "250", dynid's default rate) picks the sampler's mode:
+# PROBE_ARGS (default "500", dynid's default rate) picks the sampler's mode:
 #   HZ [per-cpu|per-thread [callchains|no-callchains]]
 set -euo pipefail
 GROUPS_N=${1:-6} WINDOW=${2:-10}
@@ -26,7 +26,7 @@ run_b() {
   # PROBE_ARGS: HZ [per-cpu|per-thread [callchains|no-callchains]], to compare modes.
   # The probe reads mariadbd's symbols first (~0.3 s of CPU, once per profile
   # in dynid); let that finish before the window so only sampling is measured.
-  "$PROBE" "$PID" "$((WINDOW + 2))" ${PROBE_ARGS:-250} > /tmp/dyni-probe.json &
+  "$PROBE" "$PID" "$((WINDOW + 2))" ${PROBE_ARGS:-500} > /tmp/dyni-probe.json &
   local probe=$!
   sleep 1.5
   "$DB" run "$WINDOW" 2 | awk '{print $1}'

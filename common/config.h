@@ -21,7 +21,7 @@ struct Config {
   double busy_threshold_percent = 50.0;  // CPU of one core, averaged over the window
   int busy_window_ms = 3000;             // window for the busy test
   int scan_interval_ms = 500;            // how often /proc is rescanned
-  int profile_frequency_hz = 250;        // samples per second per CPU
+  int profile_frequency_hz = 500;        // samples per second per CPU
   int profile_max_seconds = 30;          // upper bound on one profiling phase
   int profile_min_samples = 1500;        // before the hot set may be called stable
   std::string log_file = "/var/log/dyni/dynid.log";
