@@ -110,6 +110,16 @@ int print_profile(const protocol::Response& response, bool json) {
             << " threads; " << p.value("hot_set_90", 0) << " functions cover 90%, "
             << p.value("hot_set_99", 0) << " cover 99%"
             << (p.value("stable", false) ? " (stable)" : "") << "\n";
+  if (p.contains("jit")) {
+    const auto& jit = p["jit"];
+    if (jit.contains("error"))
+      std::cout << "jit plan failed: " << jit.value("error", "?") << "\n";
+    else
+      std::cout << fmt::format("jit plan: {} functions ({:.1f}% of sampled CPU), {} KiB of cache, {} entries to patch"
+                               " (not injected yet)\n",
+                               jit.value("functions", 0), jit.value("sampled_cpu_accepted_percent", 0.0),
+                               jit.value("cache_bytes", 0) / 1024, jit.value("entries_patched", 0));
+  }
   std::cout << fmt::format("{:>8}  {:>8}  {:<20}  {}\n", "percent", "samples", "module", "function");
   for (const auto& f : p.value("top", nlohmann::json::array())) {
     std::string module = f.value("module", "?");

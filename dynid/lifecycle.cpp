@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "dynid/cache_plan.h"
 #include "dynid/proc_reader.h"
 
 namespace dyni {
@@ -37,7 +38,38 @@ void TargetLifecycle::run() {
   if (stop_) return;
   table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Dynimizing,
                     "hot set found");
-  // Dynimizing (lay out, inject) arrives with the jit and injection issues.
+  plan_cache();
+  // Injection (write the cache, patch the entries) arrives with its issue.
+}
+
+// Lays out the hot code (jit/pipeline.h). Only reported for now: a plan that
+// fails is logged and the target stays as it is, untouched.
+void TargetLifecycle::plan_cache() {
+  const profiler::Recorder* recorder = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    recorder = recorder_.get();
+  }
+  // The recorder is finished: nothing changes it any more, so the jit reads it
+  // without the lock and status requests are not held up meanwhile.
+  Result<nlohmann::json> plan = fail("not planned");
+  try {
+    plan = plan_code_cache(pid_, *recorder);
+  } catch (const std::exception& e) {  // a bug must cost this target its plan, not dynid its life
+    plan = fail(std::string("internal error: ") + e.what());
+  }
+  std::lock_guard lock(mutex_);
+  if (!plan) {
+    log::warn("target {} pid {}: jit: {}", name_, pid_, plan.error().message());
+    plan_ = {{"error", plan.error().message()}};
+    return;
+  }
+  plan_ = *plan;
+  log::info("target {} pid {}: jit: {} functions ({:.1f}% of sampled CPU), {} bytes of cache, {} entries to patch, "
+            "{:.2f} s (not injected yet)",
+            name_, pid_, plan_["functions"].get<std::size_t>(), plan_["sampled_cpu_accepted_percent"].get<double>(),
+            plan_["cache_bytes"].get<std::size_t>(), plan_["entries_patched"].get<std::size_t>(),
+            plan_["seconds"].get<double>());
 }
 
 // Ends the lifecycle in `state` with `reason`, sampling stopped (unless the
@@ -101,7 +133,9 @@ Status TargetLifecycle::profile_until_stable() {
 nlohmann::json TargetLifecycle::profile_json(std::size_t top_n) const {
   std::lock_guard lock(mutex_);
   if (!recorder_) return nullptr;
-  return recorder_->to_json(top_n);
+  nlohmann::json j = recorder_->to_json(top_n);
+  if (!plan_.is_null()) j["jit"] = plan_;
+  return j;
 }
 
 }  // namespace dyni

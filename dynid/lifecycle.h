@@ -39,6 +39,7 @@ class TargetLifecycle {
   Status start_profiling();
   Status check_executable();
   Status profile_until_stable();
+  void plan_cache();
   void fail_with(TargetState state, const std::string& reason);
 
   pid_t pid_;
@@ -49,6 +50,7 @@ class TargetLifecycle {
   std::atomic<bool> stop_{false};
   mutable std::mutex mutex_;  // guards recorder_ between this thread and status requests
   std::unique_ptr<profiler::Recorder> recorder_;
+  nlohmann::json plan_;  // the jit's plan for the cache (a dry run until injection lands)
   std::thread thread_;
 };
 

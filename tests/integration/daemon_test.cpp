@@ -268,6 +268,17 @@ TEST_F(Daemon, ProfilesABusyTargetUntilItsHotSetIsStable) {
   EXPECT_EQ(stranger.err, "dyni: pid 1 is not a dyni target (see dyni -status)\n");
   EXPECT_NE(host.log().find("profiling -> dynimizing (hot set found)"), std::string::npos);
   EXPECT_EQ(perf_events_open(host.daemon_pid()), 0) << "sampling must stop once profiled";
+  // The jit plans the cache for the hot set (a dry run until injection lands).
+  nlohmann::json plan;
+  for (int i = 0; i < 100 && plan.is_null(); ++i, std::this_thread::sleep_for(100ms))
+    plan = nlohmann::json::parse(host.dyni({"-profile=" + std::to_string(hot), "-json"}).out)["profile"].value("jit", nlohmann::json());
+  ASSERT_FALSE(plan.is_null()) << host.log();
+  EXPECT_FALSE(plan.contains("error")) << plan.dump();
+  EXPECT_GE(plan["functions"].get<int>(), 20) << "most of dyni-hot's 24 hot functions are in the 99 % set: " << plan.dump();
+  EXPECT_GE(plan["sampled_cpu_accepted_percent"].get<double>(), 95.0) << plan.dump();
+  EXPECT_GT(plan["cache_bytes"].get<int>(), 0);
+  EXPECT_NE(host.log().find("jit: "), std::string::npos);
+  EXPECT_NE(host.dyni({"-profile=" + std::to_string(hot)}).out.find("jit plan: "), std::string::npos);
 }
 
 // Any process can be named like a database; a broken binary must not hurt dynid.

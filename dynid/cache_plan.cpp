@@ -1,0 +1,68 @@
+// Running jit::optimize_module on a target's executable.
+#include "dynid/cache_plan.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+
+#include "dynid/proc_reader.h"
+#include "elf/elf_file.h"
+#include "jit/cfg.h"
+#include "jit/pipeline.h"
+
+namespace dyni {
+namespace {
+
+// Where the cache would go, in the module's link-time numbering: 64 MiB below
+// its code (or above, for a module linked near 0). Injection picks the real
+// address (within ±2 GB of the loaded module) and re-emits for it (~0.1 s).
+uint64_t provisional_base(const elf::FunctionTable& functions) {
+  uint64_t low = UINT64_MAX, high = 0;
+  for (const elf::Function& f : functions.functions()) low = std::min(low, f.addr), high = std::max(high, f.addr + f.size);
+  constexpr uint64_t kGap = 64ull << 20;
+  return low > kGap ? (low - kGap) & ~0xfffull : (high + kGap) & ~0xfffull;
+}
+
+nlohmann::json summary(const jit::ModulePlan& plan, const std::string& module, double seconds) {
+  std::map<std::string, std::size_t> rejected;
+  for (const jit::Rejection& r : plan.rejected) rejected[jit::reason_kind(r.reason)]++;
+  std::size_t patched = 0;
+  for (const jit::CachedFunction& f : plan.cache.functions) patched += !f.patch.entries.empty();
+  double share = plan.hot_samples ? 100.0 * static_cast<double>(plan.accepted_samples) / static_cast<double>(plan.hot_samples) : 0;
+  return {{"module", module},
+          {"functions", plan.cache.functions.size()},
+          {"entries_patched", patched},
+          {"cache_bytes", plan.cache.bytes.size()},
+          {"sampled_cpu_accepted_percent", share},
+          {"blocks_left_in_original", plan.blocks_left},
+          {"rejected", rejected},
+          {"seconds", seconds}};
+}
+
+}  // namespace
+
+Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto exe = read_exe("/proc", pid);
+  if (!exe) return std::unexpected(exe.error());
+  const auto& modules = recorder.symbolizer().modules();
+  int index = -1;
+  for (std::size_t i = 0; i < modules.size(); ++i)
+    if (modules[i].path == exe->path && modules[i].functions) index = static_cast<int>(i);
+  if (index < 0) return fail("executable " + exe->path + " has no function table");
+  // The file as the process maps it, even if replaced or deleted on disk.
+  auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid));
+  if (!file) return std::unexpected(file.error());
+  jit::ModuleProfile profile = recorder.profile().module_profile(index);
+  const elf::FunctionTable& functions = *modules[static_cast<std::size_t>(index)].functions;
+  jit::ModuleImage image(*file);
+  jit::ModuleInput input{&functions, &image, &profile, profile.hot_set(0.99), provisional_base(functions), {}, {}, 0};
+  jit::use_unwind_info(input, *file);
+  auto plan = jit::optimize_module(input);  // the verifier stays on: this is a dry run
+  if (!plan) return std::unexpected(plan.error());
+  return summary(*plan, exe->path,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+}  // namespace dyni
