@@ -21,7 +21,10 @@ namespace dyni::profiler {
 namespace {
 
 constexpr std::size_t kRingPages = 64;  // data pages per thread (power of two): 256 KiB
-constexpr uint16_t kMaxStack = 64;
+// Callchain depth the kernel walks per sample: the sampled ip and its caller
+// are all the profile uses (caller→callee weights), and every frame walked is
+// a read of user memory inside the sampling interrupt.
+constexpr uint16_t kMaxStack = 4;
 
 std::size_t page_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
 std::size_t ring_bytes() { return (kRingPages + 1) * page_size(); }
