@@ -50,9 +50,7 @@ int main(int argc, char** argv) {
   }
   jit::ModuleImage image(*file);
   double load = cpu_seconds() - t0;
-  uint64_t end = 0;
-  for (const auto& f : table->functions()) end = std::max(end, f.addr + f.size);
-  uint64_t cache_base = (end + (256ull << 20)) & ~0xfffull;  // like a cache mapped near the module
+  uint64_t cache_base = jit::provisional_cache_base(*table);
   jit::ModuleInput input{&*table, &image, &*profile, profile->hot_set(fraction), cache_base, {}, {}, 0};
   jit::use_unwind_info(input, *file);
   std::vector<double> plain, verified;

@@ -14,16 +14,6 @@
 namespace dyni {
 namespace {
 
-// Where the cache would go, in the module's link-time numbering: 64 MiB below
-// its code (or above, for a module linked near 0). Injection picks the real
-// address (within ±2 GB of the loaded module) and re-emits for it (~0.1 s).
-uint64_t provisional_base(const elf::FunctionTable& functions) {
-  uint64_t low = UINT64_MAX, high = 0;
-  for (const elf::Function& f : functions.functions()) low = std::min(low, f.addr), high = std::max(high, f.addr + f.size);
-  constexpr uint64_t kGap = 64ull << 20;
-  return low > kGap ? (low - kGap) & ~0xfffull : (high + kGap) & ~0xfffull;
-}
-
 nlohmann::json summary(const jit::ModulePlan& plan, const std::string& module, double seconds) {
   std::map<std::string, std::size_t> rejected;
   for (const jit::Rejection& r : plan.rejected) rejected[jit::reason_kind(r.reason)]++;
@@ -57,7 +47,7 @@ Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& reco
   jit::ModuleProfile profile = recorder.profile().module_profile(index);
   const elf::FunctionTable& functions = *modules[static_cast<std::size_t>(index)].functions;
   jit::ModuleImage image(*file);
-  jit::ModuleInput input{&functions, &image, &profile, profile.hot_set(0.99), provisional_base(functions), {}, {}, 0};
+  jit::ModuleInput input{&functions, &image, &profile, profile.hot_set(0.99), jit::provisional_cache_base(functions), {}, {}, 0};
   jit::use_unwind_info(input, *file);
   auto plan = jit::optimize_module(input);  // the verifier stays on: this is a dry run
   if (!plan) return std::unexpected(plan.error());

@@ -23,10 +23,6 @@ struct Piece {
   bool dropped = false;             // a jmp made redundant by the layout: no bytes
 };
 
-bool is_rel8_only(const Instruction& in) {
-  return in.flow == Flow::CondBranch && relocated_length(in) > 6;
-}
-
 bool falls_through(const Instruction& in) {
   return in.flow == Flow::Next || in.flow == Flow::Call || in.flow == Flow::IndirectCall ||
          in.flow == Flow::CondBranch;

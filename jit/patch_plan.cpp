@@ -8,11 +8,15 @@
 
 namespace dyni::jit {
 
-Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
-  // With CET's indirect-branch tracking, indirect calls must land on endbr64:
-  // it stays, and the jmp goes right after it.
+// With CET's indirect-branch tracking, indirect calls must land on endbr64:
+// it stays, and the jmp goes right after it.
+uint64_t patch_address(const FunctionCfg& cfg) {
   bool endbr = !cfg.instructions.empty() && cfg.instructions[0].mnemonic == ZYDIS_MNEMONIC_ENDBR64;
-  uint64_t entry = cfg.start + (endbr ? cfg.instructions[0].length : 0), end = entry + kEntryPatchSize;
+  return cfg.start + (endbr ? cfg.instructions[0].length : 0);
+}
+
+Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
+  uint64_t entry = patch_address(cfg), end = entry + kEntryPatchSize;
   if (cfg.end < end) return fail(fmt::format("too small to patch at {:#x}", entry));
   auto inside_entry = [&](uint64_t a) { return a > entry && a < end; };  // landing on `entry` itself is fine
   for (const Instruction& in : cfg.instructions)

@@ -32,4 +32,7 @@ struct FunctionPatch {
 
 Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry);
 
+// Where `cfg`'s entry patch goes: its start, or just after a leading endbr64.
+uint64_t patch_address(const FunctionCfg& cfg);
+
 }  // namespace dyni::jit

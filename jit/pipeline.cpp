@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "jit/block_profile.h"
@@ -48,11 +49,6 @@ std::set<uint64_t> entry_points(const ModuleInput& in, const std::map<uint64_t, 
   return out;
 }
 
-// Where the entry patch of `cfg` ends (after a leading endbr64, as patch_plan.h puts it).
-uint64_t patch_end(const FunctionCfg& cfg) {
-  bool endbr = !cfg.instructions.empty() && cfg.instructions[0].mnemonic == ZYDIS_MNEMONIC_ENDBR64;
-  return cfg.start + (endbr ? cfg.instructions[0].length : 0) + kEntryPatchSize;
-}
 
 // Step 1: analyse, keeping the functions that are fully understood
 // (including their unwind info, which their copies will need).
@@ -76,7 +72,7 @@ void analyse(const ModuleInput& in, ModulePlan& plan) {
     }
     if (*unwind) plan.original_unwind[addr] = std::move(**unwind);
     auto next_entry = entries.upper_bound(addr);
-    if (next_entry != entries.end() && *next_entry < patch_end(*cfg)) plan.shares_entry_bytes.insert(addr);
+    if (next_entry != entries.end() && *next_entry < patch_address(*cfg) + kEntryPatchSize) plan.shares_entry_bytes.insert(addr);
     plan.accepted_samples += samples;
     plan.cfgs.push_back(std::make_unique<FunctionCfg>(std::move(*cfg)));
   }
@@ -110,6 +106,12 @@ std::vector<const FunctionCfg*> order(const ModuleInput& in, const ModulePlan& p
 }
 
 }  // namespace
+
+uint64_t provisional_cache_base(const elf::FunctionTable& functions) {
+  uint64_t end = 0;
+  for (const elf::Function& f : functions.functions()) end = std::max(end, f.addr + f.size);
+  return (end + (256ull << 20)) & ~0xfffull;
+}
 
 void use_unwind_info(ModuleInput& input, const elf::ElfFile& file) {
   const elf::Section* eh = file.find_section(".eh_frame");

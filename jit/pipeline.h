@@ -64,6 +64,11 @@ struct ModuleInput {
   uint64_t eh_frame_addr = 0;
 };
 
+// A cache address for planning, in the module's link-time numbering: 256 MiB
+// past its last function, page-aligned, well within ±2 GB of all its code.
+// Injection picks the real address near the loaded module and re-emits (~0.1 s).
+uint64_t provisional_cache_base(const elf::FunctionTable& functions);
+
 // Points `input` at `file`'s .eh_frame (its functions' unwind rows).
 void use_unwind_info(ModuleInput& input, const elf::ElfFile& file);
 

@@ -11,15 +11,10 @@ namespace {
 
 enum class Kind { Copy, PatchDisp, PatchImm32, WidenJmp8, WidenJcc8, ExpandRel8Only };
 
-bool is_rel8_only(ZydisMnemonic m) {
-  return m == ZYDIS_MNEMONIC_JRCXZ || m == ZYDIS_MNEMONIC_JECXZ || m == ZYDIS_MNEMONIC_LOOP ||
-         m == ZYDIS_MNEMONIC_LOOPE || m == ZYDIS_MNEMONIC_LOOPNE;
-}
-
 Kind kind_of(const Instruction& in) {
   if (in.rip_relative) return Kind::PatchDisp;
   if (!in.has_target) return Kind::Copy;
-  if (is_rel8_only(in.mnemonic)) return Kind::ExpandRel8Only;
+  if (is_rel8_only(in)) return Kind::ExpandRel8Only;
   if (in.imm.size == 32) return Kind::PatchImm32;
   if (in.flow == Flow::Branch) return Kind::WidenJmp8;
   return Kind::WidenJcc8;
@@ -41,6 +36,12 @@ void put32(std::vector<uint8_t>& out, std::size_t offset, int32_t v) {
 std::size_t prefix_length(const Instruction& in) { return in.prefix_count; }
 
 }  // namespace
+
+bool is_rel8_only(const Instruction& in) {
+  ZydisMnemonic m = in.mnemonic;
+  return m == ZYDIS_MNEMONIC_JRCXZ || m == ZYDIS_MNEMONIC_JECXZ || m == ZYDIS_MNEMONIC_LOOP ||
+         m == ZYDIS_MNEMONIC_LOOPE || m == ZYDIS_MNEMONIC_LOOPNE;
+}
 
 Status check_relocatable(const Instruction& in) {
   if (in.rip_relative && in.disp.size != 32)

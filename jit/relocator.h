@@ -23,6 +23,10 @@ namespace dyni::jit {
 // not): checked during analysis, so emission fails only on distance.
 Status check_relocatable(const Instruction& in);
 
+// jrcxz/jecxz/loop*: branches with only a rel8 form, which relocate() expands
+// into three instructions ending in the jmp rel32 that carries the target.
+bool is_rel8_only(const Instruction& in);
+
 // The length relocate() will produce for `in` (known before addresses are).
 std::size_t relocated_length(const Instruction& in);
 

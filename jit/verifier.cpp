@@ -117,7 +117,7 @@ class Verifier {
 
   Status check_instruction(const TranslationEntry& t, const Instruction& o, uint64_t next) const {
     // An expanded rel8-only branch ends in the jmp rel32 that carries its target.
-    bool expanded = o.has_target && next - t.new_addr == o.length + 7u;
+    bool expanded = is_rel8_only(o);
     auto d = decode_at(expanded ? next - 5 : t.new_addr, next);
     if (!d) return fail("verifier: " + d.error().message());
     if (t.kind == Translation::Inverted) {

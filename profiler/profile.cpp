@@ -5,6 +5,15 @@
 
 namespace dyni::profiler {
 
+// The profile of the function `loc` lies in (made on first use).
+FunctionProfile& Profile::profile_of(const Location& loc) {
+  FunctionKey key{loc.module, loc.function->addr};
+  FunctionProfile& fp = functions_[key];
+  fp.key = key;
+  fp.function = loc.function;
+  return fp;
+}
+
 void Profile::add(const Sample& sample) {
   ++total_;
   Location loc = symbolizer_->locate(sample.ip);
@@ -16,10 +25,8 @@ void Profile::add(const Sample& sample) {
     ++outside_functions_;
     return;
   }
-  FunctionKey key{loc.module, loc.function->addr};
-  FunctionProfile& fp = functions_[key];
-  fp.key = key;
-  fp.function = loc.function;
+  FunctionProfile& fp = profile_of(loc);
+  FunctionKey key = fp.key;
   ++fp.samples;
   ++fp.by_offset[loc.link_addr - loc.function->addr];
   add_branches(sample);
@@ -36,13 +43,7 @@ void Profile::add_branches(const Sample& sample) {
   auto same_function = [&](uint64_t a, uint64_t b, FunctionProfile*& fp, uint64_t& ao, uint64_t& bo) {
     Location la = symbolizer_->locate(a), lb = symbolizer_->locate(b);
     if (!la.function || la.function != lb.function || la.module != lb.module) return false;
-    auto it = functions_.find({la.module, la.function->addr});
-    if (it == functions_.end()) {
-      it = functions_.emplace(FunctionKey{la.module, la.function->addr}, FunctionProfile{}).first;
-      it->second.key = it->first;
-      it->second.function = la.function;
-    }
-    fp = &it->second;
+    fp = &profile_of(la);
     ao = la.link_addr - la.function->addr;
     bo = lb.link_addr - lb.function->addr;
     return true;

@@ -69,6 +69,7 @@ class Profile {
   uint64_t outside_modules_ = 0;
   uint64_t outside_functions_ = 0;
   void add_branches(const Sample& sample);
+  FunctionProfile& profile_of(const Location& loc);
 
   std::map<FunctionKey, FunctionProfile> functions_;
   std::map<std::pair<FunctionKey, FunctionKey>, uint64_t> calls_;

@@ -121,15 +121,14 @@ int main(int argc, char** argv) {
   jit::ModuleImage image(*file);
   jit::ModuleInput input{&*table, &image, args.profile.empty() ? nullptr : &*profile, {}, 0, {}, {}, 0};
   jit::use_unwind_info(input, *file);
-  uint64_t bytes_all = 0, end = 0;
+  uint64_t bytes_all = 0;
   for (const auto& f : table->functions()) {
     bool wanted = input.profile ? profile->functions.count(f.addr) > 0 : image.is_code(f.addr);
     if (!wanted) continue;
     input.hot.push_back(f.addr);
     bytes_all += f.size;
-    end = std::max(end, f.addr + f.size);
   }
-  input.cache_base = (end + (256ull << 20)) & ~0xfffull;  // like a cache mapped near the module
+  input.cache_base = jit::provisional_cache_base(*table);
   jit::JitOptions options;
   options.verify = false;  // verified below, function by function, to count failures
   options.layout.shuffle_seed = args.shuffle;
