@@ -6,10 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <iterator>
 #include <cmath>
 #include <map>
 #include <set>
+#include <sstream>
 #include <fstream>
 #include <thread>
 
@@ -133,60 +137,104 @@ std::string perf_style_name(const std::string& name) {
   return name.substr(name_start, params - name_start);
 }
 
-// Percent per symbol from `perf report`, only named symbols ("[.] name").
-std::map<std::string, double> perf_report(const std::string& data, const std::string& out, pid_t pid) {
-  std::map<std::string, double> theirs;
-  if (system(("perf report -q -i " + data + " --pid " + std::to_string(pid) +
-              " --sort sym --percent-limit 0 --stdio > " + out + " 2>/dev/null").c_str()) != 0)
+// Samples per function name, and the process's total (unnamed samples included).
+struct Counts {
+  std::map<std::string, double> by_name;
+  double total = 0;
+  double percent(const std::string& name) const {
+    auto it = by_name.find(name);
+    return it == by_name.end() || total == 0 ? 0.0 : 100.0 * it->second / total;
+  }
+  std::set<std::string> top20() const {
+    std::vector<std::pair<std::string, double>> v(by_name.begin(), by_name.end());
+    std::sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.second > y.second; });
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < v.size() && i < 20; ++i) names.insert(v[i].first);
+    return names;
+  }
+};
+
+// `pid`'s samples in perf's data, counted from `perf script` (one line per
+// sample: pid, ip, symbol). (`perf report --pid` is not used: on system-wide
+// data it gives percentages of every process's samples and, here, dropped
+// libc's __libc_recv entirely.)
+Counts perf_counts(const std::string& data, const std::string& out, pid_t pid) {
+  Counts theirs;
+  if (system(fmt::format("perf script -i {} -F pid,ip,sym > {} 2>/dev/null", data, out).c_str()) != 0)
     return theirs;
   std::ifstream in(out);
   for (std::string line; std::getline(in, line);) {
-    std::size_t pct = line.find('%'), sym = line.find("[.] ");
-    if (pct == std::string::npos || sym == std::string::npos) continue;
-    std::string name = line.substr(sym + 4);
-    while (!name.empty() && name.back() == ' ') name.pop_back();
-    if (name.starts_with("0x")) continue;  // an address perf could not name
-    theirs[name] += std::stod(line.substr(0, pct));
+    std::istringstream fields(line);
+    pid_t sample_pid = 0;
+    std::string ip, name;
+    if (!(fields >> sample_pid >> ip) || sample_pid != pid) continue;
+    ++theirs.total;
+    std::getline(fields >> std::ws, name);
+    if (!name.empty() && name != "[unknown]") theirs.by_name[name] += 1;
   }
   return theirs;
 }
 
-// Samples `pid` with dynid's profiler (in `scope`) and with `perf record -p`
-// at the same time for `seconds`; the top-20 named functions overlap in >= 18
-// and agree within 2 percentage points.
-void compare_with_perf(pid_t pid, int seconds, const std::string& dir, SamplerScope scope) {
+Counts our_counts(const Profile& ours) {
+  Counts mine;
+  mine.total = static_cast<double>(ours.total());
+  for (const HotFunction& h : ours.top(ours.functions().size()))
+    if (!h.name.starts_with("func_"))  // no symbol: perf shows an address, not comparable
+      mine.by_name[perf_style_name(h.name)] += static_cast<double>(h.samples);
+  return mine;
+}
+
+// Samples `pid` with dynid's profiler (in `scope`, at `hz`) and with `perf
+// record` (same event, scope and rate) at the same time for `seconds`. Every
+// function in both top-20 lists agrees within 2 percentage points, and the
+// top-20 sets overlap in >= 18 functions, where a function that one side ranks
+// in its top 20 and the other just below still counts as agreeing when its two
+// shares differ by less than 3 standard errors: it crossed the 20th place by
+// sampling noise, not because a sampler is wrong. Noise decides the top-20
+// *set* of a flat profile: on mariadbd under sysbench, ranks 12-25 lie within
+// ~0.15 points of each other, and two `perf record -a` runs sampling the same
+// run at 2 kHz (22k samples each) share only 15-16 of their top 20 (drawing two
+// 20k-sample profiles from one distribution gives 16.4 on average). A sampler
+// that is off for a function shows a share difference of many standard errors.
+void compare_with_perf(pid_t pid, int seconds, const std::string& dir, SamplerScope scope, int hz) {
   auto symbolizer = Symbolizer::for_process(pid);
   ASSERT_TRUE(symbolizer) << symbolizer.error().message();
   std::string data = dir + "/perf.data";
-  std::string perf_cmd = "perf record -q -e cpu-clock:u -F 999 -o " + data + " -p " +
-                         std::to_string(pid) + " -- sleep " + std::to_string(seconds) + " >/dev/null 2>&1";
+  // perf in the same scope as ours: per-CPU events (-a, counted for `pid`) or
+  // per-thread events (-p).
+  std::string target = scope == SamplerScope::PerCpu ? std::string("-a") : "-p " + std::to_string(pid);
+  std::string perf_cmd = fmt::format("perf record -q -e cpu-clock:u -F {} -o {} {} -- sleep {} >/dev/null 2>&1",
+                                     hz, data, target, seconds);
   std::thread perf([&] { EXPECT_EQ(system(perf_cmd.c_str()), 0); });
   SamplerOptions options;
   options.scope = scope;
+  options.frequency_hz = hz;
   Profile ours = record(pid, std::chrono::seconds(seconds), *symbolizer, nullptr, options);
   perf.join();
-  std::map<std::string, double> theirs = perf_report(data, dir + "/report.txt", pid);
-  ASSERT_GE(theirs.size(), 20u);
-  std::vector<std::pair<std::string, double>> top_theirs(theirs.begin(), theirs.end());
-  std::sort(top_theirs.begin(), top_theirs.end(), [](auto& a, auto& b) { return a.second > b.second; });
-  top_theirs.resize(20);
-  std::vector<HotFunction> top_ours;
-  for (const HotFunction& h : ours.top(200))
-    if (!h.name.starts_with("func_") && top_ours.size() < 20) top_ours.push_back(h);
-  int overlap = 0;
-  std::string table;
-  for (const auto& h : top_ours) {
-    std::string name = perf_style_name(h.name);
-    table += fmt::format("{:6.2f}%  {}\n", h.percent, name);
-    for (const auto& [their_name, their_pct] : top_theirs) {
-      if (their_name != name) continue;
+  Counts theirs = perf_counts(data, dir + "/script.txt", pid), mine = our_counts(ours);
+  ASSERT_GE(theirs.by_name.size(), 20u);
+  ASSERT_GE(mine.by_name.size(), 20u);
+  std::set<std::string> top_mine = mine.top20(), top_theirs = theirs.top20(), both;
+  std::set_union(top_mine.begin(), top_mine.end(), top_theirs.begin(), top_theirs.end(),
+                 std::inserter(both, both.end()));
+  int overlap = 0, noise = 0;
+  std::string table = fmt::format("   ours    perf   std.err  (top 20 of: o ours, p perf; samples {} ours, {} perf)\n",
+                                  mine.total, theirs.total);
+  for (const std::string& name : both) {
+    double a = mine.percent(name), b = theirs.percent(name);
+    double se = std::sqrt(a * (100 - a) / mine.total + b * (100 - b) / theirs.total);
+    bool in_mine = top_mine.count(name), in_theirs = top_theirs.count(name);
+    table += fmt::format("{:6.2f}% {:6.2f}%  {:6.3f}  {}{}  {}\n", a, b, se, in_mine ? 'o' : ' ',
+                         in_theirs ? 'p' : ' ', name);
+    EXPECT_NEAR(a, b, 2.0) << name;
+    if (in_mine && in_theirs)
       ++overlap;
-      EXPECT_NEAR(h.percent, their_pct, 2.0) << name;
-    }
+    else if (std::abs(a - b) < 3 * se)
+      ++noise;
   }
-  std::string their_table;
-  for (const auto& [name, pct] : top_theirs) their_table += fmt::format("{:6.2f}%  {}\n", pct, name);
-  EXPECT_GE(overlap, 18) << "top-20 sets differ; ours:\n" << table << "perf's:\n" << their_table;
+  std::printf("top-20 overlap %d, plus %d that crossed the 20th place within noise\n%s", overlap, noise,
+              table.c_str());
+  EXPECT_GE(overlap + noise / 2, 18) << "top-20 sets differ:\n" << table;
 }
 
 TEST(PerfStyleName, StripsReturnTypeAndParameters) {
@@ -200,7 +248,7 @@ TEST_F(Profiler, AgreesWithPerfRecord) {
   if (system("perf --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "perf not installed (apt-get install linux-perf)";
   pid_t pid = host.spawn({DYNI_TEST_HOT, "20", "2"});
   std::this_thread::sleep_for(300ms);
-  compare_with_perf(pid, 4, host.dir(), SamplerScope::PerCpu);  // dynid's default scope
+  compare_with_perf(pid, 4, host.dir(), SamplerScope::PerCpu, 999);  // dynid's default scope
 }
 
 // A real mariadbd under sysbench oltp_read_only (bench/mariadb.sh), as in DESIGN.md §6.
@@ -216,13 +264,9 @@ TEST_F(Profiler, AgreesWithPerfRecordOnMariadbUnderSysbench) {
   pid_t pid = 0;
   pid_file >> pid;
   ASSERT_GT(pid, 0);
-  std::thread load([&] { system((env + script + " run 14 2 >/dev/null").c_str()); });
+  std::thread load([&] { system((env + script + " run 18 2 >/dev/null").c_str()); });
   std::this_thread::sleep_for(3s);  // warm up
-  // Like with like: per-thread events on both sides. (dynid's default per-CPU
-  // scope agrees on mariadbd's own functions within ~0.5 points, but sees 1.5-2.5
-  // points fewer samples in libc's recv/send wrappers than `perf record -a`
-  // does: not understood yet, see the issue notes.)
-  compare_with_perf(pid, 8, host.dir(), SamplerScope::PerThread);
+  compare_with_perf(pid, 12, host.dir(), SamplerScope::PerCpu, 2000);  // dynid's default scope
   load.join();
   system((env + script + " stop >/dev/null").c_str());
   for (int i = 0; i < 100 && test::DyniHost::alive(pid); ++i) std::this_thread::sleep_for(100ms);
