@@ -1,9 +1,13 @@
 // Whole-file read, atomic write, directory creation.
 #include "common/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <charconv>
+#include <string_view>
 
 #include "common/errno_text.h"
 
@@ -66,6 +70,20 @@ Status ensure_dir_p(const std::string& path, mode_t mode) {
     if (auto parent = ensure_dir_p(path.substr(0, slash), 0755); !parent) return parent;
   }
   return ensure_dir(path, mode);
+}
+
+std::vector<pid_t> list_numeric_entries(const std::string& dir) {
+  std::vector<pid_t> ids;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return ids;
+  while (dirent* entry = ::readdir(d)) {
+    pid_t id = 0;
+    std::string_view name(entry->d_name);
+    auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
+    if (ec == std::errc() && end == name.data() + name.size() && id > 0) ids.push_back(id);
+  }
+  ::closedir(d);
+  return ids;
 }
 
 }  // namespace dyni

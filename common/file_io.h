@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -18,5 +19,8 @@ Status ensure_dir(const std::string& path, mode_t mode);
 // mkdir -p: creates missing parents (0755) and `path` with `mode`; an existing
 // `path` is left as it is.
 Status ensure_dir_p(const std::string& path, mode_t mode);
+// The positive numeric entries of a directory: the pids of /proc, the thread
+// ids of /proc/PID/task. Empty when the directory cannot be read.
+std::vector<pid_t> list_numeric_entries(const std::string& dir);
 
 }  // namespace dyni

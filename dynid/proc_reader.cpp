@@ -1,7 +1,6 @@
 // /proc parsing for discovery: stat fields, exe link, namespaces, pid list.
 #include "dynid/proc_reader.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -81,18 +80,6 @@ std::string read_mount_namespace(const std::string& proc_root, pid_t pid) {
   return link ? *link : "";
 }
 
-std::vector<pid_t> list_pids(const std::string& proc_root) {
-  std::vector<pid_t> pids;
-  DIR* dir = ::opendir(proc_root.c_str());
-  if (!dir) return pids;
-  while (dirent* entry = ::readdir(dir)) {
-    pid_t pid = 0;
-    std::string_view name(entry->d_name);
-    auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
-    if (ec == std::errc() && end == name.data() + name.size() && pid > 0) pids.push_back(pid);
-  }
-  ::closedir(dir);
-  return pids;
-}
+std::vector<pid_t> list_pids(const std::string& proc_root) { return list_numeric_entries(proc_root); }
 
 }  // namespace dyni

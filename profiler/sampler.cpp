@@ -1,7 +1,6 @@
 // perf_event_open per thread, ring-buffer reading, hardware→software fallback.
 #include "profiler/sampler.h"
 
-#include <dirent.h>
 #include <linux/perf_event.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -30,18 +29,7 @@ std::size_t page_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE
 std::size_t ring_bytes() { return (kRingPages + 1) * page_size(); }
 
 std::vector<pid_t> list_threads(pid_t pid) {
-  std::vector<pid_t> tids;
-  std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return tids;
-  while (dirent* e = ::readdir(d)) {
-    pid_t tid = 0;
-    std::string_view name(e->d_name);
-    if (std::from_chars(name.data(), name.data() + name.size(), tid).ec == std::errc() && tid > 0)
-      tids.push_back(tid);
-  }
-  ::closedir(d);
-  return tids;
+  return list_numeric_entries("/proc/" + std::to_string(pid) + "/task");
 }
 
 constexpr uint64_t kMaxBranches = 64;  // LBR depth is 8–32; more is a corrupt record

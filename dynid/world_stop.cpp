@@ -1,0 +1,174 @@
+// ptrace stop-the-world for one target: seize, interrupt, re-list, detach.
+#include "dynid/world_stop.h"
+
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/errno_text.h"
+#include "common/file_io.h"
+#include "common/log.h"
+
+namespace dyni {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Why PTRACE_SEIZE of a listed thread said EPERM: the kernel attached it for
+// us already (TRACECLONE, its event not read yet), or it is exiting (a thread
+// past exit cannot be attached), or something else holds it.
+enum class SeizeRefusal { OursAlready, Exiting, Other };
+
+SeizeRefusal why_refused(pid_t pid, pid_t tid) {
+  auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
+  if (!status) return SeizeRefusal::Exiting;  // gone by now
+  auto field = [&](const char* name) {
+    std::size_t at = status->find(name);
+    return at == std::string::npos ? std::string() : status->substr(at + std::strlen(name));
+  };
+  if (std::atoi(field("TracerPid:").c_str()) == ::getpid()) return SeizeRefusal::OursAlready;
+  std::string state = field("State:");
+  std::size_t letter = state.find_first_not_of(" \t");
+  if (letter != std::string::npos && (state[letter] == 'Z' || state[letter] == 'X')) return SeizeRefusal::Exiting;
+  return SeizeRefusal::Other;
+}
+
+}  // namespace
+
+WorldStop::WorldStop(WorldStop&& other) noexcept
+    : pid_(other.pid_), threads_(std::move(other.threads_)), stop_time_(other.stop_time_) {
+  other.threads_.clear();
+}
+
+Result<WorldStop> WorldStop::stop(pid_t pid, std::chrono::milliseconds timeout) {
+  WorldStop w(pid);
+  const auto start = Clock::now(), deadline = start + timeout;
+  // Re-list until a listing shows no thread we do not hold and all have
+  // stopped: a thread cloned before its creator stopped shows up here or as a
+  // TRACECLONE event, and is then held like the others.
+  for (;;) {
+    if (auto r = w.seize_new_threads(); !r) return std::unexpected(r.error());  // w resumes what it holds
+    if (auto r = w.wait_for_stops(deadline); !r) return std::unexpected(r.error());
+    std::size_t held = w.threads_.size();
+    if (auto r = w.seize_new_threads(); !r) return std::unexpected(r.error());
+    if (w.threads_.size() == held && w.all_stopped()) break;
+  }
+  if (w.threads_.empty()) return fail(fmt::format("process {} is gone", pid));
+  for (auto& [tid, t] : w.threads_) {
+    if (::ptrace(PTRACE_GETREGS, tid, nullptr, &t.regs) != 0)
+      return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
+  }
+  w.stop_time_ = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+  return w;
+}
+
+// Seizes and interrupts every listed thread not yet held. A thread that exits
+// meanwhile is skipped; one the kernel already attached for us (TRACECLONE,
+// its event not read yet) is held without a second seize.
+Status WorldStop::seize_new_threads() {
+  for (pid_t tid : list_numeric_entries(fmt::format("/proc/{}/task", pid_))) {
+    if (threads_.count(tid)) continue;
+    if (::ptrace(PTRACE_SEIZE, tid, nullptr, PTRACE_O_TRACECLONE) != 0) {
+      int err = errno;
+      if (err == ESRCH) continue;  // exited between listing and seizing
+      SeizeRefusal why = err == EPERM ? why_refused(pid_, tid) : SeizeRefusal::Other;
+      if (why == SeizeRefusal::Exiting) continue;
+      if (why == SeizeRefusal::OursAlready) {
+        threads_[tid] = {};
+        continue;
+      }
+      return fail(sys_error(fmt::format("PTRACE_SEIZE of thread {} of process {}", tid, pid_), err));
+    }
+    threads_[tid] = {};
+    if (::ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0 && errno != ESRCH)
+      return fail(sys_error(fmt::format("PTRACE_INTERRUPT of thread {}", tid)));
+  }
+  return ok();
+}
+
+// Collects stop reports until every held thread has stopped or exited.
+Status WorldStop::wait_for_stops(Clock::time_point deadline) {
+  while (!all_stopped()) {
+    bool any = false;
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      pid_t tid = it->first;
+      ++it;  // on_wait_status may erase tid's entry or add clones
+      if (threads_.count(tid) == 0 || threads_[tid].stopped) continue;
+      int status = 0;
+      pid_t r = ::waitpid(tid, &status, __WALL | WNOHANG);
+      if (r == tid) {
+        on_wait_status(tid, status);
+        any = true;
+      } else if (r < 0 && errno == ECHILD) {
+        threads_.erase(tid);  // reaped elsewhere: it is gone
+        any = true;
+      }
+    }
+    if (all_stopped()) break;
+    if (Clock::now() > deadline) {
+      for (const auto& [tid, t] : threads_)
+        if (!t.stopped)
+          return fail(fmt::format("thread {} of process {} did not stop in time (uninterruptible sleep?)", tid,
+                                  pid_));
+    }
+    if (!any) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return ok();
+}
+
+// One waitpid report of a held thread.
+void WorldStop::on_wait_status(pid_t tid, int status) {
+  if (WIFEXITED(status) || WIFSIGNALED(status)) {
+    threads_.erase(tid);
+    return;
+  }
+  if (!WIFSTOPPED(status)) return;
+  StoppedThread& t = threads_[tid];
+  t.stopped = true;
+  int event = status >> 16;
+  if (event == PTRACE_EVENT_CLONE) {
+    unsigned long child = 0;
+    if (::ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &child) == 0 && child > 0)
+      threads_.try_emplace(static_cast<pid_t>(child));  // attached by the kernel; its first stop is coming
+  } else if (event == 0) {
+    // A signal-delivery-stop: the signal arrived in the window. The thread stays
+    // stopped here; detach delivers the signal.
+    t.pending_signal = WSTOPSIG(status);
+  }
+  // PTRACE_EVENT_STOP: our interrupt, or a group-stop (the target is being
+  // stopped by SIGSTOP and friends, and stays so after detach).
+}
+
+bool WorldStop::all_stopped() const {
+  for (const auto& [tid, t] : threads_)
+    if (!t.stopped) return false;
+  return true;
+}
+
+void WorldStop::resume() {
+  // A thread seized but not yet stopped cannot be detached: wait for its stop
+  // (its interrupt is pending), then detach it like the others.
+  for (auto& [tid, t] : threads_) {
+    while (!t.stopped) {
+      int status = 0;
+      pid_t r = ::waitpid(tid, &status, __WALL);
+      if (r == tid && (WIFEXITED(status) || WIFSIGNALED(status))) break;
+      if (r == tid && WIFSTOPPED(status)) {
+        t.stopped = true;
+        if ((status >> 16) == 0) t.pending_signal = WSTOPSIG(status);
+      }
+      if (r < 0 && errno != EINTR) break;
+    }
+    if (t.stopped && ::ptrace(PTRACE_DETACH, tid, nullptr, t.pending_signal) != 0 && errno != ESRCH)
+      log::warn("inject: pid {}: PTRACE_DETACH of thread {} failed: {}", pid_, tid, errno_text());
+  }
+  threads_.clear();
+}
+
+}  // namespace dyni

@@ -1,0 +1,69 @@
+// Stops every thread of a target for a short window with ptrace (DESIGN.md §3
+// step 7, invariants I2 and I3): the first piece of live injection.
+//
+// How a window goes:
+//  1. PTRACE_SEIZE (with PTRACE_O_TRACECLONE) and PTRACE_INTERRUPT every thread
+//     listed in /proc/PID/task; re-list until no thread is new and every one
+//     has reported a stop. A thread cloned meanwhile is attached by the kernel
+//     (TRACECLONE) and joins the set.
+//  2. Each thread's registers are read at its stop (where it will resume).
+//  3. resume() detaches every thread. A signal that arrived in the window
+//     stopped its thread in a signal-delivery-stop; it is handed back at
+//     detach, so the target sees it as if dyni were not there. A thread that
+//     was inside a blocking system call restarts it as after any other stop.
+//
+// Safety: nothing here writes to the target. If dynid dies at any instant the
+// kernel detaches its tracees, which then run on, and a pending signal is still
+// delivered. resume() therefore never needs to run for a target to be safe; it
+// only ends the window sooner. The destructor resumes.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/user.h>
+
+#include <chrono>
+#include <map>
+
+#include "common/result.h"
+
+namespace dyni {
+
+struct StoppedThread {
+  bool stopped = false;     // reported a ptrace stop (else: seized, stop pending)
+  int pending_signal = 0;   // arrived in the window; delivered at detach
+  user_regs_struct regs{};  // at the stop: where the thread resumes
+};
+
+class WorldStop {
+ public:
+  // Stops every thread of `pid` within `timeout`. On failure no thread stays
+  // attached (threads already seized are resumed first) and the reason says
+  // which thread did not stop.
+  static Result<WorldStop> stop(pid_t pid, std::chrono::milliseconds timeout);
+
+  WorldStop(WorldStop&& other) noexcept;
+  WorldStop& operator=(WorldStop&&) = delete;
+  WorldStop(const WorldStop&) = delete;
+  ~WorldStop() { resume(); }
+
+  // Detaches every thread, handing back signals that arrived in the window.
+  void resume();
+
+  pid_t pid() const { return pid_; }
+  const std::map<pid_t, StoppedThread>& threads() const { return threads_; }
+  // From the first seize to the moment every thread had stopped.
+  std::chrono::microseconds stop_time() const { return stop_time_; }
+
+ private:
+  explicit WorldStop(pid_t pid) : pid_(pid) {}
+  Status seize_new_threads();
+  Status wait_for_stops(std::chrono::steady_clock::time_point deadline);
+  void on_wait_status(pid_t tid, int status);
+  bool all_stopped() const;
+
+  pid_t pid_ = 0;
+  std::map<pid_t, StoppedThread> threads_;
+  std::chrono::microseconds stop_time_{0};
+};
+
+}  // namespace dyni
