@@ -38,7 +38,9 @@ class WorldStop {
  public:
   // Stops every thread of `pid` within `timeout`. On failure no thread stays
   // attached (threads already seized are resumed first) and the reason says
-  // which thread did not stop.
+  // which thread did not stop. A thread seized but not yet stopped can only be
+  // detached once it stops, so a failure waits for that (a thread in
+  // uninterruptible sleep stops when the sleep ends).
   static Result<WorldStop> stop(pid_t pid, std::chrono::milliseconds timeout);
 
   WorldStop(WorldStop&& other) noexcept;
