@@ -1,4 +1,4 @@
-// Whole-file read, atomic write, directory creation.
+// Whole-file read, atomic write, directory creation and listing.
 #include "common/file_io.h"
 
 #include <dirent.h>
