@@ -52,8 +52,8 @@ Result<WorldStop> WorldStop::stop(pid_t pid, std::chrono::milliseconds timeout) 
   // Re-list until a listing shows no thread we do not hold and all have
   // stopped: a thread cloned before its creator stopped shows up here or as a
   // TRACECLONE event, and is then held like the others.
+  if (auto r = w.seize_new_threads(); !r) return std::unexpected(r.error());  // w resumes what it holds
   for (;;) {
-    if (auto r = w.seize_new_threads(); !r) return std::unexpected(r.error());  // w resumes what it holds
     if (auto r = w.wait_for_stops(deadline); !r) return std::unexpected(r.error());
     std::size_t held = w.threads_.size();
     if (auto r = w.seize_new_threads(); !r) return std::unexpected(r.error());
@@ -98,8 +98,9 @@ Status WorldStop::wait_for_stops(Clock::time_point deadline) {
     bool any = false;
     for (auto it = threads_.begin(); it != threads_.end();) {
       pid_t tid = it->first;
+      bool stopped = it->second.stopped;
       ++it;  // on_wait_status may erase tid's entry or add clones
-      if (threads_.count(tid) == 0 || threads_[tid].stopped) continue;
+      if (stopped) continue;
       int status = 0;
       pid_t r = ::waitpid(tid, &status, __WALL | WNOHANG);
       if (r == tid) {
@@ -110,13 +111,8 @@ Status WorldStop::wait_for_stops(Clock::time_point deadline) {
         any = true;
       }
     }
-    if (all_stopped()) break;
-    if (Clock::now() > deadline) {
-      for (const auto& [tid, t] : threads_)
-        if (!t.stopped)
-          return fail(fmt::format("thread {} of process {} did not stop in time (uninterruptible sleep?)", tid,
-                                  pid_));
-    }
+    if (pid_t late = first_unstopped(); late > 0 && Clock::now() > deadline)
+      return fail(fmt::format("thread {} of process {} did not stop in time (uninterruptible sleep?)", late, pid_));
     if (!any) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return ok();
@@ -145,29 +141,27 @@ void WorldStop::on_wait_status(pid_t tid, int status) {
   // stopped by SIGSTOP and friends, and stays so after detach).
 }
 
-bool WorldStop::all_stopped() const {
+pid_t WorldStop::first_unstopped() const {
   for (const auto& [tid, t] : threads_)
-    if (!t.stopped) return false;
-  return true;
+    if (!t.stopped) return tid;
+  return 0;
 }
 
 void WorldStop::resume() {
   // A thread seized but not yet stopped cannot be detached: wait for its stop
-  // (its interrupt is pending), then detach it like the others.
-  for (auto& [tid, t] : threads_) {
-    while (!t.stopped) {
-      int status = 0;
-      pid_t r = ::waitpid(tid, &status, __WALL);
-      if (r == tid && (WIFEXITED(status) || WIFSIGNALED(status))) break;
-      if (r == tid && WIFSTOPPED(status)) {
-        t.stopped = true;
-        if ((status >> 16) == 0) t.pending_signal = WSTOPSIG(status);
-      }
-      if (r < 0 && errno != EINTR) break;
-    }
-    if (t.stopped && ::ptrace(PTRACE_DETACH, tid, nullptr, t.pending_signal) != 0 && errno != ESRCH)
-      log::warn("inject: pid {}: PTRACE_DETACH of thread {} failed: {}", pid_, tid, errno_text());
+  // (its interrupt is pending). Its report may name a clone, which is then
+  // waited for and detached like the others.
+  for (pid_t tid = first_unstopped(); tid > 0; tid = first_unstopped()) {
+    int status = 0;
+    pid_t r = ::waitpid(tid, &status, __WALL);
+    if (r == tid)
+      on_wait_status(tid, status);
+    else if (r < 0 && errno != EINTR)
+      threads_.erase(tid);  // gone
   }
+  for (auto& [tid, t] : threads_)
+    if (::ptrace(PTRACE_DETACH, tid, nullptr, t.pending_signal) != 0 && errno != ESRCH)
+      log::warn("inject: pid {}: PTRACE_DETACH of thread {} failed: {}", pid_, tid, errno_text());
   threads_.clear();
 }
 

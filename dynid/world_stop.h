@@ -61,7 +61,8 @@ class WorldStop {
   Status seize_new_threads();
   Status wait_for_stops(std::chrono::steady_clock::time_point deadline);
   void on_wait_status(pid_t tid, int status);
-  bool all_stopped() const;
+  pid_t first_unstopped() const;  // 0 when every held thread has stopped
+  bool all_stopped() const { return first_unstopped() == 0; }
 
   pid_t pid_ = 0;
   std::map<pid_t, StoppedThread> threads_;
