@@ -184,8 +184,9 @@ Counts our_counts(const Profile& ours) {
   return mine;
 }
 
-// Samples `pid` with dynid's profiler (in `scope`, at `hz`) and with `perf
-// record` (same event, scope and rate) at the same time for `seconds`. Every
+// Samples `pid` with dynid's profiler (its default per-CPU scope, at `hz`) and
+// with `perf record -a` (same event, scope and rate, counted for `pid`) at the
+// same time for `seconds`. Every
 // function in both top-20 lists agrees within 2 percentage points, and the
 // top-20 sets overlap in >= 18 functions, where a function that one side ranks
 // in its top 20 and the other just below still counts as agreeing when its two
@@ -196,18 +197,14 @@ Counts our_counts(const Profile& ours) {
 // run at 2 kHz (22k samples each) share only 15-16 of their top 20 (drawing two
 // 20k-sample profiles from one distribution gives 16.4 on average). A sampler
 // that is off for a function shows a share difference of many standard errors.
-void compare_with_perf(pid_t pid, int seconds, const std::string& dir, SamplerScope scope, int hz) {
+void compare_with_perf(pid_t pid, int seconds, const std::string& dir, int hz) {
   auto symbolizer = Symbolizer::for_process(pid);
   ASSERT_TRUE(symbolizer) << symbolizer.error().message();
   std::string data = dir + "/perf.data";
-  // perf in the same scope as ours: per-CPU events (-a, counted for `pid`) or
-  // per-thread events (-p).
-  std::string target = scope == SamplerScope::PerCpu ? std::string("-a") : "-p " + std::to_string(pid);
-  std::string perf_cmd = fmt::format("perf record -q -e cpu-clock:u -F {} -o {} {} -- sleep {} >/dev/null 2>&1",
-                                     hz, data, target, seconds);
+  std::string perf_cmd = fmt::format("perf record -q -e cpu-clock:u -F {} -o {} -a -- sleep {} >/dev/null 2>&1",
+                                     hz, data, seconds);
   std::thread perf([&] { EXPECT_EQ(system(perf_cmd.c_str()), 0); });
-  SamplerOptions options;
-  options.scope = scope;
+  SamplerOptions options;  // scope: dynid's default, per-CPU
   options.frequency_hz = hz;
   Profile ours = record(pid, std::chrono::seconds(seconds), *symbolizer, nullptr, options);
   perf.join();
@@ -248,7 +245,7 @@ TEST_F(Profiler, AgreesWithPerfRecord) {
   if (system("perf --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "perf not installed (apt-get install linux-perf)";
   pid_t pid = host.spawn({DYNI_TEST_HOT, "20", "2"});
   std::this_thread::sleep_for(300ms);
-  compare_with_perf(pid, 4, host.dir(), SamplerScope::PerCpu, 999);  // dynid's default scope
+  compare_with_perf(pid, 4, host.dir(), 999);
 }
 
 // A real mariadbd under sysbench oltp_read_only (bench/mariadb.sh), as in DESIGN.md §6.
@@ -266,7 +263,7 @@ TEST_F(Profiler, AgreesWithPerfRecordOnMariadbUnderSysbench) {
   ASSERT_GT(pid, 0);
   std::thread load([&] { system((env + script + " run 18 2 >/dev/null").c_str()); });
   std::this_thread::sleep_for(3s);  // warm up
-  compare_with_perf(pid, 12, host.dir(), SamplerScope::PerCpu, 2000);  // dynid's default scope
+  compare_with_perf(pid, 12, host.dir(), 2000);
   load.join();
   system((env + script + " stop >/dev/null").c_str());
   for (int i = 0; i < 100 && test::DyniHost::alive(pid); ++i) std::this_thread::sleep_for(100ms);
