@@ -3,11 +3,14 @@
 
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <cerrno>
 #include <cstring>
 #include <thread>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -137,8 +140,23 @@ void WorldStop::on_wait_status(pid_t tid, int status) {
     // stopped here; detach delivers the signal.
     t.pending_signal = WSTOPSIG(status);
   }
-  // PTRACE_EVENT_STOP: our interrupt, or a group-stop (the target is being
-  // stopped by SIGSTOP and friends, and stays so after detach).
+  // PTRACE_EVENT_STOP: our interrupt (SIGTRAP), or a group-stop (the target
+  // is being stopped by SIGSTOP and friends, and stays so after detach).
+  if (event == PTRACE_EVENT_STOP && WSTOPSIG(status) != SIGTRAP) t.group_stop = true;
+}
+
+void WorldStop::defer_signal(pid_t tid, int sig) {
+  auto it = threads_.find(tid);
+  if (it == threads_.end()) return;
+  if (it->second.pending_signal == 0 || it->second.pending_signal == sig) {
+    it->second.pending_signal = sig;
+    return;
+  }
+  // Detach hands back one signal; send the second again (it is not lost,
+  // though a real-time signal's value would be).
+  log::warn("inject: pid {}: thread {} already holds signal {}; signal {} sent again", pid_, tid,
+            it->second.pending_signal, sig);
+  ::syscall(SYS_tgkill, pid_, tid, sig);
 }
 
 pid_t WorldStop::first_unstopped() const {

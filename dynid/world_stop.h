@@ -31,6 +31,7 @@ namespace dyni {
 struct StoppedThread {
   bool stopped = false;     // reported a ptrace stop (else: seized, stop pending)
   int pending_signal = 0;   // arrived in the window; delivered at detach
+  bool group_stop = false;  // stopped by job control (SIGSTOP and friends), not by us
   user_regs_struct regs{};  // at the stop: where the thread resumes
 };
 
@@ -50,6 +51,9 @@ class WorldStop {
 
   // Detaches every thread, handing back signals that arrived in the window.
   void resume();
+  // A signal that stopped held thread `tid` while dynid ran code in it: it is
+  // handed back at detach like one that arrived during the stop.
+  void defer_signal(pid_t tid, int sig);
 
   pid_t pid() const { return pid_; }
   const std::map<pid_t, StoppedThread>& threads() const { return threads_; }

@@ -1,0 +1,263 @@
+// A system call run in a held thread, safe against dynid dying mid-call.
+#include "dynid/remote_syscall.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "common/errno_text.h"
+#include "common/file_io.h"
+#include "profiler/process_maps.h"
+
+namespace dyni {
+namespace {
+
+// The kernel's x86-64 signal frame (arch/x86/include/asm/sigframe.h,
+// uapi asm/sigcontext.h, asm-generic/ucontext.h), as rt_sigreturn reads it.
+struct KernelSigcontext {
+  uint64_t r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, eflags;
+  uint16_t cs, gs, fs, ss;
+  uint64_t err, trapno, oldmask, cr2, fpstate;
+  uint64_t reserved1[8];
+};
+static_assert(sizeof(KernelSigcontext) == 256);
+static_assert(offsetof(KernelSigcontext, fpstate) == 184);
+
+struct KernelUcontext {
+  uint64_t uc_flags, uc_link;
+  uint64_t ss_sp;
+  int32_t ss_flags, ss_pad;
+  uint64_t ss_size;
+  KernelSigcontext mcontext;
+  uint64_t sigmask;
+};
+static_assert(sizeof(KernelUcontext) == 304);
+static_assert(offsetof(KernelUcontext, mcontext) == 40);
+
+constexpr uint64_t kUcFpXstate = 0x1, kUcSigcontextSs = 0x2, kUcStrictRestoreSs = 0x4;
+constexpr std::size_t kSiginfoBytes = 128;
+// pretcode, ucontext, siginfo; the xstate follows, 64-byte aligned.
+constexpr std::size_t kXstateOffset = 448;
+static_assert(kXstateOffset >= 8 + sizeof(KernelUcontext) + kSiginfoBytes && kXstateOffset % 64 == 0);
+constexpr std::size_t kRedZone = 128;
+
+// An XSAVE area: 512 legacy bytes, whose bytes 464-511 are left to software,
+// then a 64-byte header. In a signal frame the software bytes describe the
+// area (uapi asm/sigcontext.h), and a second marker follows its end.
+constexpr std::size_t kSwBytesOffset = 464, kXsaveMinimum = 576;
+constexpr uint64_t kFpSse = 0x3;  // XCR0 bits: x87 and SSE state
+constexpr uint32_t kXstateMagic1 = 0x46505853, kXstateMagic2 = 0x46505845;
+struct FxSwBytes {
+  uint32_t magic1, extended_size;
+  uint64_t xfeatures;
+  uint32_t xstate_size, padding[7];
+};
+static_assert(sizeof(FxSwBytes) == 48 && offsetof(FxSwBytes, xstate_size) == 16);
+
+// Kernel-internal syscall results that make it restart the call on resume.
+constexpr long kErestartsys = -512, kErestartnointr = -513, kErestartnohand = -514, kErestartRestartblock = -516;
+
+constexpr std::string_view kSyscallRet("\x0f\x05\xc3", 3);
+constexpr std::string_view kSigreturn("\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", 9);
+
+bool in_restartable_call(const user_regs_struct& regs) {
+  long ret = static_cast<long>(regs.rax);
+  return static_cast<long>(regs.orig_rax) >= 0 &&
+         (ret == kErestartsys || ret == kErestartnointr || ret == kErestartnohand);
+}
+
+Result<std::vector<uint8_t>> read_xstate(pid_t tid) {
+  std::vector<uint8_t> buf(1 << 14);
+  iovec iov{buf.data(), buf.size()};
+  if (::ptrace(PTRACE_GETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &iov) != 0)
+    return fail(sys_error(fmt::format("PTRACE_GETREGSET NT_X86_XSTATE of thread {}", tid)));
+  buf.resize(iov.iov_len);
+  return buf;
+}
+
+Status write_memory(pid_t pid, uint64_t addr, const std::vector<uint8_t>& bytes) {
+  int fd = ::open(fmt::format("/proc/{}/mem", pid).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return fail(sys_error(fmt::format("open /proc/{}/mem", pid)));
+  ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(addr));
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(bytes.size()))
+    return fail(sys_error(fmt::format("write of {} bytes at {:#x} in process {}", bytes.size(), addr, pid), err));
+  return ok();
+}
+
+Status set_mask(pid_t tid, uint64_t mask) {
+  if (::ptrace(PTRACE_SETSIGMASK, tid, sizeof mask, &mask) != 0)
+    return fail(sys_error(fmt::format("PTRACE_SETSIGMASK of thread {}", tid)));
+  return ok();
+}
+
+Status set_regs(pid_t tid, const user_regs_struct& regs) {
+  if (::ptrace(PTRACE_SETREGS, tid, nullptr, &regs) != 0)
+    return fail(sys_error(fmt::format("PTRACE_SETREGS of thread {}", tid)));
+  return ok();
+}
+
+// "x86_Thread_features: shstk ..." in /proc/PID/status (kernels with user
+// shadow stacks): the chain's `ret` would fault against the shadow stack.
+bool has_shadow_stack(pid_t pid) {
+  auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
+  if (!status) return false;
+  std::size_t at = status->find("x86_Thread_features:");
+  if (at == std::string::npos) return false;
+  std::size_t eol = status->find('\n', at);
+  return status->substr(at, eol - at).find("shstk") != std::string::npos;
+}
+
+}  // namespace
+
+user_regs_struct after_restart_rule(const user_regs_struct& regs) {
+  user_regs_struct r = regs;
+  if (in_restartable_call(regs)) {
+    r.rax = regs.orig_rax;
+    r.rip -= 2;  // back onto the `syscall` instruction
+  }
+  r.orig_rax = static_cast<unsigned long long>(-1);
+  return r;
+}
+
+Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigreturn, const user_regs_struct& regs,
+                                            uint64_t mask, const std::vector<uint8_t>& xstate) {
+  if (frame_addr % 64 != 0) return fail("signal frame address not 64-byte aligned");
+  // ptrace's buffer starts its software bytes with XCR0, the features the
+  // area holds; a signal frame's software bytes say more (struct
+  // _fpx_sw_bytes). Without them the kernel would restore only the legacy
+  // SSE state and clear the rest: refuse rather than lose vector registers.
+  uint64_t xcr0 = 0;
+  if (xstate.size() >= kXsaveMinimum) std::memcpy(&xcr0, xstate.data() + kSwBytesOffset, 8);
+  if ((xcr0 & kFpSse) != kFpSse || xstate.size() > UINT32_MAX - 4)
+    return fail("the thread's xstate buffer is not an XSAVE area this code understands");
+  FxSwBytes sw{};
+  sw.magic1 = kXstateMagic1;
+  sw.xstate_size = static_cast<uint32_t>(xstate.size());
+  sw.extended_size = sw.xstate_size + 4;
+  sw.xfeatures = xcr0;
+
+  KernelUcontext uc{};
+  uc.uc_flags = kUcFpXstate | kUcSigcontextSs | kUcStrictRestoreSs;
+  uc.ss_flags = 3;  // no valid mode: rt_sigreturn then leaves the alternate stack alone
+  KernelSigcontext& sc = uc.mcontext;
+  sc.r8 = regs.r8, sc.r9 = regs.r9, sc.r10 = regs.r10, sc.r11 = regs.r11;
+  sc.r12 = regs.r12, sc.r13 = regs.r13, sc.r14 = regs.r14, sc.r15 = regs.r15;
+  sc.rdi = regs.rdi, sc.rsi = regs.rsi, sc.rbp = regs.rbp, sc.rbx = regs.rbx;
+  sc.rdx = regs.rdx, sc.rax = regs.rax, sc.rcx = regs.rcx, sc.rsp = regs.rsp, sc.rip = regs.rip;
+  sc.eflags = regs.eflags;
+  sc.cs = static_cast<uint16_t>(regs.cs), sc.ss = static_cast<uint16_t>(regs.ss);
+  sc.fpstate = frame_addr + kXstateOffset;
+  uc.sigmask = mask;
+
+  std::vector<uint8_t> frame(kXstateOffset + xstate.size() + 4, 0);
+  std::memcpy(frame.data(), &sigreturn, 8);
+  std::memcpy(frame.data() + 8, &uc, sizeof uc);
+  std::memcpy(frame.data() + kXstateOffset, xstate.data(), xstate.size());
+  std::memcpy(frame.data() + kXstateOffset + kSwBytesOffset, &sw, sizeof sw);
+  std::memcpy(frame.data() + kXstateOffset + xstate.size(), &kXstateMagic2, 4);
+  return frame;
+}
+
+Result<SyscallSites> find_syscall_sites(pid_t pid) {
+  if (has_shadow_stack(pid)) return fail("the target uses shadow stacks");
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  int fd = ::open(fmt::format("/proc/{}/mem", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(sys_error(fmt::format("open /proc/{}/mem", pid)));
+  SyscallSites sites;
+  for (const auto& m : *maps) {
+    std::string_view base = std::string_view(m.path).substr(m.path.rfind('/') + 1);
+    if (!m.executable || !m.file_backed() || !base.starts_with("libc.so")) continue;
+    std::string code(m.end - m.start, '\0');
+    if (::pread(fd, code.data(), code.size(), static_cast<off_t>(m.start)) != static_cast<ssize_t>(code.size()))
+      continue;
+    // Executing from the sequence's first byte runs exactly these
+    // instructions, wherever the original code's own boundaries lie.
+    if (std::size_t at = code.find(kSyscallRet); !sites.syscall_ret && at != std::string::npos)
+      sites.syscall_ret = m.start + at;
+    if (std::size_t at = code.find(kSigreturn); !sites.sigreturn && at != std::string::npos)
+      sites.sigreturn = m.start + at;
+  }
+  ::close(fd);
+  if (!sites.syscall_ret || !sites.sigreturn)
+    return fail("no `syscall; ret` and rt_sigreturn sequence in the target's libc (statically linked?)");
+  return sites;
+}
+
+Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
+                              const std::array<uint64_t, 6>& args) {
+  auto held = world.threads().find(tid);
+  if (held == world.threads().end() || !held->second.stopped) return fail(fmt::format("thread {} is not held", tid));
+  if (held->second.group_stop) return fail(fmt::format("thread {} is in a job-control stop", tid));
+  ArmedCall armed;
+  armed.tid = tid;
+  if (::ptrace(PTRACE_GETREGS, tid, nullptr, &armed.saved) != 0)
+    return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
+  // After rt_sigreturn the kernel would turn a restart through restart_block
+  // (nanosleep, poll with a timeout) into EINTR: pick another thread.
+  if (static_cast<long>(armed.saved.orig_rax) >= 0 && static_cast<long>(armed.saved.rax) == kErestartRestartblock)
+    return fail(fmt::format("thread {} is in a call that restarts through restart_block", tid));
+  if (::ptrace(PTRACE_GETSIGMASK, tid, sizeof armed.saved_mask, &armed.saved_mask) != 0)
+    return fail(sys_error(fmt::format("PTRACE_GETSIGMASK of thread {}", tid)));
+  auto xstate = read_xstate(tid);
+  if (!xstate) return std::unexpected(xstate.error());
+
+  // Step 1: the frame, below the red zone.
+  uint64_t frame_bytes = kXstateOffset + xstate->size() + 4;
+  uint64_t frame_addr = (armed.saved.rsp - kRedZone - frame_bytes) & ~uint64_t{63};
+  auto frame = build_sigframe(frame_addr, sites.sigreturn, after_restart_rule(armed.saved), armed.saved_mask, *xstate);
+  if (!frame) return std::unexpected(frame.error());
+  if (auto r = write_memory(world.pid(), frame_addr, *frame); !r) return std::unexpected(r.error());
+
+  // Step 2: registers first, then the mask. A dynid dying between the two
+  // leaves a chain whose sigreturn restores the mask anyway.
+  user_regs_struct call = armed.saved;
+  call.rip = sites.syscall_ret;
+  call.rsp = frame_addr;
+  call.rax = static_cast<unsigned long long>(nr);
+  call.orig_rax = static_cast<unsigned long long>(-1);  // no restart of the interrupted call here
+  call.rdi = args[0], call.rsi = args[1], call.rdx = args[2], call.r10 = args[3], call.r8 = args[4], call.r9 = args[5];
+  if (auto r = set_regs(tid, call); !r) return std::unexpected(r.error());
+  if (auto r = set_mask(tid, ~uint64_t{0}); !r) return std::unexpected(r.error());
+  return armed;
+}
+
+Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
+                            const std::array<uint64_t, 6>& args) {
+  auto armed = arm_syscall(world, tid, sites, nr, args);
+  if (!armed) return std::unexpected(armed.error());
+  // Step 3. With every blockable signal blocked, the step's stop is its trap;
+  // SIGSTOP cannot be blocked and is handed back at detach.
+  user_regs_struct after{};
+  for (int attempt = 0;; ++attempt) {
+    if (::ptrace(PTRACE_SINGLESTEP, tid, nullptr, nullptr) != 0)
+      return fail(sys_error(fmt::format("PTRACE_SINGLESTEP of thread {}", tid)));
+    int status = 0;
+    if (::waitpid(tid, &status, __WALL) != tid || !WIFSTOPPED(status))
+      return fail(fmt::format("thread {} ended during a remote call", tid));
+    if (::ptrace(PTRACE_GETREGS, tid, nullptr, &after) != 0)
+      return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
+    if (after.rip == sites.syscall_ret + 2) break;  // the call ran
+    if (WSTOPSIG(status) != SIGTRAP) world.defer_signal(tid, WSTOPSIG(status));
+    if (attempt == 8) return fail(fmt::format("thread {} did not run its remote call", tid));
+  }
+  if (auto r = set_mask(tid, armed->saved_mask); !r) return std::unexpected(r.error());
+  if (auto r = set_regs(tid, armed->saved); !r) return std::unexpected(r.error());
+  return static_cast<long>(after.rax);
+}
+
+}  // namespace dyni

@@ -1,0 +1,74 @@
+// One system call run inside a held thread of a target (the cache's `mmap`),
+// made so that dynid dying at any instant cannot harm the thread (invariant I2).
+//
+// The usual way sets the thread's registers for the call, single-steps a
+// `syscall` instruction and puts the registers back; a dynid killed in between
+// leaves the thread running on foreign registers. Here the injected state is
+// safe to resume on its own:
+//  1. Below the thread's red zone goes an rt_sigframe holding its whole state:
+//     the registers as they will be after the kernel's syscall-restart rule,
+//     the full xstate (vector registers, from NT_X86_XSTATE) and the signal
+//     mask. Under it, the address of a `mov rax, 15; syscall` (rt_sigreturn).
+//  2. rsp points at that address, rip at a `syscall; ret` in the target's libc,
+//     rax and the argument registers hold the call; every blockable signal is
+//     blocked so none is taken mid-step.
+//  3. One single-step runs the call; rax holds its result. The mask, then the
+//     registers, are put back exactly as they were.
+// Should dynid die after step 2, the thread runs the chain alone: the call,
+// then `ret` into rt_sigreturn, which restores every register, the vector
+// state and the mask from the frame; the thread goes on where it was stopped,
+// and an interrupted blocking call restarts. (The frame's sigaltstack field is
+// deliberately invalid: the kernel then leaves the thread's alternate stack as
+// it is, which it has no other way to be told.)
+#pragma once
+
+#include <sys/types.h>
+#include <sys/user.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common/result.h"
+#include "dynid/world_stop.h"
+
+namespace dyni {
+
+// Code in the target the chain runs through (found, never written).
+struct SyscallSites {
+  uint64_t syscall_ret = 0;  // bytes 0f 05 c3: syscall; ret
+  uint64_t sigreturn = 0;    // bytes 48 c7 c0 0f 00 00 00 0f 05: mov rax, 15; syscall
+};
+
+// Finds both sequences in the target's libc (read through /proc/PID/mem).
+// Fails for targets without a dynamically linked libc, and for threads with a
+// shadow stack (the chain's `ret` would not match it).
+Result<SyscallSites> find_syscall_sites(pid_t pid);
+
+// A thread with the chain armed: what step 3 needs to put back.
+struct ArmedCall {
+  pid_t tid = 0;
+  user_regs_struct saved{};  // as at the stop, untouched (the kernel restarts an interrupted call)
+  uint64_t saved_mask = 0;
+};
+
+// Steps 1 and 2. Exposed so tests can kill the tracer with the chain armed.
+Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
+                              const std::array<uint64_t, 6>& args);
+
+// Steps 1 to 3: the raw kernel result (a negative errno on failure).
+Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
+                            const std::array<uint64_t, 6>& args);
+
+// The registers the thread resumes with after `regs` (a ptrace stop), as the
+// kernel's syscall-restart rule makes them: an interrupted call that restarts
+// goes back to its `syscall` instruction. Pure; unit-tested.
+user_regs_struct after_restart_rule(const user_regs_struct& regs);
+
+// Builds the rt_sigframe image of step 1 for a frame placed at `frame_addr`
+// (its first 8 bytes are the return address). `xstate` is the thread's
+// NT_X86_XSTATE buffer (XCR0 in its first software bytes). Pure; unit-tested.
+Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigreturn, const user_regs_struct& regs,
+                                            uint64_t mask, const std::vector<uint8_t>& xstate);
+
+}  // namespace dyni

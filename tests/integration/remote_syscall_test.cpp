@@ -1,0 +1,205 @@
+// Remote system calls in held threads (dynid/remote_syscall.h): the restart
+// rule and the signal frame as data, then on a real target: mmap and munmap
+// run in every thread leave each thread as it was, and a tracer killed with
+// the call armed in every thread leaves the target running unchanged (each
+// thread runs the call and rt_sigreturn by itself).
+#include "dynid/remote_syscall.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/file_io.h"
+#include "tests/integration/stoppable_target.h"
+
+namespace dyni {
+namespace {
+
+using test::StoppableTarget;
+using test::tracer_of;
+using namespace std::chrono_literals;
+
+user_regs_struct in_call(long nr, long ret, uint64_t rip) {
+  user_regs_struct r{};
+  r.orig_rax = static_cast<unsigned long long>(nr);
+  r.rax = static_cast<unsigned long long>(ret);
+  r.rip = rip;
+  return r;
+}
+
+TEST(RestartRule, AnInterruptedCallGoesBackToItsSyscallInstruction) {
+  for (long code : {-512L, -513L, -514L}) {  // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND
+    user_regs_struct r = after_restart_rule(in_call(SYS_read, code, 0x1002));
+    EXPECT_EQ(r.rip, 0x1000u);
+    EXPECT_EQ(r.rax, static_cast<unsigned long long>(SYS_read));
+    EXPECT_EQ(static_cast<long>(r.orig_rax), -1);
+  }
+}
+
+TEST(RestartRule, AFinishedCallOrPlainCodeIsLeftAsItIs) {
+  user_regs_struct done = after_restart_rule(in_call(SYS_read, 42, 0x1002));
+  EXPECT_EQ(done.rip, 0x1002u);
+  EXPECT_EQ(done.rax, 42u);
+  EXPECT_EQ(static_cast<long>(after_restart_rule(in_call(SYS_read, -4, 0x1002)).rax), -4);  // EINTR stays
+  user_regs_struct plain = after_restart_rule(in_call(-1, -512, 0x1002));  // not in a call: rax is data
+  EXPECT_EQ(plain.rip, 0x1002u);
+  EXPECT_EQ(static_cast<long>(plain.rax), -512);
+}
+
+// An XSAVE area as PTRACE_GETREGSET NT_X86_XSTATE returns it: XCR0 in the
+// first software bytes (offset 464).
+std::vector<uint8_t> fake_xstate(uint32_t size, uint64_t xcr0 = 0xe7) {
+  std::vector<uint8_t> x(size, 0xab);
+  std::memcpy(x.data() + 464, &xcr0, 8);
+  return x;
+}
+
+uint32_t u32_at(const std::vector<uint8_t>& v, std::size_t at) {
+  uint32_t x = 0;
+  std::memcpy(&x, v.data() + at, 4);
+  return x;
+}
+
+TEST(Sigframe, HoldsReturnAddressRegistersMaskAndMarkedXstate) {
+  user_regs_struct regs{};
+  regs.rip = 0x401000, regs.rsp = 0x7ffd0000, regs.rax = 7, regs.r15 = 15, regs.cs = 0x33, regs.ss = 0x2b;
+  auto frame = build_sigframe(0x7ffc0000, 0x7f0000001234, regs, 0x5555, fake_xstate(2432));
+  ASSERT_TRUE(frame) << frame.error().message();
+  auto u64 = [&](std::size_t at) {
+    uint64_t v = 0;
+    std::memcpy(&v, frame->data() + at, 8);
+    return v;
+  };
+  EXPECT_EQ(u64(0), 0x7f0000001234u);               // pretcode: rt_sigreturn's sequence
+  EXPECT_EQ(u64(8), 0x7u);                           // uc_flags: FP_XSTATE | SIGCONTEXT_SS | STRICT_RESTORE_SS
+  EXPECT_EQ(u64(8 + 40 + 7 * 8), 15u);              // mcontext.r15
+  EXPECT_EQ(u64(8 + 40 + 13 * 8), 7u);              // mcontext.rax
+  EXPECT_EQ(u64(8 + 40 + 15 * 8), 0x7ffd0000u);     // mcontext.rsp
+  EXPECT_EQ(u64(8 + 40 + 16 * 8), 0x401000u);       // mcontext.rip
+  EXPECT_EQ(u64(8 + 40 + 184), 0x7ffc0000u + 448);  // fpstate, 64-byte aligned
+  EXPECT_EQ(u64(8 + 296), 0x5555u);                  // uc_sigmask
+  // The software bytes as the kernel's check_xstate_in_sigframe() wants them.
+  EXPECT_EQ(u32_at(*frame, 448 + 464), 0x46505853u);     // magic1
+  EXPECT_EQ(u32_at(*frame, 448 + 468), 2432u + 4);       // extended_size
+  EXPECT_EQ(u64(448 + 472), 0xe7u);                      // xfeatures = XCR0
+  EXPECT_EQ(u32_at(*frame, 448 + 480), 2432u);           // xstate_size
+  EXPECT_EQ(u32_at(*frame, 448 + 2432), 0x46505845u);    // magic2 after the area
+  EXPECT_EQ((*frame)[448 + 600], 0xab);                  // the area itself, copied
+  EXPECT_EQ(frame->size(), 448u + 2432 + 4);
+}
+
+TEST(Sigframe, RefusesWhatItCannotRestoreWhole) {
+  user_regs_struct regs{};
+  EXPECT_FALSE(build_sigframe(0x7ffc0000, 1, regs, 0, fake_xstate(2432, 0)));    // no SSE state in XCR0
+  EXPECT_FALSE(build_sigframe(0x7ffc0000, 1, regs, 0, fake_xstate(500)));        // shorter than an XSAVE area
+  EXPECT_FALSE(build_sigframe(0x7ffc0008, 1, regs, 0, fake_xstate(2432)));       // misaligned
+}
+
+// Distinct addresses, one per thread, for MAP_FIXED_NOREPLACE mappings.
+uint64_t slot(int i) { return 0x6d0000000000ULL + static_cast<uint64_t>(i) * 0x100000; }
+
+bool mapped(pid_t pid, uint64_t addr) {
+  auto maps = read_file(fmt::format("/proc/{}/maps", pid), 1 << 22);
+  return maps && maps->find(fmt::format("{:x}-", addr)) != std::string::npos;
+}
+
+std::array<uint64_t, 6> mmap_args(uint64_t addr) {
+  return {addr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, static_cast<uint64_t>(-1), 0};
+}
+
+class RemoteSyscallTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "ptrace of other processes needs root";
+  }
+};
+
+TEST_F(RemoteSyscallTest, MmapAndMunmapInEveryThreadLeaveEachAsItWas) {
+  StoppableTarget target(false);
+  ASSERT_EQ(target.read_line(), "ready");
+  std::this_thread::sleep_for(100ms);
+  auto sites = find_syscall_sites(target.pid());
+  ASSERT_TRUE(sites) << sites.error().message();
+  for (int round = 0; round < 10; ++round) {
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    int i = 0, ran = 0;
+    for (const auto& [tid, t] : w->threads()) {
+      uint64_t addr = slot(i++);
+      auto r = remote_syscall(*w, tid, *sites, SYS_mmap, mmap_args(addr));
+      if (!r) {  // only a nanosleep restarting through restart_block is refused here
+        EXPECT_NE(r.error().message().find("restart_block"), std::string::npos) << r.error().message();
+        continue;
+      }
+      ++ran;
+      EXPECT_EQ(static_cast<uint64_t>(*r), addr);
+      EXPECT_TRUE(mapped(target.pid(), addr));
+      auto u = remote_syscall(*w, tid, *sites, SYS_munmap, {addr, 4096, 0, 0, 0, 0});
+      ASSERT_TRUE(u) << u.error().message();
+      EXPECT_EQ(*u, 0);
+      EXPECT_FALSE(mapped(target.pid(), addr));
+    }
+    EXPECT_GE(ran, 5);  // main (in read), three workers, the masked thread at least
+    w->resume();
+    std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(target.running()) << "the target exited: " << target.read_line(100ms);
+  }
+  // The read interrupted 20 times still reads; no thread saw a wrong value,
+  // vector register or signal mask (it would have printed WRONG and exited).
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+// dynid SIGKILLed with the call armed in every thread: each thread runs the
+// mmap, then rt_sigreturn restores it; the blocked read restarts.
+TEST_F(RemoteSyscallTest, ATracerKilledWithTheCallArmedLeavesEveryThreadAsItWas) {
+  StoppableTarget target(false);
+  ASSERT_EQ(target.read_line(), "ready");
+  std::this_thread::sleep_for(100ms);
+  auto sites = find_syscall_sites(target.pid());
+  ASSERT_TRUE(sites) << sites.error().message();
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  pid_t tracer = ::fork();
+  if (tracer == 0) {
+    ::close(pipe_fds[0]);
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    if (!w) _exit(1);
+    int i = 0;
+    std::string armed;
+    for (const auto& [tid, t] : w->threads())
+      if (uint64_t addr = slot(i++); arm_syscall(*w, tid, *sites, SYS_mmap, mmap_args(addr)))
+        armed += fmt::format("{:x}\n", addr);
+    if (::write(pipe_fds[1], armed.data(), armed.size()) < 0) _exit(1);
+    ::raise(SIGKILL);  // every thread holds the chain in its registers
+  }
+  ::close(pipe_fds[1]);
+  std::string armed;
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) armed.append(buf, static_cast<std::size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(tracer, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the tracer did not reach its kill";
+  int armed_threads = 0;
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(target.running()) << "the target exited: " << target.read_line(100ms);
+  for (std::size_t at = 0, eol; (eol = armed.find('\n', at)) != std::string::npos; at = eol + 1) {
+    ++armed_threads;
+    uint64_t addr = std::stoull(armed.substr(at, eol - at), nullptr, 16);
+    EXPECT_TRUE(mapped(target.pid(), addr)) << "a thread did not run its armed call at " << std::hex << addr;
+  }
+  EXPECT_GE(armed_threads, 5);
+  EXPECT_EQ(tracer_of(target.pid()), 0);
+  std::this_thread::sleep_for(300ms);  // the checkers run on restored state
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+}  // namespace
+}  // namespace dyni
