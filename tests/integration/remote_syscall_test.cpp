@@ -112,12 +112,7 @@ std::array<uint64_t, 6> mmap_args(uint64_t addr) {
   return {addr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, static_cast<uint64_t>(-1), 0};
 }
 
-class RemoteSyscallTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "ptrace of other processes needs root";
-  }
-};
+using RemoteSyscallTest = test::PtraceTest;
 
 TEST_F(RemoteSyscallTest, MmapAndMunmapInEveryThreadLeaveEachAsItWas) {
   StoppableTarget target(false);

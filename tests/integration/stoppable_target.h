@@ -114,4 +114,12 @@ inline void expect_all_stopped(const WorldStop& w) {
   }
 }
 
+// Tests that ptrace another process: they need root, and say so when skipped.
+class PtraceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "ptrace of other processes needs root";
+  }
+};
+
 }  // namespace dyni::test

@@ -31,12 +31,7 @@ using test::tracer_of;
 
 using namespace std::chrono_literals;
 
-class WorldStopTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "ptrace of other processes needs root";
-  }
-};
+using WorldStopTest = test::PtraceTest;
 
 TEST_F(WorldStopTest, StopsEveryThreadAndTheTargetRunsOnUnchanged) {
   StoppableTarget target(false);
