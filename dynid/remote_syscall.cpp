@@ -19,6 +19,8 @@
 
 #include "common/errno_text.h"
 #include "common/file_io.h"
+#include "dynid/thread_stack.h"
+#include "dynid/xsave_frame.h"
 #include "profiler/process_maps.h"
 
 namespace dyni {
@@ -51,20 +53,6 @@ constexpr std::size_t kSiginfoBytes = 128;
 // pretcode, ucontext, siginfo; the xstate follows, 64-byte aligned.
 constexpr std::size_t kXstateOffset = 448;
 static_assert(kXstateOffset >= 8 + sizeof(KernelUcontext) + kSiginfoBytes && kXstateOffset % 64 == 0);
-constexpr std::size_t kRedZone = 128;
-
-// An XSAVE area: 512 legacy bytes, whose bytes 464-511 are left to software,
-// then a 64-byte header. In a signal frame the software bytes describe the
-// area (uapi asm/sigcontext.h), and a second marker follows its end.
-constexpr std::size_t kSwBytesOffset = 464, kXsaveMinimum = 576;
-constexpr uint64_t kFpSse = 0x3;  // XCR0 bits: x87 and SSE state
-constexpr uint32_t kXstateMagic1 = 0x46505853, kXstateMagic2 = 0x46505845;
-struct FxSwBytes {
-  uint32_t magic1, extended_size;
-  uint64_t xfeatures;
-  uint32_t xstate_size, padding[7];
-};
-static_assert(sizeof(FxSwBytes) == 48 && offsetof(FxSwBytes, xstate_size) == 16);
 
 // Kernel-internal syscall results that make it restart the call on resume.
 constexpr long kErestartsys = -512, kErestartnointr = -513, kErestartnohand = -514, kErestartRestartblock = -516;
@@ -79,7 +67,7 @@ bool in_restartable_call(const user_regs_struct& regs) {
 }
 
 Result<std::vector<uint8_t>> read_xstate(pid_t tid) {
-  std::vector<uint8_t> buf(1 << 14);
+  std::vector<uint8_t> buf(1 << 16);  // the kernel fills what the CPU has (11 KB with AMX)
   iovec iov{buf.data(), buf.size()};
   if (::ptrace(PTRACE_GETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &iov) != 0)
     return fail(sys_error(fmt::format("PTRACE_GETREGSET NT_X86_XSTATE of thread {}", tid)));
@@ -134,22 +122,9 @@ user_regs_struct after_restart_rule(const user_regs_struct& regs) {
 }
 
 Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigreturn, const user_regs_struct& regs,
-                                            uint64_t mask, const std::vector<uint8_t>& xstate) {
+                                            uint64_t mask, const std::vector<uint8_t>& xstate_area) {
   if (frame_addr % 64 != 0) return fail("signal frame address not 64-byte aligned");
-  // ptrace's buffer starts its software bytes with XCR0, the features the
-  // area holds; a signal frame's software bytes say more (struct
-  // _fpx_sw_bytes). Without them the kernel would restore only the legacy
-  // SSE state and clear the rest: refuse rather than lose vector registers.
-  uint64_t xcr0 = 0;
-  if (xstate.size() >= kXsaveMinimum) std::memcpy(&xcr0, xstate.data() + kSwBytesOffset, 8);
-  if ((xcr0 & kFpSse) != kFpSse || xstate.size() > UINT32_MAX - 4)
-    return fail("the thread's xstate buffer is not an XSAVE area this code understands");
-  FxSwBytes sw{};
-  sw.magic1 = kXstateMagic1;
-  sw.xstate_size = static_cast<uint32_t>(xstate.size());
-  sw.extended_size = sw.xstate_size + 4;
-  sw.xfeatures = xcr0;
-
+  if (xstate_area.size() < 580) return fail("the XSAVE area of a signal frame is shorter than 580 bytes");
   KernelUcontext uc{};
   uc.uc_flags = kUcFpXstate | kUcSigcontextSs | kUcStrictRestoreSs;
   uc.ss_flags = 3;  // no valid mode: rt_sigreturn then leaves the alternate stack alone
@@ -163,12 +138,10 @@ Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigret
   sc.fpstate = frame_addr + kXstateOffset;
   uc.sigmask = mask;
 
-  std::vector<uint8_t> frame(kXstateOffset + xstate.size() + 4, 0);
+  std::vector<uint8_t> frame(kXstateOffset + xstate_area.size(), 0);
   std::memcpy(frame.data(), &sigreturn, 8);
   std::memcpy(frame.data() + 8, &uc, sizeof uc);
-  std::memcpy(frame.data() + kXstateOffset, xstate.data(), xstate.size());
-  std::memcpy(frame.data() + kXstateOffset + kSwBytesOffset, &sw, sizeof sw);
-  std::memcpy(frame.data() + kXstateOffset + xstate.size(), &kXstateMagic2, 4);
+  std::memcpy(frame.data() + kXstateOffset, xstate_area.data(), xstate_area.size());
   return frame;
 }
 
@@ -215,19 +188,25 @@ Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSi
     return fail(sys_error(fmt::format("PTRACE_GETSIGMASK of thread {}", tid)));
   auto xstate = read_xstate(tid);
   if (!xstate) return std::unexpected(xstate.error());
+  static const XsaveLayout layout = host_xsave_layout();
+  auto area = sigframe_xstate(layout, *xstate);
+  if (!area) return fail(fmt::format("thread {}: {}", tid, area.error().message()));
 
-  // Step 1: the frame, below the red zone.
-  uint64_t frame_bytes = kXstateOffset + xstate->size() + 4;
-  uint64_t frame_addr = (armed.saved.rsp - kRedZone - frame_bytes) & ~uint64_t{63};
-  auto frame = build_sigframe(frame_addr, sites.sigreturn, after_restart_rule(armed.saved), armed.saved_mask, *xstate);
+  // Step 1: the frame, below the red zone, inside the thread's own stack.
+  auto maps = profiler::read_maps(world.pid());
+  if (!maps) return std::unexpected(maps.error());
+  auto frame_addr = place_frame_below(*maps, world.pid(), tid, armed.saved.rsp, armed.saved.fs_base,
+                                      kXstateOffset + area->size());
+  if (!frame_addr) return std::unexpected(frame_addr.error());
+  auto frame = build_sigframe(*frame_addr, sites.sigreturn, after_restart_rule(armed.saved), armed.saved_mask, *area);
   if (!frame) return std::unexpected(frame.error());
-  if (auto r = write_memory(world.pid(), frame_addr, *frame); !r) return std::unexpected(r.error());
+  if (auto r = write_memory(world.pid(), *frame_addr, *frame); !r) return std::unexpected(r.error());
 
   // Step 2: registers first, then the mask. A dynid dying between the two
   // leaves a chain whose sigreturn restores the mask anyway.
   user_regs_struct call = armed.saved;
   call.rip = sites.syscall_ret;
-  call.rsp = frame_addr;
+  call.rsp = *frame_addr;
   call.rax = static_cast<unsigned long long>(nr);
   call.orig_rax = static_cast<unsigned long long>(-1);  // no restart of the interrupted call here
   call.rdi = args[0], call.rsi = args[1], call.rdx = args[2], call.r10 = args[3], call.r8 = args[4], call.r9 = args[5];

@@ -5,10 +5,11 @@
 // `syscall` instruction and puts the registers back; a dynid killed in between
 // leaves the thread running on foreign registers. Here the injected state is
 // safe to resume on its own:
-//  1. Below the thread's red zone goes an rt_sigframe holding its whole state:
-//     the registers as they will be after the kernel's syscall-restart rule,
-//     the full xstate (vector registers, from NT_X86_XSTATE) and the signal
-//     mask. Under it, the address of a `mov rax, 15; syscall` (rt_sigreturn).
+//  1. Below the thread's red zone, inside its own stack (dynid/thread_stack.h),
+//     goes an rt_sigframe holding its whole state: the registers as they will
+//     be after the kernel's syscall-restart rule, the xstate laid out as the
+//     kernel would for that thread (dynid/xsave_frame.h) and the signal mask.
+//     Under it, the address of a `mov rax, 15; syscall` (rt_sigreturn).
 //  2. rsp points at that address, rip at a `syscall; ret` in the target's libc,
 //     rax and the argument registers hold the call; every blockable signal is
 //     blocked so none is taken mid-step.
@@ -66,9 +67,10 @@ Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sit
 user_regs_struct after_restart_rule(const user_regs_struct& regs);
 
 // Builds the rt_sigframe image of step 1 for a frame placed at `frame_addr`
-// (its first 8 bytes are the return address). `xstate` is the thread's
-// NT_X86_XSTATE buffer (XCR0 in its first software bytes). Pure; unit-tested.
+// (its first 8 bytes are the return address). `xstate_area` is the frame's
+// XSAVE area as sigframe_xstate() makes it (dynid/xsave_frame.h), MAGIC2
+// included. Pure; unit-tested.
 Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigreturn, const user_regs_struct& regs,
-                                            uint64_t mask, const std::vector<uint8_t>& xstate);
+                                            uint64_t mask, const std::vector<uint8_t>& xstate_area);
 
 }  // namespace dyni

@@ -28,6 +28,7 @@ Result<Mapping> parse_line(const std::string& line) {
   m.readable = perms[0] == 'r';
   m.writable = perms[1] == 'w';
   m.executable = perms[2] == 'x';
+  m.shared = perms[3] == 's';
   std::getline(in >> std::ws, m.path);
   constexpr std::string_view kDeleted = " (deleted)";
   if (m.path.ends_with(kDeleted)) {

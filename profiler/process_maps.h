@@ -16,6 +16,7 @@ struct Mapping {
   uint64_t start = 0;
   uint64_t end = 0;
   bool readable = false, writable = false, executable = false;
+  bool shared = false;  // 's' in the permissions: MAP_SHARED
   uint64_t offset = 0;  // file offset of `start`
   uint64_t inode = 0;
   std::string path;     // "" for anonymous memory; "[vdso]" etc. for special ones

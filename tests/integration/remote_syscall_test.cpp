@@ -51,24 +51,16 @@ TEST(RestartRule, AFinishedCallOrPlainCodeIsLeftAsItIs) {
   EXPECT_EQ(static_cast<long>(plain.rax), -512);
 }
 
-// An XSAVE area as PTRACE_GETREGSET NT_X86_XSTATE returns it: XCR0 in the
-// first software bytes (offset 464).
-std::vector<uint8_t> fake_xstate(uint32_t size, uint64_t xcr0 = 0xe7) {
-  std::vector<uint8_t> x(size, 0xab);
-  std::memcpy(x.data() + 464, &xcr0, 8);
+// A signal frame's XSAVE area (dynid/xsave_frame.h makes real ones).
+std::vector<uint8_t> fake_area(uint32_t size) {
+  std::vector<uint8_t> x(size + 4, 0xab);
   return x;
 }
 
-uint32_t u32_at(const std::vector<uint8_t>& v, std::size_t at) {
-  uint32_t x = 0;
-  std::memcpy(&x, v.data() + at, 4);
-  return x;
-}
-
-TEST(Sigframe, HoldsReturnAddressRegistersMaskAndMarkedXstate) {
+TEST(Sigframe, HoldsReturnAddressRegistersMaskAndXstateArea) {
   user_regs_struct regs{};
   regs.rip = 0x401000, regs.rsp = 0x7ffd0000, regs.rax = 7, regs.r15 = 15, regs.cs = 0x33, regs.ss = 0x2b;
-  auto frame = build_sigframe(0x7ffc0000, 0x7f0000001234, regs, 0x5555, fake_xstate(2432));
+  auto frame = build_sigframe(0x7ffc0000, 0x7f0000001234, regs, 0x5555, fake_area(2440));
   ASSERT_TRUE(frame) << frame.error().message();
   auto u64 = [&](std::size_t at) {
     uint64_t v = 0;
@@ -83,21 +75,14 @@ TEST(Sigframe, HoldsReturnAddressRegistersMaskAndMarkedXstate) {
   EXPECT_EQ(u64(8 + 40 + 16 * 8), 0x401000u);       // mcontext.rip
   EXPECT_EQ(u64(8 + 40 + 184), 0x7ffc0000u + 448);  // fpstate, 64-byte aligned
   EXPECT_EQ(u64(8 + 296), 0x5555u);                  // uc_sigmask
-  // The software bytes as the kernel's check_xstate_in_sigframe() wants them.
-  EXPECT_EQ(u32_at(*frame, 448 + 464), 0x46505853u);     // magic1
-  EXPECT_EQ(u32_at(*frame, 448 + 468), 2432u + 4);       // extended_size
-  EXPECT_EQ(u64(448 + 472), 0xe7u);                      // xfeatures = XCR0
-  EXPECT_EQ(u32_at(*frame, 448 + 480), 2432u);           // xstate_size
-  EXPECT_EQ(u32_at(*frame, 448 + 2432), 0x46505845u);    // magic2 after the area
-  EXPECT_EQ((*frame)[448 + 600], 0xab);                  // the area itself, copied
-  EXPECT_EQ(frame->size(), 448u + 2432 + 4);
+  EXPECT_EQ((*frame)[448 + 600], 0xab);             // the area itself, copied
+  EXPECT_EQ(frame->size(), 448u + 2440 + 4);
 }
 
 TEST(Sigframe, RefusesWhatItCannotRestoreWhole) {
   user_regs_struct regs{};
-  EXPECT_FALSE(build_sigframe(0x7ffc0000, 1, regs, 0, fake_xstate(2432, 0)));    // no SSE state in XCR0
-  EXPECT_FALSE(build_sigframe(0x7ffc0000, 1, regs, 0, fake_xstate(500)));        // shorter than an XSAVE area
-  EXPECT_FALSE(build_sigframe(0x7ffc0008, 1, regs, 0, fake_xstate(2432)));       // misaligned
+  EXPECT_FALSE(build_sigframe(0x7ffc0000, 1, regs, 0, fake_area(500)));   // shorter than an XSAVE area
+  EXPECT_FALSE(build_sigframe(0x7ffc0008, 1, regs, 0, fake_area(2440)));  // misaligned
 }
 
 // Distinct addresses, one per thread, for MAP_FIXED_NOREPLACE mappings.
@@ -114,12 +99,35 @@ std::array<uint64_t, 6> mmap_args(uint64_t addr) {
 
 using RemoteSyscallTest = test::PtraceTest;
 
+// The thread named `comm` (pthread_setname_np) of `pid`, or 0.
+pid_t thread_named(pid_t pid, const std::string& comm) {
+  for (pid_t tid : list_numeric_entries(fmt::format("/proc/{}/task", pid))) {
+    auto name = read_file(fmt::format("/proc/{}/task/{}/comm", pid, tid));
+    if (name && *name == comm + "\n") return tid;
+  }
+  return 0;
+}
+
+// The CPU state the target checks for itself, as it names it ("avx pkru x87 mxcsr").
+std::string checked_state(StoppableTarget& target) {
+  std::string checks = target.ask("checks");
+  std::printf("the target checks: %s\n", checks.c_str());
+  return checks;
+}
+
 TEST_F(RemoteSyscallTest, MmapAndMunmapInEveryThreadLeaveEachAsItWas) {
   StoppableTarget target(false);
   ASSERT_EQ(target.read_line(), "ready");
+  std::string checks = checked_state(target);
+  if (__builtin_cpu_supports("avx2")) {
+    EXPECT_NE(checks.find(" x87 mxcsr"), std::string::npos) << checks;
+  }
   std::this_thread::sleep_for(100ms);
   auto sites = find_syscall_sites(target.pid());
   ASSERT_TRUE(sites) << sites.error().message();
+  pid_t deep = thread_named(target.pid(), "dyni-deep"), alt = thread_named(target.pid(), "dyni-altstack");
+  ASSERT_NE(deep, 0);
+  ASSERT_NE(alt, 0);
   for (int round = 0; round < 10; ++round) {
     auto w = WorldStop::stop(target.pid(), 1000ms);
     ASSERT_TRUE(w) << w.error().message();
@@ -127,6 +135,10 @@ TEST_F(RemoteSyscallTest, MmapAndMunmapInEveryThreadLeaveEachAsItWas) {
     for (const auto& [tid, t] : w->threads()) {
       uint64_t addr = slot(i++);
       auto r = remote_syscall(*w, tid, *sites, SYS_mmap, mmap_args(addr));
+      if (tid == deep || tid == alt) {  // no room for a frame on their stacks
+        EXPECT_FALSE(r) << "thread " << tid << " ran a call its stack cannot hold";
+        continue;
+      }
       if (!r) {  // only a nanosleep restarting through restart_block is refused here
         EXPECT_NE(r.error().message().find("restart_block"), std::string::npos) << r.error().message();
         continue;
@@ -145,7 +157,36 @@ TEST_F(RemoteSyscallTest, MmapAndMunmapInEveryThreadLeaveEachAsItWas) {
     ASSERT_TRUE(target.running()) << "the target exited: " << target.read_line(100ms);
   }
   // The read interrupted 20 times still reads; no thread saw a wrong value,
-  // vector register or signal mask (it would have printed WRONG and exited).
+  // register of any kind or signal mask (it would have printed WRONG and exited).
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+// A thread 1.5 KiB above its guard page, and one in a handler on an 8 KiB
+// alternate stack: the frame would land in the guard page or outside the
+// thread's stack, so the call is refused with the reason and nothing written.
+TEST_F(RemoteSyscallTest, RefusesThreadsWhoseStackCannotHoldTheFrame) {
+  StoppableTarget target(false);
+  ASSERT_EQ(target.read_line(), "ready");
+  std::this_thread::sleep_for(100ms);
+  auto sites = find_syscall_sites(target.pid());
+  ASSERT_TRUE(sites) << sites.error().message();
+  pid_t deep = thread_named(target.pid(), "dyni-deep"), alt = thread_named(target.pid(), "dyni-altstack");
+  ASSERT_NE(deep, 0);
+  ASSERT_NE(alt, 0);
+  auto w = WorldStop::stop(target.pid(), 1000ms);
+  ASSERT_TRUE(w) << w.error().message();
+  auto on_deep = arm_syscall(*w, deep, *sites, SYS_mmap, mmap_args(slot(0)));
+  ASSERT_FALSE(on_deep);
+  EXPECT_NE(on_deep.error().message().find("leave its stack"), std::string::npos) << on_deep.error().message();
+  auto on_alt = arm_syscall(*w, alt, *sites, SYS_mmap, mmap_args(slot(1)));
+  ASSERT_FALSE(on_alt);
+  EXPECT_NE(on_alt.error().message().find("not on the thread's own stack"), std::string::npos)
+      << on_alt.error().message();
+  w->resume();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(mapped(target.pid(), slot(0)));
+  EXPECT_FALSE(mapped(target.pid(), slot(1)));
   EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
   EXPECT_EQ(target.finish(), 0);
 }

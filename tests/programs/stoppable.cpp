@@ -3,8 +3,13 @@
 //  - three workers recompute a known checksum forever; a wrong result prints
 //    "WRONG checksum" and exits 1 (a register or flag clobbered by a stop would show);
 //  - a sleeper loops in nanosleep (a blocking call that must restart);
-//  - a vector thread keeps known values in ymm8-ymm15 and checks them in a
-//    tight loop (xstate lost or clobbered by a stop or a remote call shows);
+//  - CPU state threads keep known values in every register a signal frame
+//    carries (ymm/zmm, opmasks, MXCSR, x87, PKRU, AMX tiles; as far as the CPU
+//    has them: tests/programs/cpu_state.h) and check them in a tight loop;
+//    the line "checks" is answered with their names;
+//  - "dyni-deep" parks with 1.5 KiB of stack left, "dyni-altstack" inside a
+//    handler on an 8 KiB alternate signal stack, both with signals blocked
+//    (threads whose stack cannot take a remote call's frame);
 //  - a masked thread keeps SIGUSR2 blocked and checks its mask stays so;
 //  - with "spawner", a thread creates and joins short-lived threads forever
 //    (threads appear while the world is being stopped);
@@ -12,6 +17,7 @@
 //  - main prints "ready", then answers each line read from stdin (a blocking
 //    read across stops) with "got LINE usr1=N rt=M", and exits 0 at end of input.
 #include <pthread.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +29,8 @@
 #include <iostream>
 #include <string>
 #include <thread>
+
+#include "tests/programs/cpu_state.h"
 
 namespace {
 
@@ -54,24 +62,60 @@ uint64_t checksum() {
   }
 }
 
-__attribute__((target("avx2"))) [[noreturn]] void vectors() {
-  alignas(32) static uint64_t pattern[8][4];
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 4; ++j) pattern[i][j] = 0x0101010101010101ULL * static_cast<uint64_t>(i * 4 + j + 1);
-#define DYNI_CHECK(n, reg) \
-  "vpcmpeqq " #n "(%0), %%" reg ", %%ymm0\n vpmovmskb %%ymm0, %%eax\n cmp $-1, %%eax\n jne 2f\n"
-  asm volatile(
-      "vmovdqa 0(%0), %%ymm8\n vmovdqa 32(%0), %%ymm9\n vmovdqa 64(%0), %%ymm10\n vmovdqa 96(%0), %%ymm11\n"
-      "vmovdqa 128(%0), %%ymm12\n vmovdqa 160(%0), %%ymm13\n vmovdqa 192(%0), %%ymm14\n vmovdqa 224(%0), %%ymm15\n"
-      "1:\n" DYNI_CHECK(0, "ymm8") DYNI_CHECK(32, "ymm9") DYNI_CHECK(64, "ymm10") DYNI_CHECK(96, "ymm11")
-      DYNI_CHECK(128, "ymm12") DYNI_CHECK(160, "ymm13") DYNI_CHECK(192, "ymm14") DYNI_CHECK(224, "ymm15")
-      "lock incq %1\n jmp 1b\n"
-      "2:\n"
-      :
-      : "r"(pattern), "m"(rounds)
-      : "rax", "xmm0", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
-#undef DYNI_CHECK
-  wrong("vectors");
+// Blocks for ever in read() on a pipe nobody writes, every signal blocked
+// (a signal frame here would overflow the stack: only dyni may be refused).
+[[noreturn]] void block_for_ever() {
+  int fds[2];
+  if (::pipe(fds) != 0) wrong("pipe");
+  char c;
+  for (;;)
+    if (::read(fds[0], &c, 1) >= 0) wrong("read");
+}
+
+void block_all_signals() {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+}
+
+// Parks with ~1.5 KiB of its 64 KiB stack left above the guard page.
+[[noreturn]] void deep_on_stack() {
+  pthread_setname_np(pthread_self(), "dyni-deep");
+  block_all_signals();
+  pthread_attr_t attr;
+  void* low = nullptr;
+  std::size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0 || pthread_attr_getstack(&attr, &low, &size) != 0)
+    wrong("stack bounds");
+  auto sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  std::size_t fill = sp - reinterpret_cast<uintptr_t>(low) - 1536;
+  volatile char* deep = static_cast<char*>(__builtin_alloca(fill));
+  deep[0] = 1;
+  block_for_ever();
+}
+
+// Parks inside a signal handler running on an 8 KiB alternate stack.
+[[noreturn]] void on_alternate_stack() {
+  pthread_setname_np(pthread_self(), "dyni-altstack");
+  constexpr std::size_t kAltSize = 8192;
+  void* alt = mmap(nullptr, kAltSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (alt == MAP_FAILED) wrong("mmap");
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = kAltSize;
+  if (sigaltstack(&ss, nullptr) != 0) wrong("sigaltstack");
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { block_for_ever(); };
+  sa.sa_flags = SA_ONSTACK;
+  sigfillset(&sa.sa_mask);  // in the handler, every signal blocked
+  sigaction(SIGRTMIN + 1, &sa, nullptr);
+  block_all_signals();
+  sigset_t trigger;
+  sigemptyset(&trigger);
+  sigaddset(&trigger, SIGRTMIN + 1);
+  pthread_sigmask(SIG_UNBLOCK, &trigger, nullptr);
+  pthread_kill(pthread_self(), SIGRTMIN + 1);
+  wrong("alternate stack");  // the handler never returns
 }
 
 [[noreturn]] void masked() {
@@ -103,12 +147,23 @@ int main(int argc, char** argv) {
   uint64_t expected = checksum();
   for (int i = 0; i < 3; ++i) std::thread(work, expected).detach();
   std::thread(sleep_forever).detach();
-  if (__builtin_cpu_supports("avx2")) std::thread(vectors).detach();
+  std::string checks = dyni::test::start_cpu_state_checkers();
   std::thread(masked).detach();
+  pthread_attr_t small;
+  pthread_attr_init(&small);
+  pthread_attr_setstacksize(&small, 64 << 10);
+  pthread_t deep;
+  pthread_create(&deep, &small, [](void*) -> void* { deep_on_stack(); }, nullptr);
+  std::thread(on_alternate_stack).detach();
   if (argc > 1 && std::strcmp(argv[1], "spawner") == 0) std::thread(spawn_forever).detach();
   std::printf("ready\n");
   std::fflush(stdout);
   for (std::string line; std::getline(std::cin, line);) {
+    if (line == "checks") {
+      std::printf("checks %s\n", checks.c_str());
+      std::fflush(stdout);
+      continue;
+    }
     std::printf("got %s usr1=%d rt=%d\n", line.c_str(), usr1.load(), rt.load());
     std::fflush(stdout);
   }

@@ -1,0 +1,43 @@
+// Where below a held thread's stack pointer dynid may write a frame.
+#include "dynid/thread_stack.h"
+
+#include <fmt/format.h>
+
+namespace dyni {
+namespace {
+
+const profiler::Mapping* mapping_at(const std::vector<profiler::Mapping>& maps, uint64_t addr) {
+  for (const auto& m : maps)
+    if (m.start <= addr && addr < m.end) return &m;
+  return nullptr;
+}
+
+// The thread's own stack: [stack] for the main thread, else the mapping
+// glibc made for the thread, whose descriptor (at fs_base) sits at its top
+// with the stack growing down below it. rsp below fs_base also rules out an
+// alternate stack mapped right above the thread's stack (the kernel may
+// merge the two mappings into one).
+bool is_own_stack(const profiler::Mapping& m, pid_t pid, pid_t tid, uint64_t rsp, uint64_t fs_base) {
+  if (m.shared || !m.readable || !m.writable || m.file_backed()) return false;
+  if (m.path == "[stack]") return tid == pid;
+  return m.path.empty() && m.start <= fs_base && fs_base < m.end && rsp <= fs_base;
+}
+
+}  // namespace
+
+Result<uint64_t> place_frame_below(const std::vector<profiler::Mapping>& maps, pid_t pid, pid_t tid, uint64_t rsp,
+                                   uint64_t fs_base, uint64_t frame_bytes) {
+  if (rsp < kRedZone + frame_bytes + 64) return fail(fmt::format("thread {}: stack pointer {:#x} too low", tid, rsp));
+  const profiler::Mapping* stack = mapping_at(maps, rsp - 1);
+  if (!stack || !is_own_stack(*stack, pid, tid, rsp, fs_base))
+    return fail(fmt::format("thread {}: stack pointer {:#x} is not on the thread's own stack "
+                            "(alternate signal stack, heap or foreign stack)",
+                            tid, rsp));
+  uint64_t frame_addr = (rsp - kRedZone - frame_bytes) & ~uint64_t{63};
+  if (frame_addr < stack->start)
+    return fail(fmt::format("thread {}: {} bytes below its stack pointer {:#x} leave its stack {:#x}-{:#x}", tid,
+                            rsp - frame_addr, rsp, stack->start, stack->end));
+  return frame_addr;
+}
+
+}  // namespace dyni

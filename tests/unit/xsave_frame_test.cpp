@@ -1,0 +1,131 @@
+// The XSAVE area of remote_syscall's signal frame (dynid/xsave_frame.h),
+// over XSAVE layouts recorded from CPUID leaf 0xD of several CPUs: the frame
+// must have the size and features the kernel gives that thread's own frames.
+#include "dynid/xsave_frame.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <initializer_list>
+
+namespace dyni {
+namespace {
+
+struct Placed {
+  int bit;
+  uint32_t offset, size;
+  bool xfd = false;
+};
+
+XsaveLayout layout_of(std::initializer_list<Placed> components) {
+  XsaveLayout layout;
+  for (const Placed& p : components) layout.components[static_cast<std::size_t>(p.bit)] = {p.offset, p.size, p.xfd};
+  return layout;
+}
+
+// CPUID 0xD sub-leaves 2.. (EBX offset, EAX size, ECX bit 2 XFD), recorded.
+const XsaveLayout kAvx2Only = layout_of({{2, 576, 256}});                    // Intel Haswell: XCR0 0x7
+const XsaveLayout kZen3 = layout_of({{2, 576, 256}, {9, 2432, 8}});          // AMD EPYC (this project's KVM machine): 0x207
+const XsaveLayout kZen4 = layout_of({{2, 576, 256}, {5, 832, 64}, {6, 896, 512}, {7, 1408, 1024}, {9, 2432, 8}});
+const XsaveLayout kSapphireRapids = layout_of({{2, 576, 256}, {5, 1088, 64}, {6, 1152, 512}, {7, 1664, 1024},
+                                               {9, 2688, 8}, {17, 2752, 64}, {18, 2816, 8192, true}});
+
+struct Case {
+  const char* cpu;
+  const XsaveLayout* layout;
+  uint64_t xcr0, xstate_bv;
+  uint64_t features;
+  uint32_t size;
+};
+
+TEST(FrameXstate, MatchesTheKernelsOwnFrameOnEachCpu) {
+  const Case cases[] = {
+      {"AVX2 only", &kAvx2Only, 0x7, 0x7, 0x7, 832},
+      {"Zen 3, PKRU", &kZen3, 0x207, 0x203, 0x207, 2440},
+      {"Zen 4, AVX-512", &kZen4, 0x2e7, 0x2e7, 0x2e7, 2440},
+      {"Zen 4, vector state in init", &kZen4, 0x2e7, 0x3, 0x2e7, 2440},
+      // Measured on that CPU (kernel 6.18): a thread without AMX gets
+      // xstate_size 2816 and xfeatures 0x202e7 in its own signal frames.
+      {"Sapphire Rapids, no AMX in use", &kSapphireRapids, 0x602e7, 0x2a3, 0x202e7, 2816},
+      {"Sapphire Rapids, tile config set", &kSapphireRapids, 0x602e7, 0x202a3, 0x202e7, 2816},
+      {"Sapphire Rapids, AMX tiles in use", &kSapphireRapids, 0x602e7, 0x602a3, 0x602e7, 11008},
+  };
+  for (const Case& c : cases) {
+    auto frame = frame_xstate(*c.layout, c.xcr0, c.xstate_bv);
+    ASSERT_TRUE(frame) << c.cpu << ": " << frame.error().message();
+    EXPECT_EQ(frame->features, c.features) << c.cpu;
+    EXPECT_EQ(frame->size, c.size) << c.cpu;
+  }
+}
+
+TEST(FrameXstate, RefusesFeaturesItCannotPlace) {
+  EXPECT_FALSE(frame_xstate(kZen3, 0x204, 0x204));  // no x87/SSE
+  EXPECT_FALSE(frame_xstate(kAvx2Only, 0x207, 0x7));  // PKRU enabled, but the layout does not place it
+}
+
+// A buffer as PTRACE_GETREGSET NT_X86_XSTATE returns it: the maximum size,
+// XCR0 in the first software bytes, XSTATE_BV in the header.
+std::vector<uint8_t> ptrace_buffer(uint32_t size, uint64_t xcr0, uint64_t xstate_bv) {
+  std::vector<uint8_t> x(size);
+  for (uint32_t i = 0; i < size; ++i) x[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::memcpy(x.data() + 464, &xcr0, 8);
+  std::memcpy(x.data() + 512, &xstate_bv, 8);
+  std::memset(x.data() + 520, 0, 56);
+  return x;
+}
+
+uint64_t u64_at(const std::vector<uint8_t>& v, std::size_t at) {
+  uint64_t x = 0;
+  std::memcpy(&x, v.data() + at, 8);
+  return x;
+}
+uint32_t u32_at(const std::vector<uint8_t>& v, std::size_t at) {
+  uint32_t x = 0;
+  std::memcpy(&x, v.data() + at, 4);
+  return x;
+}
+
+TEST(SigframeXstate, CutsPtracesMaximumBufferToTheThreadsFrame) {
+  auto buf = ptrace_buffer(11008, 0x602e7, 0x2a3);
+  auto area = sigframe_xstate(kSapphireRapids, buf);
+  ASSERT_TRUE(area) << area.error().message();
+  ASSERT_EQ(area->size(), 2816u + 4);
+  EXPECT_EQ(u32_at(*area, 464), 0x46505853u);  // magic1
+  EXPECT_EQ(u32_at(*area, 468), 2816u + 4);    // extended_size
+  EXPECT_EQ(u64_at(*area, 472), 0x202e7u);     // xfeatures
+  EXPECT_EQ(u32_at(*area, 480), 2816u);        // xstate_size
+  EXPECT_EQ(u64_at(*area, 512), 0x2a3u);       // XSTATE_BV
+  EXPECT_EQ(u32_at(*area, 2816), 0x46505845u); // magic2 right after the area
+  EXPECT_EQ(std::memcmp(area->data(), buf.data(), 464), 0);             // x87/SSE state
+  EXPECT_EQ(std::memcmp(area->data() + 576, buf.data() + 576, 2816 - 576), 0);  // AVX .. tile config
+}
+
+TEST(SigframeXstate, KeepsTilesInUseAndClearsHeaderBytesXrstorRejects) {
+  auto buf = ptrace_buffer(11008, 0x602e7, 0x602a3);
+  uint64_t junk = 0x8000000000000001ULL;  // XCOMP_BV / reserved: #GP in XRSTOR
+  std::memcpy(buf.data() + 520, &junk, 8);
+  std::memcpy(buf.data() + 560, &junk, 8);
+  auto area = sigframe_xstate(kSapphireRapids, buf);
+  ASSERT_TRUE(area) << area.error().message();
+  ASSERT_EQ(area->size(), 11008u + 4);
+  EXPECT_EQ(u64_at(*area, 512), 0x602a3u);
+  for (std::size_t at = 520; at < 576; at += 8) EXPECT_EQ(u64_at(*area, at), 0u) << at;
+  EXPECT_EQ(area->at(10000), buf.at(10000));  // tile data copied
+}
+
+TEST(SigframeXstate, RefusesStateItCannotRestoreWhole) {
+  EXPECT_FALSE(sigframe_xstate(kZen3, ptrace_buffer(500, 0x207, 0x3)));     // shorter than an XSAVE area
+  EXPECT_FALSE(sigframe_xstate(kZen3, ptrace_buffer(1000, 0x207, 0x3)));    // PKRU lies past the buffer
+  EXPECT_FALSE(sigframe_xstate(kZen3, ptrace_buffer(2440, 0x207, 0x8003)));  // XSTATE_BV outside XCR0
+  EXPECT_FALSE(sigframe_xstate(kZen3, ptrace_buffer(2440, 0x204, 0x4)));    // no x87/SSE
+}
+
+TEST(HostXsaveLayout, PlacesAvxWhereEveryCpuDoes) {
+  if (!__builtin_cpu_supports("avx")) GTEST_SKIP() << "this CPU has no AVX";
+  XsaveLayout host = host_xsave_layout();
+  EXPECT_EQ(host.components[2].offset, 576u);
+  EXPECT_EQ(host.components[2].size, 256u);
+}
+
+}  // namespace
+}  // namespace dyni
