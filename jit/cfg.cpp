@@ -355,10 +355,8 @@ Result<FunctionCfg> build_cfg(const elf::Function& function, const ModuleImage& 
 }
 
 std::string reason_kind(const std::string& message) {
-  std::size_t at = message.find(" at 0x");
-  std::string kind = at == std::string::npos ? message : message.substr(0, at);
-  if (kind.starts_with("data in code")) return "data in code";
-  return kind;
+  std::size_t end = std::min(message.find(" at 0x"), message.find(": "));
+  return end == std::string::npos ? message : message.substr(0, end);
 }
 
 }  // namespace dyni::jit

@@ -40,7 +40,9 @@ struct FunctionCfg {
 // Decodes and analyses `function` of `image`.
 Result<FunctionCfg> build_cfg(const elf::Function& function, const ModuleImage& image);
 
-// "indirect jump unresolved at 0x1234" → "indirect jump unresolved".
+// A rejection's stable kind: its text up to " at 0x" or ": ".
+// "indirect jump unresolved at 0x1234" → "indirect jump unresolved";
+// "copy fails verification: verifier: …" → "copy fails verification".
 std::string reason_kind(const std::string& message);
 
 }  // namespace dyni::jit

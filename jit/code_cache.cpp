@@ -1,8 +1,11 @@
 // Packing hot functions into one cache: addresses first (sizes are known
-// before addresses), then redirects, then bytes, checks and patches.
+// before addresses), then redirects and patches, then bytes and checks; a
+// function that fails them is dropped and the rest packed again.
 #include "jit/code_cache.h"
 
 #include <fmt/format.h>
+
+#include <set>
 
 #include "jit/verifier.h"
 
@@ -18,8 +21,51 @@ bool reachable(uint64_t from, uint64_t to) {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-std::string describe(const FunctionCfg& cfg, const std::string& why) {
-  return fmt::format("{:#x}: {}", cfg.start, why);
+// Addresses, redirects and entry patches of `functions` packed from `base`;
+// the bytes are padding until emitted.
+CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt) {
+  CodeCache cache;
+  cache.base = base;
+  uint64_t at = base;
+  for (const HotCode& f : functions) {
+    at = align_up(at, kFunctionAlignment);
+    cache.redirects.to[f.cfg->start] = at;
+    CachedFunction copy{f.cfg->start, {at, {}, {}}, {f.cfg->start, {}}, "", {}};
+    auto patch = f.shares_entry_bytes
+                     ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
+                     : plan_patch(*f.cfg, at);
+    if (patch) copy.patch = std::move(*patch);
+    else copy.unpatched = patch.error().message();
+    cache.functions.push_back(std::move(copy));
+    at += emitted_size(*f.cfg, f.layout);
+  }
+  for (const auto& [stub, callee] : plt.to) {
+    auto copy = cache.redirects.to.find(callee);
+    uint64_t to = copy != cache.redirects.to.end() ? copy->second : callee;
+    if (reachable(base, to) && reachable(at, to)) cache.redirects.to.emplace(stub, to);
+  }
+  cache.bytes.assign(at - base, kPadding);
+  return cache;
+}
+
+PatchedBytes patched_bytes(const CodeCache& cache) {
+  PatchedBytes out;
+  for (const CachedFunction& f : cache.functions)
+    for (const EntryPatch& p : f.patch.entries) out[p.addr] = p.addr + kEntryPatchSize;
+  return out;
+}
+
+// Emits (and verifies) function `f` into its slot; the reason when it fails.
+Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const PatchedBytes& patched,
+                 bool verify) {
+  auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects);
+  if (!code) return fail("copy cannot be emitted: " + code.error().message());
+  if (verify)
+    if (auto checked = jit::verify(*f.cfg, *code, cache.redirects, patched); !checked)
+      return fail("copy fails verification: " + checked.error().message());
+  std::copy(code->bytes.begin(), code->bytes.end(), cache.bytes.begin() + (code->base - cache.base));
+  slot.code = std::move(*code);
+  return ok();
 }
 
 }  // namespace
@@ -32,38 +78,28 @@ std::vector<TranslationEntry> CodeCache::translation() const {
 
 Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt,
                                    bool verify) {
-  CodeCache cache;
-  cache.base = base;
-  std::vector<const HotCode*> kept;
-  std::vector<uint64_t> entries;
-  uint64_t at = base;
-  for (const HotCode& f : functions) {
-    at = align_up(at, kFunctionAlignment);
-    kept.push_back(&f);
-    entries.push_back(at);
-    cache.redirects.to[f.cfg->start] = at;
-    at += emitted_size(*f.cfg, f.layout);
+  std::vector<HotCode> kept;
+  for (const HotCode& f : functions)
+    kept.push_back({f.cfg, with_entry_bytes_copied(*f.cfg, f.layout), f.shares_entry_bytes});
+  std::vector<CacheRejection> rejected;
+  // Each round drops at least one function, or ends.
+  while (true) {
+    CodeCache cache = pack(kept, base, plt);
+    PatchedBytes patched = patched_bytes(cache);
+    std::set<uint64_t> failed;
+    for (std::size_t i = 0; i < kept.size(); ++i) {
+      auto emitted = emit_into(cache, cache.functions[i], kept[i], patched, verify);
+      if (!emitted) {
+        rejected.push_back({kept[i].cfg->start, emitted.error().message()});
+        failed.insert(kept[i].cfg->start);
+      }
+    }
+    if (failed.empty()) {
+      cache.rejected = std::move(rejected);
+      return cache;
+    }
+    std::erase_if(kept, [&](const HotCode& f) { return failed.count(f.cfg->start) > 0; });
   }
-  for (const auto& [stub, callee] : plt.to) {
-    auto copy = cache.redirects.to.find(callee);
-    uint64_t to = copy != cache.redirects.to.end() ? copy->second : callee;
-    if (reachable(base, to) && reachable(at, to)) cache.redirects.to.emplace(stub, to);
-  }
-  cache.bytes.assign(at - base, kPadding);
-  for (std::size_t i = 0; i < kept.size(); ++i) {
-    const FunctionCfg& cfg = *kept[i]->cfg;
-    auto code = emit_function(cfg, kept[i]->layout, entries[i], cache.redirects);
-    if (!code) return fail(describe(cfg, code.error().message()));
-    if (verify)
-      if (auto checked = jit::verify(cfg, *code, cache.redirects); !checked)
-        return fail(describe(cfg, checked.error().message()));
-    std::copy(code->bytes.begin(), code->bytes.end(), cache.bytes.begin() + (entries[i] - base));
-    auto patch = kept[i]->shares_entry_bytes ? fail(fmt::format("another entry point in the entry bytes at {:#x}", cfg.start))
-                                             : plan_patch(cfg, entries[i]);
-    cache.functions.push_back({cfg.start, std::move(*code), patch ? std::move(*patch) : FunctionPatch{cfg.start, {}},
-                               patch ? "" : patch.error().message(), {}});
-  }
-  return cache;
 }
 
 }  // namespace dyni::jit

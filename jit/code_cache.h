@@ -35,11 +35,20 @@ struct CachedFunction {
   std::vector<UnwindRow> unwind;  // the copy's frames (I6); empty when the original has no FDE
 };
 
+// A function left out of the cache: its copy could not be emitted or failed
+// the verifier. The reason's kind is "copy cannot be emitted" or "copy fails
+// verification" (reason_kind), the detail follows.
+struct CacheRejection {
+  uint64_t function = 0;  // original entry
+  std::string reason;
+};
+
 struct CodeCache {
   uint64_t base = 0;
   std::vector<uint8_t> bytes;
   std::vector<CachedFunction> functions;  // in cache order
   Redirects redirects;                    // what calls leaving a function were sent to
+  std::vector<CacheRejection> rejected;   // never in `functions`, nor redirected to
 
   // Every cache instruction → its original address, over all functions.
   std::vector<TranslationEntry> translation() const;
@@ -50,8 +59,12 @@ constexpr uint8_t kPadding = 0xcc;  // int3: nothing should ever run it
 
 // `plt`: PLT stub address → the function it reaches (read from the GOT by
 // whoever knows it); applied only where the function is within ±2 GB.
-// With `verify`, every function is decoded back (verifier.h) and any
-// mismatch fails the whole build.
+// With `verify`, every function is decoded back (verifier.h). One bad
+// function never fails the cache: a function whose copy cannot be emitted or
+// fails the verifier is rejected with its reason, and the cache is packed
+// again from the rest (so no call is sent to a copy that is not there).
+// Every layout gets the blocks under its entry patch copied
+// (with_entry_bytes_copied).
 Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64_t base,
                                    const Redirects& plt = {}, bool verify = true);
 

@@ -23,7 +23,9 @@ Flow flow_of(const ZydisDecodedInstruction& zy) {
   if (zy.mnemonic == ZYDIS_MNEMONIC_XABORT) return Flow::Next;
   bool relative = zy.attributes & ZYDIS_ATTRIB_IS_RELATIVE;
   switch (zy.meta.category) {
-    case ZYDIS_CATEGORY_COND_BR: return Flow::CondBranch;
+    // xend is filed with the conditional branches but has no target: it
+    // commits the transaction and goes on.
+    case ZYDIS_CATEGORY_COND_BR: return relative ? Flow::CondBranch : Flow::Next;
     case ZYDIS_CATEGORY_UNCOND_BR: return relative ? Flow::Branch : Flow::IndirectBranch;
     case ZYDIS_CATEGORY_CALL: return relative ? Flow::Call : Flow::IndirectCall;
     case ZYDIS_CATEGORY_RET: return Flow::Return;

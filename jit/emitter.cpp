@@ -57,6 +57,11 @@ class Planner {
   // The last instruction of a block decides how the layout is bridged:
   // a jmp to the next block is dropped; a jcc whose target is the next block
   // is inverted; a broken fall-through gets a jmp.
+  // Invariant: a copy never runs past its end. Every instruction that can
+  // fall through is followed by the image of its successor or by a jmp to
+  // it, also when that successor lies past the function's end (a last jcc or
+  // call falls into whatever follows the function: the copy goes there
+  // explicitly, not into the next function of the cache).
   void plan_block_end(const Instruction& last, uint64_t next, std::vector<Piece>& out) const {
     bool internal = last.has_target && last.target >= cfg_.start && last.target < cfg_.end;
     bool target_next = internal && next == last.target && copied_block_at(last.target);
@@ -67,8 +72,9 @@ class Planner {
       return;
     }
     uint64_t fall = last.end();
-    bool has_fall = falls_through(last) && fall < cfg_.end;
-    if (last.flow == Flow::CondBranch && target_next && next != fall && !is_rel8_only(last)) {
+    bool has_fall = falls_through(last);
+    // Only a jcc has an opposite (xbegin, loop*, jrcxz keep their sense).
+    if (jcc_condition(last) && target_next && next != fall) {
       out.push_back({Translation::Inverted, &last, 0, relocated_length(last)});
       return;
     }
@@ -80,15 +86,6 @@ class Planner {
   const BlockLayout& layout_;
   std::map<uint64_t, std::size_t> block_index_;
 };
-
-// The opposite condition of a jcc rel32 (0f 8x): flip the low bit of x.
-void invert_condition(std::vector<uint8_t>& bytes) {
-  for (std::size_t i = 0; i + 1 < bytes.size(); ++i)
-    if (bytes[i] == 0x0f && (bytes[i + 1] & 0xf0) == 0x80) {
-      bytes[i + 1] ^= 1;
-      return;
-    }
-}
 
 Result<std::vector<uint8_t>> jmp_rel32(uint64_t at, uint64_t to) {
   int64_t delta = static_cast<int64_t>(to - (at + kJmpRel32));
@@ -133,8 +130,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     if (p.kind == Translation::Jump) {
       bytes = jmp_rel32(here, image(p.continue_at));
     } else if (p.kind == Translation::Inverted) {
-      bytes = relocate(*p.in, here, image(p.in->end()));
-      if (bytes) invert_condition(*bytes);
+      bytes = relocate_inverted(*p.in, here, image(p.in->end()));
     } else {
       std::optional<uint64_t> target;
       if (p.in->has_target) target = image(p.in->target);

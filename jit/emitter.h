@@ -4,8 +4,10 @@
 // code when that block was not copied (the original stays intact, I1); calls
 // and jumps that leave the function go where `Redirects` says (the cache copy
 // of a hot callee, the function behind a PLT stub) or to their original
-// target. Where the layout breaks a fall-through, a `jmp` is added; where it
-// makes a jump fall through, the jump is dropped or its condition inverted.
+// target. Where the layout breaks a fall-through, a `jmp` is added (also
+// after a last jcc or call, whose fall-through is past the function's end);
+// where it makes a jump fall through, the jump is dropped or a jcc's
+// condition inverted.
 // Returns the bytes and the translation table (I6).
 #pragma once
 

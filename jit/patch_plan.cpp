@@ -40,4 +40,16 @@ Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
   return FunctionPatch{cfg.start, {patch}};
 }
 
+BlockLayout with_entry_bytes_copied(const FunctionCfg& cfg, BlockLayout layout) {
+  uint64_t entry = patch_address(cfg), end = entry + kEntryPatchSize;
+  for (std::size_t b = 0; b < cfg.blocks.size(); ++b) {
+    bool overlaps = cfg.blocks[b].start < end && cfg.blocks[b].end > entry;
+    if (overlaps && !layout.copied[b]) {
+      layout.copied[b] = true;
+      layout.order.push_back(b);
+    }
+  }
+  return layout;
+}
+
 }  // namespace dyni::jit

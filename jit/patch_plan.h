@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "jit/block_layout.h"
 #include "jit/cfg.h"
 
 namespace dyni::jit {
@@ -31,6 +32,13 @@ struct FunctionPatch {
 };
 
 Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry);
+
+// `layout` with every block that overlaps the entry patch copied (appended
+// after the others). Invariant: no exit from the cache lands in bytes the
+// patch overwrites. A branch from the copy to such a block left in the
+// original code would run the patch's jmp back into the copy: an endless
+// loop, or a jump into the middle of the jmp.
+BlockLayout with_entry_bytes_copied(const FunctionCfg& cfg, BlockLayout layout);
 
 // Where `cfg`'s entry patch goes: its start, or just after a leading endbr64.
 uint64_t patch_address(const FunctionCfg& cfg);

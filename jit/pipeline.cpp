@@ -9,6 +9,7 @@
 #include "jit/block_profile.h"
 #include "jit/edge_profile.h"
 #include "jit/function_order.h"
+#include "jit/patch_plan.h"
 
 namespace dyni::jit {
 namespace {
@@ -78,6 +79,27 @@ void analyse(const ModuleInput& in, ModulePlan& plan) {
   }
 }
 
+// Branch targets of the analysed functions that lie outside their own
+// function: another function entered there (mempcpy jumps to memcpy+3) would
+// run its entry patch from the middle, so that entry is not patched. Only
+// the analysed functions are seen: a branch from code not analysed is not.
+void mark_branches_into_entry_bytes(ModulePlan& plan) {
+  std::set<uint64_t> targets;
+  for (const auto& cfg : plan.cfgs) {
+    auto foreign = [&](uint64_t a) { return a < cfg->start || a >= cfg->end; };
+    for (const Instruction& in : cfg->instructions)
+      if (in.has_target && foreign(in.target)) targets.insert(in.target);
+    for (const JumpTable& t : cfg->tables)
+      for (uint64_t a : t.targets)
+        if (foreign(a)) targets.insert(a);
+  }
+  for (const auto& cfg : plan.cfgs) {
+    uint64_t entry = patch_address(*cfg);
+    auto inside = targets.upper_bound(entry);  // landing on the jmp's first byte is fine
+    if (inside != targets.end() && *inside < entry + kEntryPatchSize) plan.shares_entry_bytes.insert(cfg->start);
+  }
+}
+
 // Step 2: block layout from the function's samples.
 BlockLayout lay_out(const ModuleInput& in, const FunctionCfg& cfg, const LayoutOptions& options) {
   const FunctionSamples* s = samples_of(in, cfg.start);
@@ -105,6 +127,56 @@ std::vector<const FunctionCfg*> order(const ModuleInput& in, const ModulePlan& p
   return out;
 }
 
+// Step 6: each copy's unwind rows; the functions whose rows cannot be made.
+std::vector<CacheRejection> add_unwind_rows(ModulePlan& plan) {
+  std::map<uint64_t, uint64_t> end_of;
+  for (const auto& cfg : plan.cfgs) end_of[cfg->start] = cfg->end;
+  std::vector<CacheRejection> failed;
+  for (CachedFunction& f : plan.cache.functions) {
+    auto original = plan.original_unwind.find(f.original_entry);
+    if (original == plan.original_unwind.end()) continue;
+    auto rows = cache_unwind_rows(original->second, end_of.at(f.original_entry), f.code);
+    if (rows) f.unwind = std::move(*rows);
+    else failed.push_back({f.original_entry, "copy without unwind rows: " + rows.error().message()});
+  }
+  return failed;
+}
+
+// Steps 4 and 6: the cache, then its unwind rows; built again without any
+// function whose rows fail (never expected). `hot` ends as what the cache holds.
+Status build_cache(const ModuleInput& in, std::vector<HotCode>& hot, const JitOptions& options, ModulePlan& plan) {
+  std::vector<CacheRejection> dropped;  // over all rounds
+  while (true) {
+    auto cache = build_code_cache(hot, in.cache_base, in.plt, options.verify);
+    if (!cache) return std::unexpected(cache.error());
+    plan.cache = std::move(*cache);
+    std::vector<CacheRejection> no_rows = add_unwind_rows(plan);
+    dropped.insert(dropped.end(), plan.cache.rejected.begin(), plan.cache.rejected.end());
+    dropped.insert(dropped.end(), no_rows.begin(), no_rows.end());
+    std::set<uint64_t> cached;
+    for (const CachedFunction& f : plan.cache.functions) cached.insert(f.original_entry);
+    for (const CacheRejection& r : no_rows) cached.erase(r.function);
+    std::erase_if(hot, [&](const HotCode& h) { return !cached.count(h.cfg->start); });
+    if (no_rows.empty()) break;
+  }
+  plan.cache.rejected = std::move(dropped);
+  return ok();
+}
+
+// Functions the cache left out (their copy failed emission or the verifier)
+// become rejections like any other, with their reason (I5).
+void take_cache_rejections(const ModuleInput& in, ModulePlan& plan) {
+  for (const CacheRejection& r : plan.cache.rejected) {
+    const elf::Function* f = in.functions->find(r.function);
+    const FunctionSamples* s = samples_of(in, r.function);
+    uint64_t samples = s ? s->samples : 0;
+    plan.rejected.push_back({r.function, f ? elf::display_name(*f) : "", r.reason, samples});
+    plan.accepted_samples -= samples;
+    plan.original_unwind.erase(r.function);
+    std::erase_if(plan.cfgs, [&](const auto& cfg) { return cfg->start == r.function; });
+  }
+}
+
 }  // namespace
 
 uint64_t provisional_cache_base(const elf::FunctionTable& functions) {
@@ -126,25 +198,18 @@ Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& opti
   if (!in.functions || !in.image) return fail("optimize_module: no module given");
   ModulePlan plan;
   analyse(in, plan);
+  mark_branches_into_entry_bytes(plan);
   std::vector<HotCode> hot;
   for (const FunctionCfg* cfg : order(in, plan)) {
-    hot.push_back({cfg, lay_out(in, *cfg, options.layout), plan.shares_entry_bytes.count(cfg->start) > 0});
-    plan.blocks += cfg->blocks.size();
-    plan.blocks_left += cfg->blocks.size() - hot.back().layout.order.size();
+    BlockLayout layout = with_entry_bytes_copied(*cfg, lay_out(in, *cfg, options.layout));
+    hot.push_back({cfg, std::move(layout), plan.shares_entry_bytes.count(cfg->start) > 0});
   }
-  auto cache = build_code_cache(hot, in.cache_base, in.plt, options.verify);
-  if (!cache) return std::unexpected(cache.error());
-  plan.cache = std::move(*cache);
-  // Step 6: the copies' unwind rows.
-  std::map<uint64_t, uint64_t> end_of;
-  for (const auto& cfg : plan.cfgs) end_of[cfg->start] = cfg->end;
-  for (CachedFunction& f : plan.cache.functions) {
-    auto original = plan.original_unwind.find(f.original_entry);
-    if (original == plan.original_unwind.end()) continue;
-    auto rows = cache_unwind_rows(original->second, end_of.at(f.original_entry), f.code);
-    if (!rows) return fail(fmt::format("{:#x}: {}", f.original_entry, rows.error().message()));
-    f.unwind = std::move(*rows);
+  if (auto built = build_cache(in, hot, options, plan); !built) return std::unexpected(built.error());
+  for (const HotCode& h : hot) {
+    plan.blocks += h.cfg->blocks.size();
+    plan.blocks_left += h.cfg->blocks.size() - h.layout.order.size();
   }
+  take_cache_rejections(in, plan);  // after the last use of `hot`: frees the rejected CFGs
   return plan;
 }
 

@@ -48,7 +48,7 @@ struct ModulePlan {
   std::vector<std::unique_ptr<FunctionCfg>> cfgs;  // of the functions in the cache
   std::map<uint64_t, std::vector<elf::CfiRow>> original_unwind;  // by function start, where it has an FDE
   std::set<uint64_t> shares_entry_bytes;  // functions with another entry point where their patch would go
-  std::vector<Rejection> rejected;
+  std::vector<Rejection> rejected;  // by analysis, or by the cache (copy not emitted or not verified)
   uint64_t hot_samples = 0, accepted_samples = 0;  // of the hot functions asked for
   std::size_t blocks = 0, blocks_left = 0;         // in the cache's functions; left in the original code
 };

@@ -117,4 +117,23 @@ Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
   return out;
 }
 
+std::optional<unsigned> jcc_condition(const Instruction& in) {
+  if (in.flow != Flow::CondBranch || is_rel8_only(in) || in.prefix_count + 1u >= in.length) return std::nullopt;
+  uint8_t op = in.bytes[in.prefix_count], op2 = in.bytes[in.prefix_count + 1];
+  if (op >= 0x70 && op <= 0x7f) return op & 0x0f;
+  if (op == 0x0f && (op2 & 0xf0) == 0x80) return op2 & 0x0f;
+  return std::nullopt;
+}
+
+Result<std::vector<uint8_t>> relocate_inverted(const Instruction& in, uint64_t new_addr, uint64_t new_target) {
+  if (!jcc_condition(in)) return fail(fmt::format("branch without an opposite condition at {:#x}", in.addr));
+  auto out = relocate(in, new_addr, new_target);
+  if (!out) return out;
+  std::size_t opcode = out->size() >= 6 ? out->size() - 6 : 0;  // 0f 8x rel32, after any prefixes
+  if (out->size() < 6 || (*out)[opcode] != 0x0f || ((*out)[opcode + 1] & 0xf0) != 0x80)
+    return fail(fmt::format("relocated jcc without its 0f 8x opcode at {:#x}", in.addr));
+  (*out)[opcode + 1] ^= 1;
+  return out;
+}
+
 }  // namespace dyni::jit

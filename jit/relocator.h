@@ -33,4 +33,14 @@ std::size_t relocated_length(const Instruction& in);
 Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
                                       std::optional<uint64_t> new_target = std::nullopt);
 
+// The condition code (0..15) of a jcc, read at its opcode (7x rel8, 0f 8x
+// rel32), or none for every other branch: jmp, xbegin, loop*, jrcxz have no
+// opposite and are never inverted.
+std::optional<unsigned> jcc_condition(const Instruction& in);
+
+// jcc `in` at `new_addr` with the opposite condition, going to `new_target`.
+// The condition is flipped in the opcode (the last 6 bytes of a jcc rel32 are
+// 0f 8x rel32), never found by a byte pattern that a displacement may hold.
+Result<std::vector<uint8_t>> relocate_inverted(const Instruction& in, uint64_t new_addr, uint64_t new_target);
+
 }  // namespace dyni::jit

@@ -21,6 +21,12 @@ struct UnwindRow {
   elf::CfiState state;
 };
 
+// The original address whose frame cache instruction `k` of `code` has: its
+// own, except for the jmp a last jcc or call falls into past the function's
+// end (`original_end`), which has the frame of that jcc or call (falling
+// through changes no frame).
+uint64_t frame_address(const EmittedCode& code, std::size_t k, uint64_t original_end);
+
 // `original`: the function's rows (elf::cfi_rows), covering [first row, original_end).
 Result<std::vector<UnwindRow>> cache_unwind_rows(const std::vector<elf::CfiRow>& original, uint64_t original_end,
                                                  const EmittedCode& code);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "jit/decoder.h"
+#include "jit/patch_plan.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -24,18 +25,10 @@ bool same_bytes_outside_pc_fields(const Instruction& a, const Instruction& b) {
   return true;
 }
 
-// The condition nibble of a jcc (7x rel8 or 0f 8x rel32), or -1.
-int condition_of(const Instruction& in) {
-  std::size_t p = in.prefix_count;
-  if (in.bytes[p] >= 0x70 && in.bytes[p] <= 0x7f) return in.bytes[p] & 0x0f;
-  if (in.bytes[p] == 0x0f && (in.bytes[p + 1] & 0xf0) == 0x80) return in.bytes[p + 1] & 0x0f;
-  return -1;
-}
-
 class Verifier {
  public:
-  Verifier(const FunctionCfg& cfg, const EmittedCode& code, const Redirects& redirects)
-      : cfg_(cfg), code_(code), redirects_(redirects) {
+  Verifier(const FunctionCfg& cfg, const EmittedCode& code, const Redirects& redirects, const PatchedBytes& patched)
+      : cfg_(cfg), code_(code), redirects_(redirects), patched_(patched) {
     for (const Instruction& in : cfg.instructions) original_[in.addr] = &in;
     for (const TranslationEntry& t : code.translation)
       if (t.kind != Translation::Jump) copy_of_[t.original_addr] = t.new_addr;
@@ -48,6 +41,7 @@ class Verifier {
       return fail("verifier: the code does not begin with the function's entry");
     for (std::size_t k = 0; k < code_.translation.size(); ++k)
       if (auto r = check(k); !r) return r;
+    if (auto r = check_table_exits(); !r) return r;
     return check_dropped();
   }
 
@@ -83,7 +77,9 @@ class Verifier {
   // The next cache instruction must stand for original address `want`.
   Status check_continues(std::size_t k, uint64_t want) const {
     want = continues_at(want);
-    if (k + 1 >= code_.translation.size() || code_.translation[k + 1].original_addr != want)
+    if (k + 1 >= code_.translation.size())
+      return fail(fmt::format("verifier: {:#x} can run past the end of the copy", code_.translation[k].new_addr));
+    if (code_.translation[k + 1].original_addr != want)
       return fail(fmt::format("verifier: {:#x} does not continue at the image of {:#x}",
                               code_.translation[k].new_addr, want));
     return ok();
@@ -102,7 +98,7 @@ class Verifier {
     if (t.kind == Translation::Inverted) return check_continues(k, o.target);
     bool falls = o.flow == Flow::Next || o.flow == Flow::Call || o.flow == Flow::IndirectCall ||
                  o.flow == Flow::CondBranch;
-    if (falls && o.end() < cfg_.end) return check_continues(k, o.end());
+    if (falls) return check_continues(k, o.end());  // past the function's end too
     return ok();
   }
 
@@ -112,6 +108,33 @@ class Verifier {
         d->target != image(continues_at(t.original_addr)))
       return fail(fmt::format("verifier: added jmp at {:#x} misses the image of {:#x}", t.new_addr,
                               t.original_addr));
+    return check_exit(d->target, t.new_addr);
+  }
+
+  // An exit to `target` from cache address `from` must not land in patched
+  // bytes. Landing on a patch's first byte runs its jmp to that function's
+  // copy entry: the same as going on there only when the copy has those
+  // bytes, which this check proves for this function on its own exits and
+  // for any other on that function's copy.
+  Status check_exit(uint64_t target, uint64_t from) const {
+    auto it = patched_.upper_bound(target);
+    if (it == patched_.begin()) return ok();
+    --it;
+    if (target >= it->second) return ok();
+    bool own = it->first == patch_address(cfg_);
+    if (target == it->first && (!own || copy_of_.count(target))) return ok();
+    return fail(fmt::format("verifier: exit at {:#x} lands in patched bytes at {:#x}", from, target));
+  }
+
+  // A copied jmp through a jump table reads the original table: its entries
+  // are exits to the original code.
+  Status check_table_exits() const {
+    for (const JumpTable& t : cfg_.tables) {
+      auto jmp = copy_of_.find(t.jump_addr);
+      if (jmp == copy_of_.end()) continue;
+      for (uint64_t target : t.targets)
+        if (auto r = check_exit(target, jmp->second); !r) return r;
+    }
     return ok();
   }
 
@@ -121,10 +144,10 @@ class Verifier {
     auto d = decode_at(expanded ? next - 5 : t.new_addr, next);
     if (!d) return fail("verifier: " + d.error().message());
     if (t.kind == Translation::Inverted) {
-      int c = condition_of(o);
-      if (c < 0 || condition_of(*d) != (c ^ 1) || !d->has_target || d->target != image(o.end()))
+      auto c = jcc_condition(o);
+      if (!c || jcc_condition(*d) != (*c ^ 1) || !d->has_target || d->target != image(o.end()))
         return fail(fmt::format("verifier: inverted branch at {:#x} is wrong", t.new_addr));
-      return ok();
+      return check_exit(d->target, t.new_addr);
     }
     if (!expanded && d->mnemonic != o.mnemonic)
       return fail(fmt::format("verifier: {:#x} is not the instruction of {:#x}", t.new_addr, o.addr));
@@ -134,7 +157,7 @@ class Verifier {
       return fail(fmt::format("verifier: {:#x} no longer addresses {:#x}", t.new_addr, o.rip_address));
     if (o.has_target && (!d->has_target || d->target != image(o.target)))
       return fail(fmt::format("verifier: branch at {:#x} misses the image of {:#x}", t.new_addr, o.target));
-    return ok();
+    return o.has_target ? check_exit(d->target, t.new_addr) : ok();
   }
 
   // Original instructions missing from blocks that were copied: dropped jmps.
@@ -161,6 +184,7 @@ class Verifier {
   const FunctionCfg& cfg_;
   const EmittedCode& code_;
   const Redirects& redirects_;
+  const PatchedBytes& patched_;
   std::map<uint64_t, const Instruction*> original_;
   std::map<uint64_t, uint64_t> copy_of_;
   std::set<uint64_t> dropped_;
@@ -168,8 +192,9 @@ class Verifier {
 
 }  // namespace
 
-Status verify(const FunctionCfg& original, const EmittedCode& code, const Redirects& redirects) {
-  return Verifier(original, code, redirects).run();
+Status verify(const FunctionCfg& original, const EmittedCode& code, const Redirects& redirects,
+              const PatchedBytes& patched) {
+  return Verifier(original, code, redirects, patched).run();
 }
 
 }  // namespace dyni::jit

@@ -11,9 +11,19 @@
 //   - where an instruction falls through, the next cache instruction continues
 //     at the original successor (through dropped jmps), and an added jmp goes
 //     to the image of the address it stands for;
+//   - the copy never runs past its end: every instruction that can fall
+//     through is followed by its successor's image, past the function's end
+//     too (a last jcc or call continues at the original fall-through);
+//   - no exit (a branch out of the copy, an added jmp, a copied jump table's
+//     entry) lands in bytes an entry patch overwrites, except on a patch's
+//     first byte of another function (which enters that function's copy) or
+//     of this one when the bytes there were copied;
 //   - an original instruction missing from the cache in a copied region can
 //     only be a dropped direct jmp.
 #pragma once
+
+#include <cstdint>
+#include <map>
 
 #include "common/result.h"
 #include "jit/cfg.h"
@@ -21,6 +31,10 @@
 
 namespace dyni::jit {
 
-Status verify(const FunctionCfg& original, const EmittedCode& code, const Redirects& redirects = {});
+// The original bytes entry patches overwrite: patch address → end (exclusive).
+using PatchedBytes = std::map<uint64_t, uint64_t>;
+
+Status verify(const FunctionCfg& original, const EmittedCode& code, const Redirects& redirects = {},
+              const PatchedBytes& patched = {});
 
 }  // namespace dyni::jit

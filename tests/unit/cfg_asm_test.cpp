@@ -157,6 +157,13 @@ TEST(CfgAsm, XabortFallsThrough) {
   EXPECT_EQ(a->cfg->blocks.size(), 1u);
 }
 
+TEST(CfgAsm, XendFallsThrough) {
+  auto a = analyse("xend\nret\nend:");
+  ASSERT_TRUE(a->cfg) << a->cfg.error().message();
+  EXPECT_EQ(a->cfg->instructions[0].flow, Flow::Next);
+  EXPECT_EQ(a->cfg->blocks.size(), 1u);
+}
+
 TEST(CfgAsm, BranchEncodingsTheRelocatorDoesNotKnowAreRejected) {
   // 66 c7 f8 00 00: xbegin rel16
   EXPECT_EQ(kind_of(*analyse(".byte 0x66, 0xc7, 0xf8, 0x00, 0x00\nret\nend:")), "unsupported branch encoding");

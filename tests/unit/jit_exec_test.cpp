@@ -81,6 +81,7 @@ class CacheInProcess : public ThisBinary {
     // PC-relative code is the same at any bias: emit in link-time numbering.
     auto cache = build_code_cache(hot, reinterpret_cast<uint64_t>(buffer) - bias);
     EXPECT_TRUE(cache) << cache.error().message();
+    for (const CacheRejection& r : cache->rejected) ADD_FAILURE() << std::hex << r.function << ": " << r.reason;
     EXPECT_LE(cache->bytes.size(), kBufferSize);
     std::memcpy(buffer, cache->bytes.data(), cache->bytes.size());
     __builtin___clear_cache(static_cast<char*>(buffer), static_cast<char*>(buffer) + cache->bytes.size());
@@ -202,8 +203,9 @@ TEST_F(CacheInProcess, CopiesHaveTheirOriginalsFrames) {
     std::vector<elf::CfiRow> rows;
     for (const UnwindRow& r : f.unwind) rows.push_back({r.cache_addr, r.state});
     const elf::Function* fn = table->find(f.original_entry);
-    for (const TranslationEntry& t : f.code.translation) {
-      auto want = elf::cfi_state_at(original, fn->addr + fn->size, t.original_addr);
+    for (std::size_t k = 0; k < f.code.translation.size(); ++k) {
+      const TranslationEntry& t = f.code.translation[k];
+      auto want = elf::cfi_state_at(original, fn->addr + fn->size, frame_address(f.code, k, fn->addr + fn->size));
       auto got = elf::cfi_state_at(rows, f.code.base + f.code.bytes.size(), t.new_addr);
       ASSERT_TRUE(want && got);
       EXPECT_TRUE(*want == *got) << std::hex << t.new_addr << " ← " << t.original_addr;

@@ -4,7 +4,10 @@
 // were hot, or the functions of a recorded profile (dyni-record) laid out by
 // it. Prints the functions and bytes accepted, the rejections by reason, the
 // share of sampled CPU accepted (with a profile), the cache built, and the
-// verifier's verdict on every function; exits 1 on any verifier failure.
+// verifier's verdict on every function: the copies it rejected while the
+// cache was built (those functions stay in the original code) and a second
+// check of every copy kept, frames included. Exits 1 on any verifier failure
+// or when the module fails as a whole.
 // --shuffle lays every function out in a random block order (with
 // --leave-cold, leaving a random quarter of blocks behind): a stress test of
 // the emitter and verifier on real code.
@@ -76,27 +79,37 @@ Status check_unwind(const jit::ModulePlan& plan, const jit::CachedFunction& f, c
   std::vector<elf::CfiRow> cache_rows;
   for (const jit::UnwindRow& r : f.unwind) cache_rows.push_back({r.cache_addr, r.state});
   uint64_t cache_end = f.code.base + f.code.bytes.size();
-  for (const jit::TranslationEntry& t : f.code.translation) {
-    auto want = elf::cfi_state_at(original->second, cfg.end, t.original_addr);
+  for (std::size_t k = 0; k < f.code.translation.size(); ++k) {
+    const jit::TranslationEntry& t = f.code.translation[k];
+    auto want = elf::cfi_state_at(original->second, cfg.end, jit::frame_address(f.code, k, cfg.end));
     auto got = elf::cfi_state_at(cache_rows, cache_end, t.new_addr);
     if (!want || !got || !(*want == *got)) return fail(fmt::format("unwind row differs at {:#x}", t.new_addr));
   }
   return ok();
 }
 
-// Every function of the cache, decoded back and its frames checked; the
-// failures are printed.
+void print_failure(uint64_t function, const std::string& why, std::size_t& failures) {
+  if (failures++ < 10)
+    std::fprintf(stderr, "verifier failure: %#llx: %s\n", static_cast<unsigned long long>(function), why.c_str());
+}
+
+// The copies the verifier rejected while the cache was built, then every
+// copy kept decoded back again (exits against all entry patches) and its
+// frames checked; the failures are printed.
 std::size_t verify_all(const jit::ModulePlan& plan) {
+  std::size_t failures = 0;
+  for (const jit::Rejection& r : plan.rejected)
+    if (jit::reason_kind(r.reason) == "copy fails verification") print_failure(r.addr, r.reason, failures);
   std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
   for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
-  std::size_t failures = 0;
+  jit::PatchedBytes patched;
+  for (const jit::CachedFunction& f : plan.cache.functions)
+    for (const jit::EntryPatch& p : f.patch.entries) patched[p.addr] = p.addr + jit::kEntryPatchSize;
   for (const jit::CachedFunction& f : plan.cache.functions) {
     const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
-    auto checked = jit::verify(cfg, f.code, plan.cache.redirects);
+    auto checked = jit::verify(cfg, f.code, plan.cache.redirects, patched);
     if (checked) checked = check_unwind(plan, f, cfg);
-    if (!checked && failures++ < 10)
-      std::fprintf(stderr, "verifier failure: %#llx: %s\n", static_cast<unsigned long long>(f.original_entry),
-                   checked.error().message().c_str());
+    if (!checked) print_failure(f.original_entry, checked.error().message(), failures);
   }
   return failures;
 }
@@ -129,8 +142,7 @@ int main(int argc, char** argv) {
     bytes_all += f.size;
   }
   input.cache_base = jit::provisional_cache_base(*table);
-  jit::JitOptions options;
-  options.verify = false;  // verified below, function by function, to count failures
+  jit::JitOptions options;  // the verifier on, as in dynid
   options.layout.shuffle_seed = args.shuffle;
   if (args.shuffle) options.layout.cold = args.leave_cold ? jit::ColdBlocks::LeaveInOriginal : jit::ColdBlocks::CopyLast;
   auto plan = jit::optimize_module(input, options);
