@@ -1,0 +1,87 @@
+// Where the code cache goes (dynid/cache_placement.h): within reach of the
+// module, in a free hole, out of brk's way, 2 MiB-aligned.
+#include "dynid/cache_placement.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace dyni {
+namespace {
+
+profiler::Mapping mapping(uint64_t start, uint64_t end, std::string path = "") {
+  profiler::Mapping m;
+  m.start = start, m.end = end, m.readable = true, m.path = std::move(path);
+  return m;
+}
+
+constexpr uint64_t kMiB = uint64_t{1} << 20, kGiB = uint64_t{1} << 30;
+
+void expect_reachable(const CachePlacement& p, uint64_t lo, uint64_t hi) {
+  EXPECT_EQ(p.addr % kHugePage, 0u);
+  EXPECT_EQ(p.length % kHugePage, 0u);
+  // The farthest pair of bytes, one in the cache and one in the module.
+  EXPECT_LT(std::max(hi, p.addr + p.length) - std::min(lo, p.addr), 2 * kGiB);
+}
+
+bool overlaps_any(const std::vector<profiler::Mapping>& maps, const CachePlacement& p) {
+  for (const auto& m : maps)
+    if (m.start < p.addr + p.length && p.addr < m.end) return true;
+  return false;
+}
+
+// mariadbd as a PIE: executable, heap right after it, libraries and stack high.
+TEST(CachePlacement, APieGetsTheHighestHoleBelowItsExecutable) {
+  const uint64_t lo = 0x55d3a1234000, hi = lo + 27 * kMiB;
+  std::vector<profiler::Mapping> maps = {mapping(lo, hi, "/usr/sbin/mariadbd"), mapping(hi + 8 * kMiB, hi + 300 * kMiB, "[heap]"),
+                                         mapping(0x7f1200000000, 0x7f1200200000, "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                                         mapping(0x7ffd00000000, 0x7ffd00021000, "[stack]")};
+  auto p = place_cache(maps, {lo, hi, 600 * 1024, hi + 8 * kMiB});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->length, 2 * kMiB);
+  EXPECT_LE(p->addr + p->length, lo);
+  EXPECT_GT(p->addr + p->length + kHugePage, lo);  // as near the code as alignment allows
+  expect_reachable(*p, lo, hi);
+  EXPECT_FALSE(overlaps_any(maps, *p));
+}
+
+// python3.11 is linked at 0x400000: 2 MiB fit below it at 0x200000.
+TEST(CachePlacement, ANonPieExecutableAt4MiBTakesTheHoleBelowWhenItFits) {
+  const uint64_t lo = 0x400000, hi = 0xa5e000, brk = 0x1a3c000;
+  std::vector<profiler::Mapping> maps = {mapping(lo, hi, "/usr/bin/python3.11"), mapping(brk, brk + 2 * kMiB, "[heap]"),
+                                         mapping(0x7f0000000000, 0x7f0000400000, "/usr/lib/x86_64-linux-gnu/libc.so.6")};
+  auto p = place_cache(maps, {lo, hi, 1500 * 1024, brk});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->addr, 0x200000u);
+  // 3 MiB do not fit below: they go high in the window, 1 GiB past start_brk.
+  auto big = place_cache(maps, {lo, hi, 3 * kMiB, brk});
+  ASSERT_TRUE(big) << big.error().message();
+  EXPECT_GE(big->addr, brk + kBrkHeadroom);
+  expect_reachable(*big, lo, hi);
+  EXPECT_FALSE(overlaps_any(maps, *big));
+}
+
+TEST(CachePlacement, SkipsOccupiedMemoryAndTheStacksGrowthGap) {
+  const uint64_t lo = 0x7ffd40000000, hi = lo + 20 * kMiB;
+  // Below the module: a mapping, then [stack] whose growth gap must stay free.
+  std::vector<profiler::Mapping> maps = {mapping(lo, hi, "/srv/app"), mapping(lo - 6 * kMiB, lo, "[anon]"),
+                                         mapping(lo - 40 * kMiB, lo - 6 * kMiB, "[stack]")};
+  auto p = place_cache(maps, {lo, hi, 1 * kMiB, 0});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_FALSE(overlaps_any(maps, *p));
+  EXPECT_TRUE(p->addr + p->length <= lo - 40 * kMiB - kStackGap || p->addr >= hi) << std::hex << p->addr;
+  expect_reachable(*p, lo, hi);
+}
+
+TEST(CachePlacement, FailsWithTheReasonWhenNothingIsInReach) {
+  const uint64_t lo = 0x100000000, hi = lo + 10 * kMiB;
+  // Everything within ±2 GB taken.
+  std::vector<profiler::Mapping> maps = {mapping(0x10000, 0x200000000, "/big")};
+  auto p = place_cache(maps, {lo, hi, 1 * kMiB, 0});
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message().find("no free 2 MiB"), std::string::npos) << p.error().message();
+  EXPECT_FALSE(place_cache(maps, {lo, lo, 1 * kMiB, 0}));  // empty module
+}
+
+}  // namespace
+}  // namespace dyni
