@@ -2,7 +2,6 @@
 #include "dynid/remote_syscall.h"
 
 #include <elf.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/uio.h>
@@ -19,6 +18,7 @@
 
 #include "common/errno_text.h"
 #include "common/file_io.h"
+#include "dynid/target_memory.h"
 #include "dynid/thread_stack.h"
 #include "dynid/xsave_frame.h"
 #include "profiler/process_maps.h"
@@ -73,17 +73,6 @@ Result<std::vector<uint8_t>> read_xstate(pid_t tid) {
     return fail(sys_error(fmt::format("PTRACE_GETREGSET NT_X86_XSTATE of thread {}", tid)));
   buf.resize(iov.iov_len);
   return buf;
-}
-
-Status write_memory(pid_t pid, uint64_t addr, const std::vector<uint8_t>& bytes) {
-  int fd = ::open(fmt::format("/proc/{}/mem", pid).c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return fail(sys_error(fmt::format("open /proc/{}/mem", pid)));
-  ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(addr));
-  int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(bytes.size()))
-    return fail(sys_error(fmt::format("write of {} bytes at {:#x} in process {}", bytes.size(), addr, pid), err));
-  return ok();
 }
 
 Status set_mask(pid_t tid, uint64_t mask) {
@@ -149,23 +138,20 @@ Result<SyscallSites> find_syscall_sites(pid_t pid) {
   if (has_shadow_stack(pid)) return fail("the target uses shadow stacks");
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
-  int fd = ::open(fmt::format("/proc/{}/mem", pid).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(sys_error(fmt::format("open /proc/{}/mem", pid)));
   SyscallSites sites;
   for (const auto& m : *maps) {
     std::string_view base = std::string_view(m.path).substr(m.path.rfind('/') + 1);
     if (!m.executable || !m.file_backed() || !base.starts_with("libc.so")) continue;
-    std::string code(m.end - m.start, '\0');
-    if (::pread(fd, code.data(), code.size(), static_cast<off_t>(m.start)) != static_cast<ssize_t>(code.size()))
-      continue;
+    auto bytes = read_target(pid, m.start, m.end - m.start);
+    if (!bytes) continue;
+    std::string_view code(reinterpret_cast<const char*>(bytes->data()), bytes->size());
     // Executing from the sequence's first byte runs exactly these
     // instructions, wherever the original code's own boundaries lie.
-    if (std::size_t at = code.find(kSyscallRet); !sites.syscall_ret && at != std::string::npos)
+    if (std::size_t at = code.find(kSyscallRet); !sites.syscall_ret && at != std::string_view::npos)
       sites.syscall_ret = m.start + at;
-    if (std::size_t at = code.find(kSigreturn); !sites.sigreturn && at != std::string::npos)
+    if (std::size_t at = code.find(kSigreturn); !sites.sigreturn && at != std::string_view::npos)
       sites.sigreturn = m.start + at;
   }
-  ::close(fd);
   if (!sites.syscall_ret || !sites.sigreturn)
     return fail("no `syscall; ret` and rt_sigreturn sequence in the target's libc (statically linked?)");
   return sites;
@@ -195,18 +181,18 @@ Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSi
   // Step 1: the frame, below the red zone, inside the thread's own stack.
   auto maps = profiler::read_maps(world.pid());
   if (!maps) return std::unexpected(maps.error());
-  auto frame_addr = place_frame_below(*maps, world.pid(), tid, armed.saved.rsp, armed.saved.fs_base,
-                                      kXstateOffset + area->size());
-  if (!frame_addr) return std::unexpected(frame_addr.error());
-  auto frame = build_sigframe(*frame_addr, sites.sigreturn, after_restart_rule(armed.saved), armed.saved_mask, *area);
+  auto place = place_frame_below(*maps, world.pid(), tid, armed.saved.rsp, armed.saved.fs_base,
+                                 kXstateOffset + area->size());
+  if (!place) return std::unexpected(place.error());
+  auto frame = build_sigframe(place->addr, sites.sigreturn, after_restart_rule(armed.saved), armed.saved_mask, *area);
   if (!frame) return std::unexpected(frame.error());
-  if (auto r = write_memory(world.pid(), *frame_addr, *frame); !r) return std::unexpected(r.error());
+  if (auto r = write_in_mapping(world.pid(), place->stack, place->addr, *frame); !r) return std::unexpected(r.error());
 
   // Step 2: registers first, then the mask. A dynid dying between the two
   // leaves a chain whose sigreturn restores the mask anyway.
   user_regs_struct call = armed.saved;
   call.rip = sites.syscall_ret;
-  call.rsp = *frame_addr;
+  call.rsp = place->addr;
   call.rax = static_cast<unsigned long long>(nr);
   call.orig_rax = static_cast<unsigned long long>(-1);  // no restart of the interrupted call here
   call.rdi = args[0], call.rsi = args[1], call.rdx = args[2], call.r10 = args[3], call.r8 = args[4], call.r9 = args[5];

@@ -3,14 +3,10 @@
 
 #include <fmt/format.h>
 
+#include "dynid/target_memory.h"
+
 namespace dyni {
 namespace {
-
-const profiler::Mapping* mapping_at(const std::vector<profiler::Mapping>& maps, uint64_t addr) {
-  for (const auto& m : maps)
-    if (m.start <= addr && addr < m.end) return &m;
-  return nullptr;
-}
 
 // The thread's own stack: [stack] for the main thread, else the mapping
 // glibc made for the thread, whose descriptor (at fs_base) sits at its top
@@ -25,7 +21,7 @@ bool is_own_stack(const profiler::Mapping& m, pid_t pid, pid_t tid, uint64_t rsp
 
 }  // namespace
 
-Result<uint64_t> place_frame_below(const std::vector<profiler::Mapping>& maps, pid_t pid, pid_t tid, uint64_t rsp,
+Result<FramePlace> place_frame_below(const std::vector<profiler::Mapping>& maps, pid_t pid, pid_t tid, uint64_t rsp,
                                    uint64_t fs_base, uint64_t frame_bytes) {
   if (rsp < kRedZone + frame_bytes + 64) return fail(fmt::format("thread {}: stack pointer {:#x} too low", tid, rsp));
   const profiler::Mapping* stack = mapping_at(maps, rsp - 1);
@@ -37,7 +33,7 @@ Result<uint64_t> place_frame_below(const std::vector<profiler::Mapping>& maps, p
   if (frame_addr < stack->start)
     return fail(fmt::format("thread {}: {} bytes below its stack pointer {:#x} leave its stack {:#x}-{:#x}", tid,
                             rsp - frame_addr, rsp, stack->start, stack->end));
-  return frame_addr;
+  return FramePlace{frame_addr, *stack};
 }
 
 }  // namespace dyni

@@ -30,9 +30,14 @@ namespace dyni {
 
 constexpr uint64_t kRedZone = 128;  // the x86-64 ABI's red zone below rsp
 
-// The address of a `frame_bytes` frame placed below `rsp`'s red zone,
-// 64-byte aligned, once the rule above holds for thread `tid` of `pid`.
-Result<uint64_t> place_frame_below(const std::vector<profiler::Mapping>& maps, pid_t pid, pid_t tid, uint64_t rsp,
+struct FramePlace {
+  uint64_t addr = 0;           // 64-byte aligned, below the red zone
+  profiler::Mapping stack;     // the thread's stack: the write's bounds
+};
+
+// Where a `frame_bytes` frame goes below `rsp`'s red zone, once the rule
+// above holds for thread `tid` of `pid`.
+Result<FramePlace> place_frame_below(const std::vector<profiler::Mapping>& maps, pid_t pid, pid_t tid, uint64_t rsp,
                                    uint64_t fs_base, uint64_t frame_bytes);
 
 }  // namespace dyni

@@ -33,9 +33,10 @@ constexpr uint64_t kWorkerTls = 0x7f0000800700;
 TEST(PlaceFrame, BelowTheRedZoneOfAThreadsOwnStack) {
   auto at = place_frame_below(kMaps, kPid, kWorker, 0x7f0000700008, kWorkerTls, 3000);
   ASSERT_TRUE(at) << at.error().message();
-  EXPECT_EQ(*at % 64, 0u);
-  EXPECT_LE(*at + 3000, 0x7f0000700008u - kRedZone);
-  EXPECT_GT(*at + 3000 + 64, 0x7f0000700008u - kRedZone);
+  EXPECT_EQ(at->addr % 64, 0u);
+  EXPECT_LE(at->addr + 3000, 0x7f0000700008u - kRedZone);
+  EXPECT_GT(at->addr + 3000 + 64, 0x7f0000700008u - kRedZone);
+  EXPECT_EQ(at->stack.start, 0x7f0000001000u);  // the bounds of the write
   auto main = place_frame_below(kMaps, kPid, kPid, 0x7ffc00020000, 0x7f3000000000, 3000);
   EXPECT_TRUE(main) << main.error().message();
 }

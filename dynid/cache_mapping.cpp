@@ -1,0 +1,94 @@
+// The code cache's memory in a target: map, write, read back, unmap.
+#include "dynid/cache_mapping.h"
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include <cstring>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/file_io.h"
+#include "dynid/target_memory.h"
+#include "profiler/process_maps.h"
+
+namespace dyni {
+namespace {
+
+std::array<uint64_t, 6> mmap_args(const CachePlacement& place) {
+  return {place.addr, place.length, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+          static_cast<uint64_t>(-1), 0};
+}
+
+// The first held thread in which a remote call runs (threads whose stack
+// cannot hold the frame, or in a job-control stop, are passed over).
+Result<std::pair<pid_t, long>> call_in_any_thread(WorldStop& world, const SyscallSites& sites, long nr,
+                                                  const std::array<uint64_t, 6>& args) {
+  std::string reasons;
+  for (const auto& [tid, thread] : world.threads()) {
+    auto r = remote_syscall(world, tid, sites, nr, args);
+    if (r) return std::pair{tid, *r};
+    if (reasons.size() < 400) reasons += "; " + r.error().message();
+  }
+  return fail("no thread could run a remote call" + reasons);
+}
+
+bool is_the_cache(const profiler::Mapping& m, const MappedCache& cache) {
+  return m.start == cache.addr && m.end == cache.addr + cache.length && m.readable && !m.writable && m.executable &&
+         !m.shared && m.path.empty();
+}
+
+}  // namespace
+
+Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place) {
+  auto mapped = call_in_any_thread(world, sites, SYS_mmap, mmap_args(place));
+  if (!mapped) return std::unexpected(mapped.error());
+  auto [tid, result] = *mapped;
+  if (result < 0 && result > -4096)
+    return fail(fmt::format("remote mmap at {:#x}: {}", place.addr, std::strerror(static_cast<int>(-result))));
+  if (static_cast<uint64_t>(result) != place.addr) {
+    // A kernel without MAP_FIXED_NOREPLACE (< 4.17) treats it as a hint.
+    remote_syscall(world, tid, sites, SYS_munmap, {static_cast<uint64_t>(result), place.length, 0, 0, 0, 0});
+    return fail(fmt::format("remote mmap returned {:#x}, not {:#x}", static_cast<uint64_t>(result), place.addr));
+  }
+  MappedCache cache{place.addr, place.length, tid, false};
+  auto advised = remote_syscall(world, tid, sites, SYS_madvise, {place.addr, place.length, MADV_HUGEPAGE, 0, 0, 0});
+  cache.huge_advised = advised && *advised == 0;  // refused (THP off, old kernel): small pages, same code
+  return cache;
+}
+
+Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  const profiler::Mapping* m = mapping_at(*maps, cache.addr);
+  if (!m || !is_the_cache(*m, cache))
+    return fail(fmt::format("the cache mapping at {:#x} is no longer the one dyni made", cache.addr));
+  return write_in_mapping(pid, *m, cache.addr, bytes);
+}
+
+Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache) {
+  auto smaps = read_file(fmt::format("/proc/{}/smaps", pid), 64 << 20);
+  if (!smaps) return std::unexpected(smaps.error());
+  std::string head = fmt::format("{:x}-{:x} ", cache.addr, cache.addr + cache.length);
+  std::size_t at = smaps->find(head);
+  if (at == std::string::npos || (at != 0 && (*smaps)[at - 1] != '\n'))
+    return fail(fmt::format("no mapping {}in smaps", head));
+  std::size_t field = smaps->find("\nAnonHugePages:", at);
+  std::size_t next = smaps->find("\nVmFlags:", at);
+  if (field == std::string::npos || (next != std::string::npos && field > next))
+    return fail("no AnonHugePages for the cache mapping");
+  std::istringstream in(smaps->substr(field + 15, 32));
+  uint64_t kib = 0;
+  in >> kib;
+  return kib * 1024;
+}
+
+Status unmap_cache(WorldStop& world, const SyscallSites& sites, const MappedCache& cache) {
+  auto r = call_in_any_thread(world, sites, SYS_munmap, {cache.addr, cache.length, 0, 0, 0, 0});
+  if (!r) return std::unexpected(r.error());
+  if (r->second != 0) return fail(fmt::format("remote munmap of {:#x}: {}", cache.addr, std::strerror(static_cast<int>(-r->second))));
+  return ok();
+}
+
+}  // namespace dyni

@@ -1,0 +1,50 @@
+// The code cache's memory in a target: mapped by a remote mmap inside a
+// stop window, written while the target runs (no code reaches it until an
+// entry is patched: invariant I2), unmapped only on proof that nothing runs
+// or returns into it (I8; the caller's duty).
+//
+// The mapping is private, anonymous and r-x from the start; dynid writes it
+// through /proc/PID/mem, which ignores the missing write permission. It is
+// never writable and executable at once. A 2 MiB-aligned, 2 MiB-multiple
+// range gets MADV_HUGEPAGE so that one transparent huge page can back each
+// 2 MiB (THP "madvise" mode); whether one does is read back from smaps.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+
+#include "common/result.h"
+#include "dynid/cache_placement.h"
+#include "dynid/remote_syscall.h"
+#include "dynid/world_stop.h"
+
+namespace dyni {
+
+struct MappedCache {
+  uint64_t addr = 0, length = 0;
+  pid_t thread = 0;       // the thread that ran the calls
+  bool huge_advised = false;
+};
+
+// Maps `place` in the held target: mmap(MAP_FIXED_NOREPLACE, r-x) then
+// madvise(MADV_HUGEPAGE), run in the first held thread that can take a
+// remote call. Fails, mapping nothing, when no thread can or the range is
+// no longer free.
+Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place);
+
+// Writes `bytes` at the start of the cache after checking, from a fresh
+// /proc/PID/maps, that the range is still exactly the anonymous r-x mapping
+// map_cache made. The target may run meanwhile.
+Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes);
+
+// Bytes of the cache backed by transparent huge pages (AnonHugePages in
+// /proc/PID/smaps for its mapping).
+Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache);
+
+// munmap in the held target. Only for a cache that no thread can be running
+// in or return into (I8): never yet entered, or proven unused.
+Status unmap_cache(WorldStop& world, const SyscallSites& sites, const MappedCache& cache);
+
+}  // namespace dyni

@@ -1,0 +1,27 @@
+// A target's memory through /proc/PID/mem. Writes there ignore page
+// protections: they go straight through PROT_NONE guard pages and into r-x
+// code (DESIGN.md §7). So every write names the mapping it is meant for, and
+// is refused unless it lies wholly inside it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/result.h"
+#include "profiler/process_maps.h"
+
+namespace dyni {
+
+Result<std::vector<uint8_t>> read_target(pid_t pid, uint64_t addr, std::size_t length);
+
+// Writes `bytes` at `addr` if [addr, addr + size) lies inside `within` (a
+// mapping the caller read from /proc/PID/maps and checked is the right one).
+Status write_in_mapping(pid_t pid, const profiler::Mapping& within, uint64_t addr, std::span<const uint8_t> bytes);
+
+// The mapping that holds `addr`, or null.
+const profiler::Mapping* mapping_at(const std::vector<profiler::Mapping>& maps, uint64_t addr);
+
+}  // namespace dyni

@@ -1,0 +1,106 @@
+// The code cache's memory in a real target (dynid/cache_mapping.h): mapped
+// r-x by a remote mmap within reach of the executable, written and read back
+// through /proc/PID/mem while the target runs, refused when the range is not
+// the cache, unmapped; the target's own checks see nothing change.
+#include "dynid/cache_mapping.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <climits>
+#include <cstdlib>
+#include <numeric>
+
+#include "dynid/target_memory.h"
+#include "profiler/process_maps.h"
+#include "tests/integration/stoppable_target.h"
+
+namespace dyni {
+namespace {
+
+using test::StoppableTarget;
+using namespace std::chrono_literals;
+
+// The lowest and highest address of the target's executable's mappings.
+std::pair<uint64_t, uint64_t> executable_range(const std::vector<profiler::Mapping>& maps) {
+  char real[PATH_MAX];
+  EXPECT_NE(::realpath(DYNI_TEST_STOPPABLE, real), nullptr);
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& m : maps)
+    if (m.path == real) lo = std::min(lo, m.start), hi = std::max(hi, m.end);
+  return {lo, hi};
+}
+
+TEST(TargetMemory, RefusesAWriteThatLeavesItsMapping) {
+  profiler::Mapping m;
+  m.start = 0x10000, m.end = 0x11000;
+  std::vector<uint8_t> bytes(16, 0xcc);
+  // No process is needed: the bounds are checked before /proc is opened.
+  EXPECT_FALSE(write_in_mapping(::getpid(), m, 0x10ff8, bytes));
+  EXPECT_FALSE(write_in_mapping(::getpid(), m, 0xfff8, bytes));
+  auto refused = write_in_mapping(::getpid(), m, 0x11000, bytes);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("leaves the mapping"), std::string::npos);
+}
+
+using CacheMappingTest = test::PtraceTest;
+
+TEST_F(CacheMappingTest, MapsWritesAndUnmapsACacheInALiveTarget) {
+  StoppableTarget target(false);
+  ASSERT_EQ(target.read_line(), "ready");
+  std::this_thread::sleep_for(100ms);
+  auto maps = profiler::read_maps(target.pid());
+  ASSERT_TRUE(maps) << maps.error().message();
+  auto [lo, hi] = executable_range(*maps);
+  ASSERT_LT(lo, hi);
+  std::vector<uint8_t> code(300 * 1024);
+  std::iota(code.begin(), code.end(), 0);
+  auto place = place_cache(*maps, {lo, hi, code.size(), 0});
+  ASSERT_TRUE(place) << place.error().message();
+  auto sites = find_syscall_sites(target.pid());
+  ASSERT_TRUE(sites) << sites.error().message();
+
+  Result<MappedCache> cache = fail("not mapped");
+  {
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    cache = map_cache(*w, *sites, *place);
+  }  // the window ends here: writing needs no stop
+  ASSERT_TRUE(cache) << cache.error().message();
+  EXPECT_EQ(cache->addr, place->addr);
+  auto after = profiler::read_maps(target.pid());
+  ASSERT_TRUE(after);
+  const profiler::Mapping* m = mapping_at(*after, cache->addr);
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->readable && m->executable && !m->writable && m->path.empty());
+  EXPECT_EQ(m->end - m->start, place->length);
+
+  ASSERT_TRUE(write_cache(target.pid(), *cache, code));
+  auto back = read_target(target.pid(), cache->addr, code.size());
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(*back, code);
+  auto huge = huge_page_bytes(target.pid(), *cache);
+  ASSERT_TRUE(huge) << huge.error().message();
+  std::printf("cache %#llx, %llu KiB, MADV_HUGEPAGE %s, huge pages: %llu KiB\n",
+              static_cast<unsigned long long>(cache->addr), static_cast<unsigned long long>(cache->length >> 10),
+              cache->huge_advised ? "taken" : "refused", static_cast<unsigned long long>(*huge >> 10));
+
+  // A range that is not exactly the cache is refused, and nothing is written.
+  MappedCache wrong = *cache;
+  wrong.length += kHugePage;
+  EXPECT_FALSE(write_cache(target.pid(), wrong, code));
+
+  {
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    ASSERT_TRUE(unmap_cache(*w, *sites, *cache));
+  }
+  auto gone = profiler::read_maps(target.pid());
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(mapping_at(*gone, cache->addr), nullptr);
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+}  // namespace
+}  // namespace dyni
