@@ -15,6 +15,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Profile bounds that keep a target profiling for as long as a test runs.
+constexpr const char* kEndlessProfiling = "profile_min_samples = 10000000\nprofile_max_seconds = 3600\n";
+
 // perf_event descriptors a process holds (each one keeps sampling).
 int perf_events_open(pid_t pid) {
   int n = 0;
@@ -31,8 +34,8 @@ class Daemon : public ::testing::Test {
     if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   }
   // Starts dynid with `exe_list`, licensed, and checks the CLI's answer.
-  void start(const std::vector<std::string>& exe_list) {
-    host.write_config(exe_list);
+  void start(const std::vector<std::string>& exe_list, const std::string& options = kFastOptions) {
+    host.write_config(exe_list, options);
     host.license_this_host();
     RunResult r = host.dyni({"-start"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -83,7 +86,8 @@ TEST_F(Daemon, SocketAndRunDirArePrivate) {
 }
 
 TEST_F(Daemon, BusyTargetGoesFromWaitingToProfilingIdleOneStaysWaiting) {
-  start({"dyni-busy", "dyni-idle"});
+  // Still profiling when -status is read after the wait (see kEndlessProfiling).
+  start({"dyni-busy", "dyni-idle"}, std::string(kFastOptions) + kEndlessProfiling);
   pid_t idle = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-idle"), "30"});
   ASSERT_TRUE(host.wait_for_state(idle, "waiting"));
   pid_t busy = host.spawn({host.install_program(DYNI_TEST_BUSY, "dyni-busy"), "30", "2"});
@@ -213,13 +217,17 @@ TEST_F(Daemon, BadConfigRefusesToStartWithFileLineAndReason) {
 }
 
 TEST_F(Daemon, ReloadAndSighupRereadTheConfigKeepingState) {
-  start({"dyni-first"});
+  // The busy target must still be profiling when its state is checked seconds
+  // later: with the default profile bounds dynid's own profiling could find
+  // its hot set first and move it on to dynimizing.
+  const std::string options = std::string(kFastOptions) + kEndlessProfiling;
+  start({"dyni-first"}, options);
   pid_t first = host.spawn({host.install_program(DYNI_TEST_BUSY, "dyni-first"), "30"});
   pid_t second = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-second"), "30"});
   ASSERT_TRUE(host.wait_for_state(first, "profiling", 15s));
   EXPECT_EQ(host.state_of(second), "");
 
-  host.write_config({"dyni-first", "dyni-second"});
+  host.write_config({"dyni-first", "dyni-second"}, options);
   RunResult r = host.dyni({"-reload"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "config reloaded\n");
@@ -234,7 +242,7 @@ TEST_F(Daemon, ReloadAndSighupRereadTheConfigKeepingState) {
   EXPECT_EQ(host.state_of(second), "waiting");
 
   // SIGHUP does the same as -reload.
-  host.write_config({"dyni-first"});
+  host.write_config({"dyni-first"}, options);
   kill(host.daemon_pid(), SIGHUP);
   ASSERT_TRUE(host.wait_for_state(second, "", 3s));
   EXPECT_EQ(host.state_of(first), "profiling");

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "common/protocol.h"
 #include "tests/integration/dyni_host.h"
@@ -59,11 +60,37 @@ std::string exchange(const std::string& path, const std::string& bytes, bool hal
   return eof ? reply : "<no close>";
 }
 
-std::size_t open_fds(pid_t pid) {
+// The sockets `pid` holds. Only sockets can leak through the control socket
+// (its listener and one per client); dynid's other descriptors come and go
+// with its own periodic work (a /proc directory or file read mid-scan), so a
+// count of all descriptors races with that work and would fail without a leak.
+std::size_t open_sockets(pid_t pid) {
   std::size_t n = 0;
-  for (auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
-    (void)e;
-    ++n;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec))
+    n += std::filesystem::read_symlink(e.path(), ec).string().starts_with("socket:[");
+  return n;
+}
+
+// dynid's sockets while no client is connected: the same count twice, 50 ms
+// apart (a client that just read its reply may be a moment ahead of dynid's
+// close of that connection).
+std::size_t idle_sockets(pid_t pid) {
+  std::size_t n = open_sockets(pid);
+  for (std::size_t last = n + 1; n != last;) {
+    std::this_thread::sleep_for(50ms);
+    last = std::exchange(n, open_sockets(pid));
+  }
+  return n;
+}
+
+// Waits up to 2 s for dynid's socket count to come back to `expected`, and
+// returns the last count: only a leaked connection keeps it above.
+std::size_t sockets_after_settling(pid_t pid, std::size_t expected) {
+  std::size_t n = open_sockets(pid);
+  for (int i = 0; i < 40 && n != expected; ++i) {
+    std::this_thread::sleep_for(50ms);
+    n = open_sockets(pid);
   }
   return n;
 }
@@ -141,7 +168,7 @@ TEST_F(SocketAbuse, HalfClosedRequestsAreAnsweredOrClosed) {
 }
 
 TEST_F(SocketAbuse, SlowAndSilentClientsDoNotStallOthers) {
-  std::size_t fds_before = open_fds(daemon);
+  std::size_t sockets_before = idle_sockets(daemon);
   std::vector<int> silent;
   for (int i = 0; i < 20; ++i) silent.push_back(connect_to(host.socket_path()));
   int trickle = connect_to(host.socket_path());
@@ -158,12 +185,12 @@ TEST_F(SocketAbuse, SlowAndSilentClientsDoNotStallOthers) {
   }
   read_all(trickle, 8s);
   close(trickle);
-  std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(open_fds(daemon), fds_before) << "dynid leaked descriptors";
+  EXPECT_EQ(sockets_after_settling(daemon, sockets_before), sockets_before)
+      << "dynid leaked sockets";
 }
 
 TEST_F(SocketAbuse, ManyConcurrentClients) {
-  std::size_t fds_before = open_fds(daemon);
+  std::size_t sockets_before = idle_sockets(daemon);
   std::atomic<int> answered{0}, refused_busy{0}, failed{0};
   std::vector<std::thread> clients;
   for (int t = 0; t < 80; ++t) {
@@ -182,8 +209,8 @@ TEST_F(SocketAbuse, ManyConcurrentClients) {
   EXPECT_EQ(answered + refused_busy, 80 * 15);
   EXPECT_GT(answered, 80 * 15 / 2);
   EXPECT_TRUE(still_serving());
-  std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(open_fds(daemon), fds_before) << "dynid leaked descriptors";
+  EXPECT_EQ(sockets_after_settling(daemon, sockets_before), sockets_before)
+      << "dynid leaked sockets";
 }
 
 TEST_F(SocketAbuse, NonRootPeerIsRefusedByTheDaemonItself) {
