@@ -10,6 +10,7 @@
 #include "jit/edge_profile.h"
 #include "jit/function_order.h"
 #include "jit/patch_plan.h"
+#include "jit/return_address.h"
 
 namespace dyni::jit {
 namespace {
@@ -53,8 +54,7 @@ std::set<uint64_t> entry_points(const ModuleInput& in, const std::map<uint64_t, 
 
 // Step 1: analyse, keeping the functions that are fully understood
 // (including their unwind info, which their copies will need).
-void analyse(const ModuleInput& in, ModulePlan& plan) {
-  std::map<uint64_t, elf::Fde> fdes = fdes_of(in);
+void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, ModulePlan& plan) {
   std::set<uint64_t> entries = entry_points(in, fdes);
   std::set<uint64_t> seen;
   for (uint64_t addr : in.hot) {
@@ -98,6 +98,50 @@ void mark_branches_into_entry_bytes(ModulePlan& plan) {
     auto inside = targets.upper_bound(entry);  // landing on the jmp's first byte is fine
     if (inside != targets.end() && *inside < entry + kEntryPatchSize) plan.shares_entry_bytes.insert(cfg->start);
   }
+}
+
+// Takes analysed function `addr` out of the plan, with its reason (I5).
+void reject_analysed(const ModuleInput& in, ModulePlan& plan, uint64_t addr, const std::string& reason) {
+  const elf::Function* f = in.functions->find(addr);
+  const FunctionSamples* s = samples_of(in, addr);
+  uint64_t samples = s ? s->samples : 0;
+  plan.rejected.push_back({addr, f ? elf::display_name(*f) : "", reason, samples});
+  plan.accepted_samples -= samples;
+  plan.original_unwind.erase(addr);
+  std::erase_if(plan.cfgs, [&](const auto& cfg) { return cfg->start == addr; });
+}
+
+// Where `cfg`'s return address is on entry, from its CFI rows (if any).
+EntryFrame entry_of(const FunctionCfg& cfg, const std::vector<elf::CfiRow>* rows) {
+  if (!rows) return {};
+  auto state = elf::cfi_state_at(*rows, cfg.end, cfg.start);
+  return state ? entry_frame(*state) : EntryFrame{std::nullopt, std::nullopt};
+}
+
+// Functions that call a user of its return address (return_address.h) stay
+// in the original code: from a copy, the callee would see a cache address.
+void reject_callers_of_return_address_users(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes,
+                                            ModulePlan& plan) {
+  std::map<uint64_t, const FunctionCfg*> analysed;
+  for (const auto& cfg : plan.cfgs) analysed[cfg->start] = cfg.get();
+  std::map<uint64_t, std::unique_ptr<FunctionCfg>> others;  // callees not in the plan
+  ReturnAddressUsers users([&](uint64_t addr) -> ReturnAddressUsers::Analysed {
+    if (auto it = analysed.find(addr); it != analysed.end()) {
+      auto rows = plan.original_unwind.find(addr);
+      return {it->second, entry_of(*it->second, rows == plan.original_unwind.end() ? nullptr : &rows->second)};
+    }
+    const elf::Function* f = in.functions->find(addr);
+    auto cfg = f && f->addr == addr ? build_cfg(*f, *in.image) : fail("not a function start");
+    if (!cfg) return {};
+    auto rows = unwind_of(in, fdes, *cfg);
+    const FunctionCfg* built = (others[addr] = std::make_unique<FunctionCfg>(std::move(*cfg))).get();
+    if (!rows) return {built, {std::nullopt, std::nullopt}};
+    return {built, entry_of(*built, *rows ? &**rows : nullptr)};
+  });
+  std::vector<std::pair<uint64_t, std::string>> callers;
+  for (const auto& cfg : plan.cfgs)
+    if (auto checked = check_callees(*cfg, users); !checked) callers.emplace_back(cfg->start, checked.error().message());
+  for (const auto& [addr, reason] : callers) reject_analysed(in, plan, addr, reason);
 }
 
 // Step 2: block layout from the function's samples.
@@ -166,15 +210,7 @@ Status build_cache(const ModuleInput& in, std::vector<HotCode>& hot, const JitOp
 // Functions the cache left out (their copy failed emission or the verifier)
 // become rejections like any other, with their reason (I5).
 void take_cache_rejections(const ModuleInput& in, ModulePlan& plan) {
-  for (const CacheRejection& r : plan.cache.rejected) {
-    const elf::Function* f = in.functions->find(r.function);
-    const FunctionSamples* s = samples_of(in, r.function);
-    uint64_t samples = s ? s->samples : 0;
-    plan.rejected.push_back({r.function, f ? elf::display_name(*f) : "", r.reason, samples});
-    plan.accepted_samples -= samples;
-    plan.original_unwind.erase(r.function);
-    std::erase_if(plan.cfgs, [&](const auto& cfg) { return cfg->start == r.function; });
-  }
+  for (const CacheRejection& r : plan.cache.rejected) reject_analysed(in, plan, r.function, r.reason);
 }
 
 }  // namespace
@@ -197,8 +233,10 @@ void use_unwind_info(ModuleInput& input, const elf::ElfFile& file) {
 Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& options) {
   if (!in.functions || !in.image) return fail("optimize_module: no module given");
   ModulePlan plan;
-  analyse(in, plan);
-  mark_branches_into_entry_bytes(plan);
+  std::map<uint64_t, elf::Fde> fdes = fdes_of(in);
+  analyse(in, fdes, plan);
+  mark_branches_into_entry_bytes(plan);  // before any rejection: rejected code still runs
+  reject_callers_of_return_address_users(in, fdes, plan);
   std::vector<HotCode> hot;
   for (const FunctionCfg* cfg : order(in, plan)) {
     BlockLayout layout = with_entry_bytes_copied(*cfg, lay_out(in, *cfg, options.layout));

@@ -87,3 +87,16 @@ end:
 }
 
 }
+
+// A function that reads its return address, and a caller that compares it
+// with its own address: a copy of the caller would see a cache address.
+extern "C" {
+
+__attribute__((noinline)) void* jit_return_address(void) { return __builtin_return_address(0); }
+
+__attribute__((noinline)) long jit_calls_return_address(long x) {
+  char* ra = static_cast<char*>(jit_return_address());
+  return ra - reinterpret_cast<char*>(&jit_calls_return_address) + x;
+}
+
+}
