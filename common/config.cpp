@@ -1,16 +1,18 @@
 // inih-based parser and validator for /etc/dyni.conf.
 #include "common/config.h"
 
+#include <fmt/format.h>
 #include <ini.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 
-#include "common/errno_text.h"
+#include "common/file_io.h"
+#include "common/printable.h"
 
 namespace dyni {
 namespace {
@@ -19,12 +21,16 @@ namespace {
 // handler can report line numbers (Debian's inih has no INI_HANDLER_LINENO).
 // It also turns the bare names of [exeList] ("mysqld") into "mysqld =", because
 // Debian's inih is built without INI_ALLOW_NO_VALUE.
+// Lines are handed to inih trimmed, so an indented line is never taken as the
+// continuation of the value above (inih's multi-line values), which would set
+// a key a second time from a line that names no key.
 struct LineReader {
   std::istringstream in;
   int line = 0;
   std::string section;
   bool saw_exe_list = false;
-  int overlong_line = 0;
+  int refused_line = 0;  // first line inih must not see as it is, and why
+  std::string refused_why;
 };
 
 std::string trim(std::string s) {
@@ -46,23 +52,32 @@ bool is_bare_name(const std::string& content) {
   return !content.empty() && content.find_first_of("=:;#[") == std::string::npos;
 }
 
+// Records the first refused line and replaces it by one inih rejects, so that
+// parsing stops there.
+void refuse_line(LineReader& reader, std::string& text, const char* why) {
+  if (!reader.refused_line) {
+    reader.refused_line = reader.line;
+    reader.refused_why = why;
+  }
+  text.assign(1, '[');
+}
+
 char* read_line(char* buffer, int size, void* stream) {
   auto* reader = static_cast<LineReader*>(stream);
-  std::string text;
-  if (!std::getline(reader->in, text)) return nullptr;
+  std::string raw;
+  if (!std::getline(reader->in, raw)) return nullptr;
   ++reader->line;
-  std::string trimmed = trim(text);
-  std::string content = strip_inline_comment(trimmed);
-  if (trimmed.starts_with("[") && trimmed.find(']') != std::string::npos) {
-    reader->section = trimmed.substr(1, trimmed.find(']') - 1);
+  std::string text = trim(raw);
+  std::string content = strip_inline_comment(text);
+  if (text.starts_with("[") && text.find(']') != std::string::npos) {
+    reader->section = text.substr(1, text.find(']') - 1);
     if (reader->section == "exeList") reader->saw_exe_list = true;
   } else if (reader->section == "exeList" && is_bare_name(content)) {
     text = content + " =";
   }
-  if (text.size() + 2 > static_cast<std::size_t>(size)) {
-    if (!reader->overlong_line) reader->overlong_line = reader->line;
-    text.assign(1, '[');  // a line inih rejects, so the error surfaces at this line
-  }
+  // inih reads C strings: a NUL would silently cut the line short.
+  if (raw.find('\0') != std::string::npos) refuse_line(*reader, text, "contains a NUL byte");
+  if (text.size() + 2 > static_cast<std::size_t>(size)) refuse_line(*reader, text, "line too long");
   std::memcpy(buffer, text.c_str(), text.size());
   buffer[text.size()] = '\n';
   buffer[text.size() + 1] = '\0';
@@ -72,6 +87,7 @@ char* read_line(char* buffer, int size, void* stream) {
 struct ParseState {
   LineReader* reader;
   Config config;
+  std::map<std::string, int> first_line;  // "section\nkey" -> line that set it
   int error_line = 0;
   std::string error;
 };
@@ -129,31 +145,69 @@ const std::map<std::string, Setter>& option_setters() {
   return setters;
 }
 
+// Why a path entry can never equal a path /proc/PID/exe names, or "".
+// The kernel names executables by canonical absolute paths.
+std::string path_entry_error(const std::string& quoted, const std::string& path) {
+  if (path[0] != '/') return quoted + " must be a basename or an absolute path";
+  if (path.back() == '/') return quoted + " ends in '/': it names a directory, not an executable";
+  for (std::size_t start = 1, end; start <= path.size(); start = end + 1) {
+    end = std::min(path.find('/', start), path.size());
+    std::string part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..")
+      return quoted + " is not a canonical path (no '//', '.' or '..'): it would never match";
+  }
+  return "";
+}
+
+// Why `name` cannot be an [exeList] entry, or "": it must be a possible file
+// name (a basename) or a canonical absolute path, in UTF-8 without control
+// characters, so that logs and -status -json show it as it is. (Too long a
+// name is refused earlier: "line too long".)
+std::string exe_entry_error(const std::string& name) {
+  std::string quoted = fmt::format("'{}'", printable(name));
+  if (std::any_of(name.begin(), name.end(), is_control))
+    return quoted + " contains a control character";
+  if (!valid_utf8(name)) return quoted + " is not valid UTF-8";
+  if (name.find('/') != std::string::npos) return path_entry_error(quoted, name);
+  if (name == "." || name == "..") return quoted + " is a directory name, not an executable";
+  return "";
+}
+
 std::string add_exe_entry(ParseState& state, const std::string& name, const std::string& value) {
   if (!value.empty())
     return "[exeList] entries are bare executable names or paths, not 'key = value'";
-  if (name.find('/') != std::string::npos && name[0] != '/')
-    return "'" + name + "' must be a basename or an absolute path";
-  for (const auto& existing : state.config.exe_list)
-    if (existing == name) return "'" + name + "' is listed twice";
+  if (std::string why = exe_entry_error(name); !why.empty()) return why;
   state.config.exe_list.push_back(name);
   return "";
 }
 
+// A key (or [exeList] name) given twice is refused, naming both lines: with
+// the last one silently winning, an edit below an old line would look applied.
+std::string check_first_time(ParseState& state, const std::string& section, const std::string& name) {
+  auto [it, first] = state.first_line.emplace(section + "\n" + name, state.reader->line);
+  if (first) return "";
+  return fmt::format("'{}' is {} twice (first on line {})", printable(name),
+                     section == "exeList" ? "listed" : "set", it->second);
+}
+
 std::string handle_entry(ParseState& state, const std::string& section, const std::string& name,
                          const std::string& value) {
+  if (section == "exeList" || section == "options" || section == "license") {
+    if (std::string twice = check_first_time(state, section, name); !twice.empty()) return twice;
+  }
   if (section == "exeList") return add_exe_entry(state, name, value);
   if (section == "options") {
     auto it = option_setters().find(name);
-    if (it == option_setters().end()) return "unknown key '" + name + "' in [options]";
+    if (it == option_setters().end()) return fmt::format("unknown key '{}' in [options]", printable(name));
     return it->second(state.config, value);
   }
   if (section == "license") {
     if (name == "public_key") return parse_path(value, state.config.license_public_key);
-    return "unknown key '" + name + "' in [license]";
+    return fmt::format("unknown key '{}' in [license]", printable(name));
   }
-  if (section.empty()) return "'" + name + "' appears before any [section]";
-  return "unknown section [" + section + "]";
+  // (fmt, not "'" + s: GCC 12's -Wrestrict misfires on the latter here)
+  if (section.empty()) return fmt::format("'{}' appears before any [section]", printable(name));
+  return fmt::format("unknown section [{}]", printable(section));
 }
 
 int on_entry(void* user, const char* section, const char* name, const char* value) {
@@ -170,14 +224,14 @@ int on_entry(void* user, const char* section, const char* name, const char* valu
 }  // namespace
 
 Result<Config> parse_config(const std::string& text, const std::string& name) {
-  LineReader reader{std::istringstream(text), 0, "", false, 0};
-  ParseState state{&reader, Config{}, 0, ""};
+  LineReader reader{std::istringstream(text), 0, "", false, 0, ""};
+  ParseState state{&reader, Config{}, {}, 0, ""};
   state.config.path = name;
   int syntax_line = ini_parse_stream(read_line, &reader, on_entry, &state);
   if (syntax_line < 0) return fail(name + ": cannot parse");
-  if (reader.overlong_line && (!state.error_line || reader.overlong_line < state.error_line)) {
-    state.error_line = reader.overlong_line;
-    state.error = "line too long";
+  if (reader.refused_line && (!state.error_line || reader.refused_line < state.error_line)) {
+    state.error_line = reader.refused_line;
+    state.error = reader.refused_why;
   }
   if (syntax_line > 0 && (!state.error_line || syntax_line < state.error_line)) {
     state.error_line = syntax_line;
@@ -191,12 +245,9 @@ Result<Config> parse_config(const std::string& text, const std::string& name) {
 }
 
 Result<Config> load_config(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return fail(sys_error("cannot read config " + path));
-  std::stringstream text;
-  text << file.rdbuf();
-  if (file.bad()) return fail(sys_error("cannot read config " + path));
-  return parse_config(text.str(), path);
+  auto text = read_regular_file(path, kMaxConfigBytes, "config");
+  if (!text) return std::unexpected(text.error());
+  return parse_config(*text, path);
 }
 
 }  // namespace dyni

@@ -31,9 +31,14 @@ struct Config {
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key
 };
 
+// A config larger than this is refused (a config is a few KiB; a path to
+// /dev/zero or a huge file must not make dyni -start read forever).
+inline constexpr std::size_t kMaxConfigBytes = 1 << 20;
+
 // Parses INI text; `name` is used in messages ("name:line: reason").
 Result<Config> parse_config(const std::string& text, const std::string& name);
-// Reads and parses a config file.
+// Reads and parses a config file; it must be a regular file of at most
+// kMaxConfigBytes.
 Result<Config> load_config(const std::string& path);
 
 }  // namespace dyni

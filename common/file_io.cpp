@@ -1,4 +1,4 @@
-// Whole-file read, atomic write, directory creation and listing.
+// Whole-file reads, atomic write, directory creation and listing.
 #include "common/file_io.h"
 
 #include <dirent.h>
@@ -13,9 +13,11 @@
 
 namespace dyni {
 
-Result<std::string> read_file(const std::string& path, std::size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(sys_error("cannot read " + path));
+namespace {
+
+// Reads `fd` to its end, at most `max_bytes`, and closes it. Errors say
+// "cannot read <what>: <reason>".
+Result<std::string> read_all(int fd, const std::string& what, std::size_t max_bytes) {
   std::string content;
   char buf[8192];
   ssize_t n;
@@ -23,13 +25,49 @@ Result<std::string> read_file(const std::string& path, std::size_t max_bytes) {
     content.append(buf, static_cast<std::size_t>(n));
     if (content.size() > max_bytes) {
       ::close(fd);
-      return fail(path + ": file too large");
+      return fail("cannot read " + what + ": larger than " + std::to_string(max_bytes) + " bytes");
     }
   }
   int err = errno;
   ::close(fd);
-  if (n < 0) return fail(sys_error("cannot read " + path, err));
+  if (n < 0) return fail(sys_error("cannot read " + what, err));
   return content;
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "an unusual file";
+}
+
+}  // namespace
+
+Result<std::string> read_file(const std::string& path, std::size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(sys_error("cannot read " + path));
+  return read_all(fd, path, max_bytes);
+}
+
+Result<std::string> read_regular_file(const std::string& path, std::size_t max_bytes,
+                                      const std::string& label) {
+  std::string what = label.empty() ? path : label + " " + path;
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return fail(sys_error("cannot read " + what));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return fail(sys_error("cannot read " + what, err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return fail("cannot read " + what + ": it is " + file_kind(st.st_mode) + ", not a regular file");
+  }
+  return read_all(fd, what, max_bytes);
 }
 
 Status write_file_atomic(const std::string& path, const std::string& content, mode_t mode) {

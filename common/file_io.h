@@ -11,6 +11,12 @@
 namespace dyni {
 
 Result<std::string> read_file(const std::string& path, std::size_t max_bytes = 1 << 20);
+// Like read_file, for a file that must be a regular one (a config): refuses
+// devices, FIFOs, sockets and directories without blocking on them
+// (/dev/zero never ends; opening a FIFO waits for a writer). Errors say
+// "cannot read <label> <path>: <reason>".
+Result<std::string> read_regular_file(const std::string& path, std::size_t max_bytes,
+                                      const std::string& label = "");
 // Writes to a temporary file beside `path`, fsyncs, renames over `path`:
 // a crash leaves either the old or the new content, never a mix.
 Status write_file_atomic(const std::string& path, const std::string& content, mode_t mode);

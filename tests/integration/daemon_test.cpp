@@ -216,6 +216,26 @@ TEST_F(Daemon, BadConfigRefusesToStartWithFileLineAndReason) {
   EXPECT_NE(r.err.find("cannot read config " + host.config_path()), std::string::npos) << r.err;
 }
 
+// Probes of dyni -start with hostile config files (issue 9): each is refused
+// at once with file, line and reason.
+TEST_F(Daemon, HostileConfigsAreRefusedQuicklyAndPrecisely) {
+  host.write_raw_config("[exeList]\nx\n[options]\nscan_interval_ms = 500\nscan_interval_ms = 600\n");
+  RunResult twice = host.dyni({"-start"});
+  EXPECT_EQ(twice.exit_code, 1);
+  EXPECT_EQ(twice.err, "dyni: " + host.config_path() + ":5: 'scan_interval_ms' is set twice (first on line 4)\n");
+  host.write_raw_config("[exeList]\n" + std::string("\0\xff\xfe", 3) + "\n");
+  RunResult raw = host.dyni({"-start"});
+  EXPECT_EQ(raw.exit_code, 1);
+  EXPECT_EQ(raw.err, "dyni: " + host.config_path() + ":2: contains a NUL byte\n");
+  // DYNI_CONFIG naming a device: it used to be read until killed.
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult zero = host.run({"/usr/bin/env", "DYNI_CONFIG=/dev/zero", DYNI_TEST_DYNI, "-start"});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_EQ(zero.err, "dyni: cannot read config /dev/zero: it is a character device, not a regular file\n");
+  EXPECT_EQ(host.dyni({"-status"}).exit_code, 3);
+}
+
 TEST_F(Daemon, ReloadAndSighupRereadTheConfigKeepingState) {
   // The busy target must still be profiling when its state is checked seconds
   // later: with the default profile bounds dynid's own profiling could find
