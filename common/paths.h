@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace dyni::paths {
 
@@ -10,6 +11,10 @@ std::string config_file();      // DYNI_CONFIG,       default /etc/dyni.conf
 std::string run_dir();          // DYNI_RUN_DIR,      default /run/dyni
 std::string state_dir();        // DYNI_STATE_DIR,    default /var/lib/dyni
 std::string machine_id_file();  // DYNI_MACHINE_ID,   default /etc/machine-id
+// Where a bare [exeList] name is looked up to follow its symlinks, in order:
+// DYNI_BIN_DIRS (colon-separated), default the standard binary directories
+// /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin.
+std::vector<std::string> bin_dirs();
 
 std::string socket_file();      // <run_dir>/dynid.sock
 std::string lock_file();        // <run_dir>/dynid.lock (holds dynid's pid)

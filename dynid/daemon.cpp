@@ -12,7 +12,6 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/paths.h"
-#include "dynid/discovery.h"
 
 namespace dyni {
 namespace {
@@ -49,6 +48,13 @@ Result<int> open_signal_fd() {
 
 int64_t now_unix_s() { return now_unix_ms() / 1000; }
 
+nlohmann::json symlinks_json(const ExeMatcher& matcher) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ExeSymlink& s : matcher.symlinks)
+    list.push_back({{"entry", s.entry}, {"link", s.link}, {"target", s.target}});
+  return list;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
@@ -68,6 +74,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
                                                    std::move(*server), *signal_fd));
   log::info("dynid {} started, pid {}, config {}, socket {}", DYNI_VERSION, ::getpid(),
             options.config_path, paths::socket_file());
+  daemon->use_exe_list();
   daemon->check_license();
   return daemon;
 }
@@ -117,7 +124,7 @@ int Daemon::poll_timeout_ms(int64_t now) {
 
 void Daemon::scan() {
   if (now_mono_ms() >= next_license_check_ms_) check_license();
-  targets_.reconcile(discover(config_.exe_list, options_.proc_root, ::getpid()), now_mono_ms());
+  targets_.reconcile(discover(exe_matcher_, options_.proc_root, ::getpid()), now_mono_ms());
   targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
   sync_lifecycles();
 }
@@ -156,6 +163,15 @@ void Daemon::check_license() {
   next_license_check_ms_ = now_mono_ms() + kLicenseCheckIntervalMs;
 }
 
+// Resolves [exeList]'s names through symlinks (at start and each reload, so a
+// package installed meanwhile is seen after dyni -reload) and logs what each
+// name also matches.
+void Daemon::use_exe_list() {
+  exe_matcher_ = resolve_exe_list(config_.exe_list, paths::bin_dirs());
+  for (const ExeSymlink& s : exe_matcher_.symlinks)
+    log::info("exeList: {} also matches {} ({} -> {})", s.entry, s.target, s.link, s.target);
+}
+
 void Daemon::on_signal() {
   signalfd_siginfo info{};
   while (::read(signal_fd_, &info, sizeof info) == sizeof info) {
@@ -181,6 +197,7 @@ Status Daemon::reload(const std::string& why) {
   config_ = std::move(*config);
   log::info("config reloaded from {} ({}): {} executables listed", options_.config_path, why,
             config_.exe_list.size());
+  use_exe_list();
   check_license();
   next_scan_ms_ = 0;  // apply a changed [exeList] at once
   return ok();
@@ -224,6 +241,7 @@ protocol::Response Daemon::status() const {
                            {"since", format_unix_ms(started_unix_ms_)},
                            {"config", options_.config_path},
                            {"exe_list", config_.exe_list},
+                           {"exe_symlinks", symlinks_json(exe_matcher_)},
                            {"busy_threshold_percent", config_.busy_threshold_percent},
                            {"busy_window_ms", config_.busy_window_ms}};
   return {true, "dyni is running",

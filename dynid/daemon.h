@@ -18,6 +18,7 @@
 #include "common/license_store.h"
 #include "common/protocol.h"
 #include "dynid/control_server.h"
+#include "dynid/discovery.h"
 #include "dynid/lifecycle.h"
 #include "dynid/target_table.h"
 
@@ -48,6 +49,7 @@ class Daemon {
   profiler::RecorderOptions recorder_options() const;
   protocol::Response profile(const protocol::Request& request) const;
   void check_license();
+  void use_exe_list();
   void on_signal();
   Status reload(const std::string& why);
   protocol::Response handle(const protocol::Request& request);
@@ -57,6 +59,7 @@ class Daemon {
 
   DaemonOptions options_;
   Config config_;
+  ExeMatcher exe_matcher_;  // config_.exe_list with its symlinks resolved (use_exe_list)
   InstanceLock lock_;
   ControlServer server_;
   int signal_fd_;

@@ -34,6 +34,8 @@ struct Target {
   std::string exe;   // executable path as /proc/PID/exe names it
   bool exe_deleted = false;
   std::string mount_ns;
+  std::string matched_entry;  // the [exeList] entry it matched
+  std::string matched_via;    // "basename", "path" or "LINK -> TARGET"
 
   TargetState state = TargetState::Waiting;
   std::string reason;    // for Unsupported/Failed

@@ -39,6 +39,8 @@ Target new_target(const DiscoveredProcess& p) {
   t.exe = p.exe.path;
   t.exe_deleted = p.exe.deleted;
   t.mount_ns = p.mount_ns;
+  t.matched_entry = p.matched_by.entry;
+  t.matched_via = p.matched_by.via;
   t.since_ms = now_unix_ms();
   return t;
 }
@@ -59,10 +61,12 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
     }
     if (it == targets_.end()) {
       it = targets_.emplace(p.stat.pid, new_target(p)).first;
-      log::info("target found: {} pid {} exe {}{}", p.name, p.stat.pid, p.exe.path,
-                p.exe.deleted ? " (deleted)" : "");
+      log::info("target found: {} pid {} exe {}{}, listed as {} (via {})", p.name, p.stat.pid,
+                p.exe.path, p.exe.deleted ? " (deleted)" : "", p.matched_by.entry, p.matched_by.via);
     }
     it->second.exe_deleted = p.exe.deleted;
+    it->second.matched_entry = p.matched_by.entry;  // a reload may change the entry that matches
+    it->second.matched_via = p.matched_by.via;
     it->second.cpu.add(now_mono, p.stat.cpu_ticks);
   }
   for (auto it = targets_.begin(); it != targets_.end();) {
@@ -133,6 +137,7 @@ nlohmann::json TargetTable::to_json() const {
                     {"exe", t.exe},
                     {"exe_deleted", t.exe_deleted},
                     {"mount_namespace", t.mount_ns},
+                    {"matched_by", {{"entry", t.matched_entry}, {"via", t.matched_via}}},
                     {"start_time_ticks", t.start_time},
                     {"state", state_name(t.state)},
                     {"reason", t.reason},

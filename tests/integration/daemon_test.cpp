@@ -119,6 +119,7 @@ TEST_F(Daemon, JsonStatusHasTheFacts) {
   EXPECT_EQ(t["name"], "dyni-idle-j");
   EXPECT_EQ(t["exe"], host.dir() + "/dyni-idle-j");
   EXPECT_EQ(t["state"], "waiting");
+  EXPECT_EQ(t["matched_by"], (nlohmann::json{{"entry", "dyni-idle-j"}, {"via", "basename"}}));
   EXPECT_EQ(t["reason"], "");
   EXPECT_TRUE(t["since"].get<std::string>().ends_with("Z"));
   EXPECT_GT(t["start_time_ticks"].get<long>(), 0);
@@ -234,6 +235,71 @@ TEST_F(Daemon, HostileConfigsAreRefusedQuicklyAndPrecisely) {
   EXPECT_EQ(zero.exit_code, 1);
   EXPECT_EQ(zero.err, "dyni: cannot read config /dev/zero: it is a character device, not a regular file\n");
   EXPECT_EQ(host.dyni({"-status"}).exit_code, 3);
+}
+
+// Debian installs /usr/bin/redis-server as a symlink to redis-check-rdb, so a
+// running redis's /proc/PID/exe names redis-check-rdb. Laid out the same way
+// in the host's binary directory (DYNI_BIN_DIRS), the listed name must find it.
+TEST_F(Daemon, FindsAListedNameThroughItsSymlinkAndSaysHow) {
+  std::string real = host.install_program(DYNI_TEST_IDLE, "bin/dyni-check-rdb");
+  std::string link = host.bin_dir() + "/dyni-redis-server";
+  ASSERT_EQ(symlink("dyni-check-rdb", link.c_str()), 0);
+  start({"dyni-redis-server", "dyni-plain"});
+  pid_t linked = host.spawn({link, "30"});  // started by the listed name, as systemd does
+  pid_t plain = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-plain"), "30"});
+  ASSERT_TRUE(host.wait_for_state(linked, "waiting")) << host.log();
+  ASSERT_TRUE(host.wait_for_state(plain, "waiting"));
+  auto j = host.status_json();
+  for (const auto& t : j["targets"]) {
+    if (t["pid"] == linked) {
+      EXPECT_EQ(t["name"], "dyni-check-rdb");
+      EXPECT_EQ(t["matched_by"], (nlohmann::json{{"entry", "dyni-redis-server"}, {"via", link + " -> " + real}}));
+    }
+    if (t["pid"] == plain) {
+      EXPECT_EQ(t["matched_by"], (nlohmann::json{{"entry", "dyni-plain"}, {"via", "basename"}}));
+    }
+  }
+  EXPECT_EQ(j["daemon"]["exe_symlinks"],
+            (nlohmann::json::array({{{"entry", "dyni-redis-server"}, {"link", link}, {"target", real}}})));
+  EXPECT_NE(host.log().find("exeList: dyni-redis-server also matches " + real), std::string::npos);
+}
+
+// A package installed after dynid started is seen at dyni -reload.
+TEST_F(Daemon, ReloadResolvesTheSymlinksAgain) {
+  start({"dyni-late-server"});
+  pid_t late = host.spawn({host.install_program(DYNI_TEST_IDLE, "bin/dyni-late-check"), "30"});
+  std::this_thread::sleep_for(500ms);  // five scans
+  EXPECT_EQ(host.state_of(late), "") << "no symlink yet";
+  std::string link = host.bin_dir() + "/dyni-late-server";
+  ASSERT_EQ(symlink("dyni-late-check", link.c_str()), 0);
+  ASSERT_EQ(host.dyni({"-reload"}).exit_code, 0);
+  ASSERT_TRUE(host.wait_for_state(late, "waiting")) << host.log();
+}
+
+// Inside a container the host's symlinks mean nothing: a file at the same
+// path as the host's link target is another file, and is not listed; the
+// container's listed basenames still are.
+TEST_F(Daemon, HostSymlinksDoNotListFilesInsideAnotherMountNamespace) {
+  if (system("unshare --mount true 2>/dev/null") != 0)
+    GTEST_SKIP() << "cannot create mount namespaces here (unshare --mount failed)";
+  std::string real = host.install_program(DYNI_TEST_IDLE, "bin/dyni-ns-check");
+  ASSERT_EQ(symlink("dyni-ns-check", (host.bin_dir() + "/dyni-ns-server").c_str()), 0);
+  start({"dyni-ns-server", "dyni-ns-listed"});
+  // In the container, a tmpfs over bin/ holds its own dyni-ns-check (no link).
+  std::string bin = host.bin_dir(), idle = DYNI_TEST_IDLE;
+  std::string script = "mount -t tmpfs none " + bin + " && cp " + idle + " " + bin + "/dyni-ns-check && cp " +
+                       idle + " " + bin + "/dyni-ns-listed && (" + bin + "/dyni-ns-check 10 &) && exec " + bin +
+                       "/dyni-ns-listed 30";
+  pid_t shell = host.spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script});
+  ASSERT_TRUE(host.wait_for_state(shell, "waiting")) << host.dyni({"-status"}).out;
+  std::this_thread::sleep_for(300ms);  // three more scans
+  auto j = host.status_json();
+  ASSERT_EQ(j["targets"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["targets"][0]["name"], "dyni-ns-listed");
+  EXPECT_EQ(j["targets"][0]["matched_by"]["via"], "basename");
+  // The host's own file behind the link is still found through it.
+  pid_t on_host = host.spawn({real, "30"});
+  ASSERT_TRUE(host.wait_for_state(on_host, "waiting"));
 }
 
 TEST_F(Daemon, ReloadAndSighupRereadTheConfigKeepingState) {

@@ -40,6 +40,8 @@ DyniHost::DyniHost() {
   dir_ = ::mkdtemp(tmpl);
   ::chmod(dir_.c_str(), 0755);  // programs copied here must be runnable by `nobody`
   std::ofstream(dir_ + "/machine-id") << "0123456789abcdef0123456789abcdef\n";
+  std::filesystem::create_directory(bin_dir());
+  ::chmod(bin_dir().c_str(), 0755);
 }
 
 DyniHost::~DyniHost() {
@@ -61,6 +63,7 @@ std::vector<std::string> DyniHost::environment() const {
   env.push_back("DYNI_STATE_DIR=" + dir_ + "/state");
   env.push_back("DYNI_MACHINE_ID=" + dir_ + "/machine-id");
   env.push_back(std::string("DYNI_DYNID=") + DYNI_TEST_DYNID);
+  env.push_back("DYNI_BIN_DIRS=" + bin_dir());
   return env;
 }
 

@@ -37,6 +37,9 @@ class DyniHost {
   std::string socket_path() const { return run_dir() + "/dynid.sock"; }
   std::string log_path() const { return dir_ + "/dynid.log"; }
   std::string config_path() const { return dir_ + "/dyni.conf"; }
+  // The only binary directory dynid follows [exeList] names' symlinks in
+  // (DYNI_BIN_DIRS), so tests never depend on the host's /usr/bin.
+  std::string bin_dir() const { return dir_ + "/bin"; }
 
   // Writes dyni.conf: [exeList] entries, then `rest` (options, license).
   void write_config(const std::vector<std::string>& exe_list, const std::string& rest = kFastOptions);

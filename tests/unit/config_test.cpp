@@ -46,7 +46,10 @@ TEST(Config, DefaultsWhenOptionsAbsent) {
 TEST(Config, ShippedFileParsesAndListsCommonServers) {
   auto c = load_config(std::string(DYNI_SOURCE_DIR) + "/etc/dyni.conf");
   ASSERT_TRUE(c) << c.error().message();
-  for (const char* server : {"mysqld", "mariadbd", "postgres", "redis-server", "memcached"})
+  // Debian 12's names (apache2, php-fpm8.2), and those of other systems and
+  // the official container images (httpd, php-fpm).
+  for (const char* server : {"mysqld", "mariadbd", "postgres", "redis-server", "memcached", "apache2",
+                             "httpd", "nginx", "php-fpm8.2", "php-fpm"})
     EXPECT_NE(std::find(c->exe_list.begin(), c->exe_list.end(), server), c->exe_list.end())
         << server;
 }

@@ -1,10 +1,12 @@
-// Discovery: /proc parsing and matching of [exeList] entries, on real processes.
+// Discovery: /proc parsing and matching of [exeList] entries (by path, basename
+// or symlink), on real processes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "dynid/discovery.h"
 
@@ -37,25 +39,80 @@ TEST(ProcStat, ReadsOwnProcess) {
   EXPECT_GT(st->start_time, 0u);
 }
 
-TEST(ExeListed, BasenamesAndFullPaths) {
-  std::vector<std::string> list = {"mariadbd", "/opt/app/server"};
-  EXPECT_TRUE(exe_listed(list, "/usr/sbin/mariadbd"));
-  EXPECT_TRUE(exe_listed(list, "/var/lib/docker/overlay2/x/merged/usr/sbin/mariadbd"));
-  EXPECT_TRUE(exe_listed(list, "/opt/app/server"));
-  EXPECT_FALSE(exe_listed(list, "/usr/bin/server"));       // path entries match exactly
-  EXPECT_FALSE(exe_listed(list, "/usr/sbin/mariadbd-safe"));
-  EXPECT_FALSE(exe_listed(list, "/usr/sbin/mariadb"));
-  EXPECT_FALSE(exe_listed({}, "/usr/sbin/mariadbd"));
+// "entry via" of what `exe` matches, "" when nothing does.
+std::string matched(const ExeMatcher& m, const std::string& exe, bool same_mount_ns = true) {
+  auto r = match_exe(m, exe, same_mount_ns);
+  return r ? r->entry + " via " + r->via : "";
+}
+
+TEST(MatchExe, BasenamesAndFullPaths) {
+  ExeMatcher m{{"mariadbd", "/opt/app/server"}, {}};
+  EXPECT_EQ(matched(m, "/usr/sbin/mariadbd"), "mariadbd via basename");
+  EXPECT_EQ(matched(m, "/var/lib/docker/overlay2/x/merged/usr/sbin/mariadbd", false),
+            "mariadbd via basename");
+  EXPECT_EQ(matched(m, "/opt/app/server"), "/opt/app/server via path");
+  EXPECT_EQ(matched(m, "/usr/bin/server"), "");  // path entries match exactly
+  EXPECT_EQ(matched(m, "/usr/sbin/mariadbd-safe"), "");
+  EXPECT_EQ(matched(m, "/usr/sbin/mariadb"), "");
+  EXPECT_EQ(matched({}, "/usr/sbin/mariadbd"), "");
+}
+
+TEST(MatchExe, ASymlinkTargetMatchesOnlyInDynidsMountNamespace) {
+  ExeMatcher m{{"redis-server"},
+               {{"redis-server", "/usr/bin/redis-server", "/usr/bin/redis-check-rdb"}}};
+  EXPECT_EQ(matched(m, "/usr/bin/redis-check-rdb"),
+            "redis-server via /usr/bin/redis-server -> /usr/bin/redis-check-rdb");
+  // In a container that path is another file: the host's link means nothing.
+  EXPECT_EQ(matched(m, "/usr/bin/redis-check-rdb", false), "");
+  EXPECT_EQ(matched(m, "/usr/bin/redis-server", false), "redis-server via basename");
+  EXPECT_EQ(matched(m, "/opt/redis/redis-check-rdb"), "");  // the target's path, not its basename
+}
+
+// A binary directory laid out the way Debian's redis-server package does it:
+// the listed name is a relative symlink to the file that actually runs.
+class BinDirWithSymlink : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = std::filesystem::canonical(std::filesystem::temp_directory_path()) /
+          ("dyni-bin-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir / "bin");
+    std::ofstream(dir / "bin" / "dyni-check-rdb") << "not run\n";
+    std::filesystem::create_symlink("dyni-check-rdb", dir / "bin" / "dyni-server");
+    std::filesystem::create_directory_symlink("bin", dir / "bin-link");  // like /bin -> usr/bin
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  std::string bin() const { return (dir / "bin").string(); }
+  std::filesystem::path dir;
+};
+
+TEST_F(BinDirWithSymlink, ResolvesBareNamesThroughLinksOnce) {
+  auto m = resolve_exe_list({"dyni-server", "dyni-check-rdb", "absent"},
+                            {(dir / "nowhere").string(), bin(), (dir / "bin-link").string()});
+  EXPECT_EQ(m.entries, (std::vector<std::string>{"dyni-server", "dyni-check-rdb", "absent"}));
+  ASSERT_EQ(m.symlinks.size(), 1u) << "bin-link/dyni-server leads to the same file";
+  EXPECT_EQ(m.symlinks[0].entry, "dyni-server");
+  EXPECT_EQ(m.symlinks[0].link, bin() + "/dyni-server");
+  EXPECT_EQ(m.symlinks[0].target, bin() + "/dyni-check-rdb");
+  EXPECT_TRUE(resolve_exe_list({"dyni-server"}, {}).symlinks.empty());
+}
+
+TEST_F(BinDirWithSymlink, ResolvesPathEntriesThroughLinks) {
+  auto m = resolve_exe_list({bin() + "/dyni-server"}, {});
+  ASSERT_EQ(m.symlinks.size(), 1u);
+  EXPECT_EQ(matched(m, bin() + "/dyni-check-rdb"),
+            bin() + "/dyni-server via " + bin() + "/dyni-server -> " + bin() + "/dyni-check-rdb");
 }
 
 // A copy of the idle test program under a unique name, run as a real process.
 class DiscoverRealProcess : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = std::filesystem::temp_directory_path() / ("dyni-disc-" + std::to_string(getpid()));
+    dir = std::filesystem::canonical(std::filesystem::temp_directory_path()) /
+          ("dyni-disc-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     exe = dir / name;
     std::filesystem::copy_file(DYNI_TEST_IDLE, exe);
+    std::filesystem::create_symlink(name, dir / link_name);
     child = fork();
     if (child == 0) {
       execl(exe.c_str(), exe.c_str(), "20", nullptr);
@@ -69,40 +126,55 @@ class DiscoverRealProcess : public ::testing::Test {
     std::filesystem::remove_all(dir);
   }
   const std::string name = "dyni-disc-target-" + std::to_string(getpid());
+  const std::string link_name = "dyni-disc-link-" + std::to_string(getpid());
   std::filesystem::path dir, exe;
   pid_t child = -1;
 };
 
+ExeMatcher listing(const std::vector<std::string>& entries) { return {entries, {}}; }
+
 TEST_F(DiscoverRealProcess, FindsItByBasenameAndByPath) {
   for (const std::string& entry : {name, exe.string()}) {
-    auto found = discover({entry}, "/proc", getpid());
+    auto found = discover(listing({entry}), "/proc", getpid());
     ASSERT_EQ(found.size(), 1u) << entry;
     EXPECT_EQ(found[0].stat.pid, child);
     EXPECT_EQ(found[0].name, name);
     EXPECT_EQ(found[0].exe.path, exe.string());
     EXPECT_FALSE(found[0].exe.deleted);
     EXPECT_TRUE(found[0].mount_ns.starts_with("mnt:[")) << found[0].mount_ns;
+    EXPECT_EQ(found[0].matched_by.entry, entry);
+    EXPECT_EQ(found[0].matched_by.via, entry == name ? "basename" : "path");
   }
-  EXPECT_TRUE(discover({"no-such-exe-name"}, "/proc", getpid()).empty());
+  EXPECT_TRUE(discover(listing({"no-such-exe-name"}), "/proc", getpid()).empty());
+}
+
+TEST_F(DiscoverRealProcess, FindsItByTheNameOfASymlinkToIt) {
+  EXPECT_TRUE(discover(listing({link_name}), "/proc", getpid()).empty()) << "unresolved";
+  auto found = discover(resolve_exe_list({link_name}, {dir.string()}), "/proc", getpid());
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].stat.pid, child);
+  EXPECT_EQ(found[0].name, name);
+  EXPECT_EQ(found[0].matched_by.entry, link_name);
+  EXPECT_EQ(found[0].matched_by.via, (dir / link_name).string() + " -> " + exe.string());
 }
 
 TEST_F(DiscoverRealProcess, FindsItAfterItsFileIsDeleted) {
   std::filesystem::remove(exe);
-  auto found = discover({name}, "/proc", getpid());
+  auto found = discover(listing({name}), "/proc", getpid());
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].exe.path, exe.string());
   EXPECT_TRUE(found[0].exe.deleted);
 }
 
 TEST_F(DiscoverRealProcess, SkipsSelfAndZombies) {
-  EXPECT_TRUE(discover({name}, "/proc", child).empty());  // "self" is never a target
+  EXPECT_TRUE(discover(listing({name}), "/proc", child).empty());  // "self" is never a target
   kill(child, SIGKILL);
   usleep(100 * 1000);  // now a zombie until reaped
-  EXPECT_TRUE(discover({name}, "/proc", getpid()).empty());
+  EXPECT_TRUE(discover(listing({name}), "/proc", getpid()).empty());
 }
 
 TEST(Discover, MissingProcRootFindsNothing) {
-  EXPECT_TRUE(discover({"init"}, "/nonexistent-proc", getpid()).empty());
+  EXPECT_TRUE(discover(listing({"init"}), "/nonexistent-proc", getpid()).empty());
 }
 
 }  // namespace
