@@ -15,6 +15,9 @@ constexpr uint8_t kOmit = 0xff;
 struct Cie {
   uint8_t fde_encoding = 0;   // DW_EH_PE_absptr unless 'R' says otherwise
   uint8_t lsda_encoding = kOmit;
+  uint64_t personality = 0;
+  bool personality_indirect = false;
+  bool signal_frame = false;
   bool has_augmentation_data = false;
   uint64_t code_align = 1;
   int64_t data_align = -8;
@@ -88,8 +91,13 @@ Result<Cie> parse_cie(ByteReader r, uint64_t section_addr) {
       cie.lsda_encoding = *enc;
     } else if (c == 'P') {
       auto enc = r.read<uint8_t>();
-      if (!enc || !read_encoded(r, *enc & 0x7f, section_addr)) return fail("bad CIE personality");
-    } else if (c != 'S' && c != 'B') {
+      auto personality = enc ? read_encoded(r, *enc & 0x7f, section_addr) : std::nullopt;
+      if (!personality) return fail("bad CIE personality");
+      cie.personality = *personality;
+      cie.personality_indirect = (*enc & 0x80) != 0;
+    } else if (c == 'S') {
+      cie.signal_frame = true;
+    } else if (c != 'B') {
       return fail(std::string("unknown CIE augmentation '") + c + "'");
     }
   }
@@ -120,6 +128,9 @@ Result<Fde> parse_fde(ByteReader r, const Cie& cie, uint64_t section_addr) {
   fde.code_align = cie.code_align;
   fde.data_align = cie.data_align;
   fde.return_register = cie.return_register;
+  fde.personality = cie.personality;
+  fde.personality_indirect = cie.personality_indirect;
+  fde.signal_frame = cie.signal_frame;
   fde.cie_program = cie.program;
   fde.cie_program_size = cie.program_end - cie.program;
   return fde;

@@ -15,6 +15,11 @@ struct Fde {
   uint64_t begin = 0;       // first code address covered
   uint64_t end = 0;         // one past the last
   uint64_t lsda = 0;        // language-specific data (exception tables), 0 if none
+  // From the CIE's 'P': the personality routine, or with `personality_indirect`
+  // the address of a slot holding it (DW_EH_PE_indirect); 0 if none.
+  uint64_t personality = 0;
+  bool personality_indirect = false;
+  bool signal_frame = false;  // 'S': the frame of a signal trampoline
   std::size_t offset = 0;   // of the FDE within .eh_frame
   std::size_t cie_offset = 0;
   // From the CIE, for the CFI programs:
