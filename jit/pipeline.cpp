@@ -8,6 +8,7 @@
 
 #include "jit/block_profile.h"
 #include "jit/edge_profile.h"
+#include "jit/entry_branches.h"
 #include "jit/function_order.h"
 #include "jit/patch_plan.h"
 #include "jit/return_address.h"
@@ -79,25 +80,26 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, Mo
   }
 }
 
-// Branch targets of the analysed functions that lie outside their own
-// function: another function entered there (mempcpy jumps to memcpy+3) would
-// run its entry patch from the middle, so that entry is not patched. Only
-// the analysed functions are seen: a branch from code not analysed is not.
-void mark_branches_into_entry_bytes(ModulePlan& plan) {
-  std::set<uint64_t> targets;
-  for (const auto& cfg : plan.cfgs) {
-    auto foreign = [&](uint64_t a) { return a < cfg->start || a >= cfg->end; };
-    for (const Instruction& in : cfg->instructions)
-      if (in.has_target && foreign(in.target)) targets.insert(in.target);
+// Entries that another function branches into (mempcpy jumps to memcpy+3)
+// would run their patch from the middle: they are not patched. Direct
+// branches are looked for in all the module's code (entry_branches.h), jump
+// tables in the analysed functions.
+void mark_branches_into_entry_bytes(const ModuleInput& in, ModulePlan& plan) {
+  std::map<uint64_t, uint64_t> function_at;  // patch address → function
+  for (const auto& cfg : plan.cfgs) function_at[patch_address(*cfg)] = cfg->start;
+  std::set<uint64_t> patches;
+  for (const auto& [patch, start] : function_at) patches.insert(patch);
+  std::set<uint64_t> hit = entries_branched_into(*in.functions, *in.image, patches);
+  for (const auto& cfg : plan.cfgs)
     for (const JumpTable& t : cfg->tables)
-      for (uint64_t a : t.targets)
-        if (foreign(a)) targets.insert(a);
-  }
-  for (const auto& cfg : plan.cfgs) {
-    uint64_t entry = patch_address(*cfg);
-    auto inside = targets.upper_bound(entry);  // landing on the jmp's first byte is fine
-    if (inside != targets.end() && *inside < entry + kEntryPatchSize) plan.shares_entry_bytes.insert(cfg->start);
-  }
+      for (uint64_t a : t.targets) {
+        auto patch = patches.lower_bound(a);
+        if (patch == patches.begin()) continue;
+        --patch;
+        bool foreign = a < cfg->start || a >= cfg->end;
+        if (foreign && *patch < a && a < *patch + kEntryPatchSize) hit.insert(*patch);
+      }
+  for (uint64_t patch : hit) plan.shares_entry_bytes.insert(function_at.at(patch));
 }
 
 // Takes analysed function `addr` out of the plan, with its reason (I5).
@@ -235,7 +237,7 @@ Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& opti
   ModulePlan plan;
   std::map<uint64_t, elf::Fde> fdes = fdes_of(in);
   analyse(in, fdes, plan);
-  mark_branches_into_entry_bytes(plan);  // before any rejection: rejected code still runs
+  mark_branches_into_entry_bytes(in, plan);
   reject_callers_of_return_address_users(in, fdes, plan);
   std::vector<HotCode> hot;
   for (const FunctionCfg* cfg : order(in, plan)) {

@@ -6,10 +6,13 @@
 
 #include "jit/decoder.h"
 #include "jit/emitter.h"
+#include "jit/entry_branches.h"
 #include "jit/patch_plan.h"
+#include "jit/pipeline.h"
 #include "jit/relocator.h"
 #include "jit/verifier.h"
 #include "tests/unit/asm_module.h"
+#include "tests/unit/this_binary.h"
 
 namespace dyni::jit {
 namespace {
@@ -272,6 +275,31 @@ TEST(CopyExits, OnlyAJccIsInvertedAndOnlyAtItsOpcode) {
   auto loop = decode_one(std::vector<uint8_t>{0xe2, 0xfe}, 0x1000);  // loop: no opposite
   ASSERT_TRUE(loop);
   EXPECT_FALSE(jcc_condition(*loop));
+}
+
+// In this binary, jit_entry_jumper (not hot) jumps 3 bytes into
+// jit_entry_jumped: the hot jit_entry_jumped is copied but not patched.
+class EntryBranches : public ThisBinary {};
+
+TEST_F(EntryBranches, AnEntryAnotherFunctionJumpsIntoIsNotPatched) {
+  uint64_t jumped = named("jit_entry_jumped")->addr, fib = named("jit_fib")->addr;
+  auto fib_cfg = build_cfg(*named("jit_fib"), *image);
+  ASSERT_TRUE(fib_cfg);
+  std::set<uint64_t> hit = entries_branched_into(*table, *image, {jumped, patch_address(*fib_cfg)});
+  EXPECT_EQ(hit, (std::set<uint64_t>{jumped}));
+  ModuleInput input{table.get(), image.get(), nullptr, {jumped, fib}, provisional_cache_base(*table), {}, {}, 0};
+  use_unwind_info(input, *file);
+  auto plan = optimize_module(input);
+  ASSERT_TRUE(plan) << plan.error().message();
+  ASSERT_EQ(plan->cache.functions.size(), 2u);
+  for (const CachedFunction& f : plan->cache.functions) {
+    if (f.original_entry == jumped) {
+      EXPECT_TRUE(f.patch.entries.empty());
+      EXPECT_EQ(reason_kind(f.unpatched), "another entry point in the entry bytes") << f.unpatched;
+    } else {
+      EXPECT_EQ(f.patch.entries.size(), 1u) << f.unpatched;
+    }
+  }
 }
 
 }  // namespace

@@ -100,3 +100,25 @@ __attribute__((noinline)) long jit_calls_return_address(long x) {
 }
 
 }
+
+// jit_entry_jumper jumps 3 bytes into jit_entry_jumped, as mempcpy into
+// memcpy: jit_entry_jumped's entry patch would be run from its middle.
+asm(R"(
+        .intel_syntax noprefix
+        .text
+        .globl jit_entry_jumper
+        .type jit_entry_jumper, @function
+jit_entry_jumper:
+        lea rdi, [rdi + rsi]
+        jmp .Ljit_entry_jumped_inner
+        .size jit_entry_jumper, . - jit_entry_jumper
+        .globl jit_entry_jumped
+        .type jit_entry_jumped, @function
+jit_entry_jumped:
+        mov rax, rdi
+.Ljit_entry_jumped_inner:
+        lea rax, [rdi + 5]
+        ret
+        .size jit_entry_jumped, . - jit_entry_jumped
+        .att_syntax prefix
+)");
