@@ -87,15 +87,19 @@ Status set_regs(pid_t tid, const user_regs_struct& regs) {
   return ok();
 }
 
-// "x86_Thread_features: shstk ..." in /proc/PID/status (kernels with user
-// shadow stacks): the chain's `ret` would fault against the shadow stack.
+// "x86_Thread_features: shstk ..." in /proc/PID/task/TID/status (kernels
+// with user shadow stacks), for any thread: the chain's `ret` would fault
+// against its shadow stack. Features are per thread.
 bool has_shadow_stack(pid_t pid) {
-  auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
-  if (!status) return false;
-  std::size_t at = status->find("x86_Thread_features:");
-  if (at == std::string::npos) return false;
-  std::size_t eol = status->find('\n', at);
-  return status->substr(at, eol - at).find("shstk") != std::string::npos;
+  for (pid_t tid : list_numeric_entries(fmt::format("/proc/{}/task", pid))) {
+    auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
+    if (!status) continue;
+    std::size_t at = status->find("x86_Thread_features:");
+    if (at == std::string::npos) continue;
+    std::size_t eol = status->find('\n', at);
+    if (status->substr(at, eol - at).find("shstk") != std::string::npos) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -181,8 +185,10 @@ Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSi
   // Step 1: the frame, below the red zone, inside the thread's own stack.
   auto maps = profiler::read_maps(world.pid());
   if (!maps) return std::unexpected(maps.error());
+  std::vector<uint64_t> thread_pointers;
+  for (const auto& [other, t] : world.threads()) thread_pointers.push_back(t.regs.fs_base);
   auto place = place_frame_below(*maps, world.pid(), tid, armed.saved.rsp, armed.saved.fs_base,
-                                 kXstateOffset + area->size());
+                                 kXstateOffset + area->size(), thread_pointers);
   if (!place) return std::unexpected(place.error());
   auto frame = build_sigframe(place->addr, sites.sigreturn, after_restart_rule(armed.saved), armed.saved_mask, *area);
   if (!frame) return std::unexpected(frame.error());
@@ -205,21 +211,33 @@ Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sit
                             const std::array<uint64_t, 6>& args) {
   auto armed = arm_syscall(world, tid, sites, nr, args);
   if (!armed) return std::unexpected(armed.error());
-  // Step 3. With every blockable signal blocked, the step's stop is its trap;
-  // SIGSTOP cannot be blocked and is handed back at detach.
+  // Step 3: run to the call's syscall-exit stop with PTRACE_SYSCALL, never a
+  // single step: a thread single-stepped keeps the trap flag when its tracer
+  // dies and is killed by SIGTRAP at its next instruction, while the kernel
+  // clears syscall tracing at the tracer's death. With every blockable signal
+  // blocked the stops are the call's entry and exit; SIGSTOP cannot be
+  // blocked and is handed back at detach.
   user_regs_struct after{};
-  for (int attempt = 0;; ++attempt) {
-    if (::ptrace(PTRACE_SINGLESTEP, tid, nullptr, nullptr) != 0)
-      return fail(sys_error(fmt::format("PTRACE_SINGLESTEP of thread {}", tid)));
+  int syscall_stops = 0;
+  for (int stops = 0; syscall_stops < 2; ++stops) {
+    if (stops == 16) return fail(fmt::format("thread {} did not run its remote call", tid));
+    if (::ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr) != 0)
+      return fail(sys_error(fmt::format("PTRACE_SYSCALL of thread {}", tid)));
     int status = 0;
     if (::waitpid(tid, &status, __WALL) != tid || !WIFSTOPPED(status))
       return fail(fmt::format("thread {} ended during a remote call", tid));
     if (::ptrace(PTRACE_GETREGS, tid, nullptr, &after) != 0)
       return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
-    if (after.rip == sites.syscall_ret + 2) break;  // the call ran
-    if (WSTOPSIG(status) != SIGTRAP) world.defer_signal(tid, WSTOPSIG(status));
-    if (attempt == 8) return fail(fmt::format("thread {} did not run its remote call", tid));
+    bool at_call = after.rip == sites.syscall_ret + 2 && static_cast<long>(after.orig_rax) == nr;
+    if (WSTOPSIG(status) == SIGTRAP && at_call)
+      ++syscall_stops;
+    else if (WSTOPSIG(status) != SIGTRAP)
+      world.defer_signal(tid, WSTOPSIG(status));
   }
+  // Back as it was at its stop, interrupted call included: detaching (or the
+  // tracer's death) wakes the thread with TIF_SIGPENDING, so on its way out
+  // of this stop the kernel applies the restart rule (or delivers a signal
+  // with the interrupted call's own SA_RESTART semantics).
   if (auto r = set_mask(tid, armed->saved_mask); !r) return std::unexpected(r.error());
   if (auto r = set_regs(tid, armed->saved); !r) return std::unexpected(r.error());
   return static_cast<long>(after.rax);

@@ -13,8 +13,9 @@
 //  2. rsp points at that address, rip at a `syscall; ret` in the target's libc,
 //     rax and the argument registers hold the call; every blockable signal is
 //     blocked so none is taken mid-step.
-//  3. One single-step runs the call; rax holds its result. The mask, then the
-//     registers, are put back exactly as they were.
+//  3. PTRACE_SYSCALL runs the call to its exit stop (never a single step: a
+//     thread keeps the trap flag if its tracer dies); rax holds the result.
+//     The mask, then the registers, are put back exactly as they were.
 // Should dynid die after step 2, the thread runs the chain alone: the call,
 // then `ret` into rt_sigreturn, which restores every register, the vector
 // state and the mask from the frame; the thread goes on where it was stopped,

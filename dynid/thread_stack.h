@@ -13,7 +13,9 @@
 //    pthread and the TLS at the top of the stack it maps, and fs_base points
 //    there).
 // A guard page is a mapping of its own (PROT_NONE), so "inside the mapping"
-// means above it. A thread running on an alternate signal stack, a coroutine
+// means above it. A mapping that also holds another thread's descriptor
+// (threads made with guard size 0 and merged, or stacks carved from one
+// pool) is refused: the frame could reach that thread's TLS. A thread running on an alternate signal stack, a coroutine
 // stack carved from the heap, or a stack too full for the frame is refused
 // with the reason; the caller picks another thread.
 #pragma once
@@ -37,7 +39,10 @@ struct FramePlace {
 
 // Where a `frame_bytes` frame goes below `rsp`'s red zone, once the rule
 // above holds for thread `tid` of `pid`.
+// `thread_pointers`: fs_base of every thread of the process (this one's may
+// be among them).
 Result<FramePlace> place_frame_below(const std::vector<profiler::Mapping>& maps, pid_t pid, pid_t tid, uint64_t rsp,
-                                   uint64_t fs_base, uint64_t frame_bytes);
+                                     uint64_t fs_base, uint64_t frame_bytes,
+                                     const std::vector<uint64_t>& thread_pointers);
 
 }  // namespace dyni

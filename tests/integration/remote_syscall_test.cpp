@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -191,9 +192,13 @@ TEST_F(RemoteSyscallTest, RefusesThreadsWhoseStackCannotHoldTheFrame) {
   EXPECT_EQ(target.finish(), 0);
 }
 
-// dynid SIGKILLed with the call armed in every thread: each thread runs the
-// mmap, then rt_sigreturn restores it; the blocked read restarts.
-TEST_F(RemoteSyscallTest, ATracerKilledWithTheCallArmedLeavesEveryThreadAsItWas) {
+// How far the tracer gets before it is SIGKILLed.
+enum class KilledAt { Armed, AtTheCallsEntryStop };
+
+// dynid SIGKILLed with the call armed (or already entered) in every thread:
+// each thread runs the mmap, then rt_sigreturn restores it; the blocked read
+// restarts; no thread is left single-stepping or traced.
+void kill_tracer_mid_call(KilledAt when) {
   StoppableTarget target(false);
   ASSERT_EQ(target.read_line(), "ready");
   std::this_thread::sleep_for(100ms);
@@ -208,9 +213,15 @@ TEST_F(RemoteSyscallTest, ATracerKilledWithTheCallArmedLeavesEveryThreadAsItWas)
     if (!w) _exit(1);
     int i = 0;
     std::string armed;
-    for (const auto& [tid, t] : w->threads())
-      if (uint64_t addr = slot(i++); arm_syscall(*w, tid, *sites, SYS_mmap, mmap_args(addr)))
-        armed += fmt::format("{:x}\n", addr);
+    for (const auto& [tid, t] : w->threads()) {
+      uint64_t addr = slot(i++);
+      if (!arm_syscall(*w, tid, *sites, SYS_mmap, mmap_args(addr))) continue;
+      if (when == KilledAt::AtTheCallsEntryStop) {
+        int status = 0;
+        if (::ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr) != 0 || ::waitpid(tid, &status, __WALL) != tid) _exit(1);
+      }
+      armed += fmt::format("{:x}\n", addr);
+    }
     if (::write(pipe_fds[1], armed.data(), armed.size()) < 0) _exit(1);
     ::raise(SIGKILL);  // every thread holds the chain in its registers
   }
@@ -235,6 +246,18 @@ TEST_F(RemoteSyscallTest, ATracerKilledWithTheCallArmedLeavesEveryThreadAsItWas)
   std::this_thread::sleep_for(300ms);  // the checkers run on restored state
   EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
   EXPECT_EQ(target.finish(), 0);
+}
+
+TEST_F(RemoteSyscallTest, ATracerKilledWithTheCallArmedLeavesEveryThreadAsItWas) {
+  kill_tracer_mid_call(KilledAt::Armed);
+}
+
+// Killed while the threads sit in the call's syscall-entry stop (how
+// remote_syscall runs it): syscall tracing ends with the tracer, nothing
+// traps afterwards. (With a single step instead, each thread would die of
+// SIGTRAP: the trap flag outlives the tracer.)
+TEST_F(RemoteSyscallTest, ATracerKilledInsideTheCallLeavesEveryThreadAsItWas) {
+  kill_tracer_mid_call(KilledAt::AtTheCallsEntryStop);
 }
 
 }  // namespace
