@@ -4,6 +4,7 @@
  * several levels; see diff_exec.cpp. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXPORT __attribute__((noinline, used, visibility("default")))
@@ -290,3 +291,34 @@ EXPORT long d_cmov(long a, long b) {
   return min3(a, b, a ^ b) + (a > 0 ? a : -a) + (b & 1 ? a : b);
 }
 
+
+/* --- noreturn calls at the end, computed goto --------------------------- */
+
+/* The call to abort is never made, but gcc places it last: the function's
+ * last instruction is a call whose fall-through is the next function. */
+EXPORT long d_noreturn_guard(long a, long b) {
+  if (a == 0x7fff0000deadL) abort();
+  long r = b;
+  for (long i = 0; i < (a & 15); ++i) r = r * 5 + i;
+  return r;
+}
+
+EXPORT long d_computed_goto(long a, long b) {
+  static const void* labels[] = {&&inc, &&dbl, &&neg, &&end};
+  long acc = b, i = 0;
+  unsigned long ops = (unsigned long)a;
+#define NEXT goto *labels[i++ < 12 ? ops >> (2 * i) & 3 : 3]
+  NEXT;
+inc:
+  acc += 1;
+  NEXT;
+dbl:
+  acc *= 2;
+  NEXT;
+neg:
+  acc = -acc;
+  NEXT;
+end:
+  return acc;
+#undef NEXT
+}
