@@ -52,45 +52,50 @@ bool uses_slot(const Instruction& in, const Frame& f) {
   return pops_it || is_slot(in.ops[0], f) || is_slot(in.ops[1], f);
 }
 
-// The frame after `in` (`in` does not use the slot).
-Frame step(const Instruction& in, Frame f) {
-  auto shift = [&](int64_t by) { f.depth = f.depth ? std::optional(*f.depth + by) : std::nullopt; };
-  const Operand& a = in.ops[0];
-  const Operand& b = in.ops[1];
-  int64_t imm = static_cast<int64_t>(b.imm);
+std::optional<int64_t> shifted(std::optional<int64_t> depth, int64_t by) {
+  return depth ? std::optional(*depth + by) : std::nullopt;
+}
+
+// The frame after push, pop or leave; none for other instructions.
+std::optional<Frame> after_stack_op(const Instruction& in, Frame f) {
   switch (in.mnemonic) {
     case ZYDIS_MNEMONIC_PUSH:
-    case ZYDIS_MNEMONIC_PUSHFQ: shift(stack_slot(in)); return f;
+    case ZYDIS_MNEMONIC_PUSHFQ: return Frame{shifted(f.depth, stack_slot(in)), f.rbp};
     case ZYDIS_MNEMONIC_POP:
     case ZYDIS_MNEMONIC_POPFQ:
-      shift(-stack_slot(in));
+      f.depth = writes(in, ZYDIS_REGISTER_RSP) ? std::nullopt : shifted(f.depth, -stack_slot(in));
       if (writes(in, ZYDIS_REGISTER_RBP)) f.rbp.reset();
-      if (writes(in, ZYDIS_REGISTER_RSP)) f.depth.reset();
       return f;
     case ZYDIS_MNEMONIC_LEAVE:  // mov rsp, rbp; pop rbp
-      f.depth = f.rbp ? std::optional(*f.rbp - 8) : std::nullopt;
-      f.rbp.reset();
-      return f;
-    default: break;
+      return Frame{shifted(f.rbp, -8), std::nullopt};
+    default: return std::nullopt;
   }
-  if (is_reg(a, ZYDIS_REGISTER_RSP) && b.type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
-      (in.mnemonic == ZYDIS_MNEMONIC_SUB || in.mnemonic == ZYDIS_MNEMONIC_ADD)) {
-    shift(in.mnemonic == ZYDIS_MNEMONIC_SUB ? imm : -imm);
-    return f;
+}
+
+// The frame after sub/add rsp, imm; lea rsp, [rsp + d]; mov rbp, rsp;
+// mov rsp, rbp; none for other instructions.
+std::optional<Frame> after_frame_setup(const Instruction& in, Frame f) {
+  const Operand& a = in.ops[0];
+  const Operand& b = in.ops[1];
+  bool add_sub = in.mnemonic == ZYDIS_MNEMONIC_SUB || in.mnemonic == ZYDIS_MNEMONIC_ADD;
+  if (add_sub && is_reg(a, ZYDIS_REGISTER_RSP) && b.type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
+    int64_t imm = static_cast<int64_t>(b.imm);
+    return Frame{shifted(f.depth, in.mnemonic == ZYDIS_MNEMONIC_SUB ? imm : -imm), f.rbp};
   }
-  if (in.mnemonic == ZYDIS_MNEMONIC_LEA && is_reg(a, ZYDIS_REGISTER_RSP) && b.base == ZYDIS_REGISTER_RSP &&
-      b.index == ZYDIS_REGISTER_NONE) {
-    shift(-b.disp);
-    return f;
-  }
-  if (in.mnemonic == ZYDIS_MNEMONIC_MOV && is_reg(a, ZYDIS_REGISTER_RBP) && is_reg(b, ZYDIS_REGISTER_RSP)) {
-    f.rbp = f.depth;
-    return f;
-  }
-  if (in.mnemonic == ZYDIS_MNEMONIC_MOV && is_reg(a, ZYDIS_REGISTER_RSP) && is_reg(b, ZYDIS_REGISTER_RBP)) {
-    f.depth = f.rbp;
-    return f;
-  }
+  bool lea_rsp = in.mnemonic == ZYDIS_MNEMONIC_LEA && is_reg(a, ZYDIS_REGISTER_RSP) &&
+                 b.base == ZYDIS_REGISTER_RSP && b.index == ZYDIS_REGISTER_NONE;
+  if (lea_rsp) return Frame{shifted(f.depth, -b.disp), f.rbp};
+  if (in.mnemonic != ZYDIS_MNEMONIC_MOV) return std::nullopt;
+  if (is_reg(a, ZYDIS_REGISTER_RBP) && is_reg(b, ZYDIS_REGISTER_RSP)) return Frame{f.depth, f.depth};
+  if (is_reg(a, ZYDIS_REGISTER_RSP) && is_reg(b, ZYDIS_REGISTER_RBP)) return Frame{f.rbp, f.rbp};
+  return std::nullopt;
+}
+
+// The frame after `in` (`in` does not use the slot): any other write to rsp
+// or rbp loses what is known of it.
+Frame step(const Instruction& in, Frame f) {
+  if (auto g = after_stack_op(in, f)) return *g;
+  if (auto g = after_frame_setup(in, f)) return *g;
   if (writes(in, ZYDIS_REGISTER_RSP)) f.depth.reset();
   if (writes(in, ZYDIS_REGISTER_RBP)) f.rbp.reset();
   return f;
