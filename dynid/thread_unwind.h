@@ -1,0 +1,50 @@
+// The call stack of a held thread, read with libunwind-ptrace: its PC, then
+// each return address, through signal frames (DESIGN.md §7: a thread inside a
+// handler has its interrupted PC in the signal frame on its stack). What the
+// checks before a patch (I4), before running code in a thread, and before a
+// cache is freed (I8) stand on.
+//
+// An unwind that ends anywhere but the stack's outermost frame (code without
+// unwind information: a JIT's, or dyni's cache before libunwind is given its
+// rows) is reported incomplete: such a stack proves nothing.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace dyni {
+
+struct StackFrame {
+  uint64_t pc = 0;             // the thread's PC, then return addresses
+  bool signal_frame = false;   // this frame is a signal handler's return to rt_sigreturn
+};
+
+struct ThreadStack {
+  std::vector<StackFrame> frames;
+  bool complete = false;       // unwound to the outermost frame
+  std::string incomplete_why;  // when not
+};
+
+// Unwinds threads of one process; keeps libunwind's caches between threads.
+// Every thread passed must be held (ptrace-stopped) by the caller.
+class StackReader {
+ public:
+  explicit StackReader(pid_t pid);
+  ~StackReader();
+  StackReader(const StackReader&) = delete;
+  StackReader& operator=(const StackReader&) = delete;
+
+  Result<ThreadStack> unwind(pid_t tid, std::size_t max_frames = 512) const;
+
+ private:
+  struct Space;
+  std::unique_ptr<Space> space_;
+};
+
+}  // namespace dyni

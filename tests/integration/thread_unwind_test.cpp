@@ -1,0 +1,101 @@
+// Call stacks of held threads of a real target (dynid/thread_unwind.h): each
+// thread unwinds to its outermost frame, through the right functions, and a
+// thread inside a signal handler on an alternate stack unwinds through the
+// signal frame back to the code it interrupted.
+#include "dynid/thread_unwind.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+
+#include "dynid/world_stop.h"
+#include "elf/function_table.h"
+#include "profiler/process_maps.h"
+#include "tests/integration/stoppable_target.h"
+
+namespace dyni {
+namespace {
+
+using test::StoppableTarget;
+using namespace std::chrono_literals;
+
+// Names of the target's own functions on a stack (others: "").
+class TargetSymbols {
+ public:
+  explicit TargetSymbols(pid_t pid) {
+    char real[PATH_MAX];
+    if (!::realpath(DYNI_TEST_STOPPABLE, real)) return;
+    auto file = elf::ElfFile::open(real);
+    auto maps = profiler::read_maps(pid);
+    if (!file || !maps) return;
+    auto t = elf::FunctionTable::build(*file);
+    if (!t) return;
+    table_ = std::make_unique<elf::FunctionTable>(std::move(*t));
+    for (const auto& m : *maps)
+      if (m.path == real && m.offset == 0) bias_ = m.start;  // a PIE linked at 0
+  }
+  std::string name(uint64_t pc) const {
+    const elf::Function* f = table_ ? table_->find(pc - 1 - bias_) : nullptr;  // pc - 1: inside the call
+    return f ? f->name : "";
+  }
+  bool on_stack(const ThreadStack& s, const std::string& part) const {
+    for (const StackFrame& f : s.frames)
+      if (name(f.pc).find(part) != std::string::npos) return true;
+    return false;
+  }
+
+ private:
+  std::unique_ptr<elf::FunctionTable> table_;
+  uint64_t bias_ = 0;
+};
+
+std::string comm_of(pid_t pid, pid_t tid) {
+  auto c = read_file(fmt::format("/proc/{}/task/{}/comm", pid, tid));
+  return c ? c->substr(0, c->find('\n')) : "";
+}
+
+using ThreadUnwindTest = test::PtraceTest;
+
+TEST_F(ThreadUnwindTest, EveryHeldThreadUnwindsThroughItsOwnFunctions) {
+  StoppableTarget target(false);
+  ASSERT_EQ(target.read_line(), "ready");
+  std::this_thread::sleep_for(100ms);
+  TargetSymbols symbols(target.pid());
+  auto w = WorldStop::stop(target.pid(), 1000ms);
+  ASSERT_TRUE(w) << w.error().message();
+  StackReader reader(target.pid());
+  auto t0 = std::chrono::steady_clock::now();
+  std::size_t frames = 0;
+  for (const auto& [tid, t] : w->threads()) {
+    auto stack = reader.unwind(tid);
+    ASSERT_TRUE(stack) << stack.error().message();
+    frames += stack->frames.size();
+    EXPECT_TRUE(stack->complete) << "thread " << tid << ": " << stack->incomplete_why;
+    ASSERT_FALSE(stack->frames.empty());
+    EXPECT_EQ(stack->frames[0].pc, t.regs.rip) << "the first frame is where the thread stopped";
+    std::string comm = comm_of(target.pid(), tid);
+    if (tid == target.pid()) {
+      EXPECT_TRUE(symbols.on_stack(*stack, "main")) << "main thread";
+    }
+    if (comm == "dyni-deep") {
+      EXPECT_TRUE(symbols.on_stack(*stack, "deep_on_stack"));
+    }
+    if (comm == "dyni-altstack") {
+      // handler → signal frame → the code it interrupted (pthread_kill's caller)
+      bool signal_frame = false;
+      for (const StackFrame& f : stack->frames) signal_frame |= f.signal_frame;
+      EXPECT_TRUE(signal_frame) << "no signal frame on the alternate stack's thread";
+      EXPECT_TRUE(symbols.on_stack(*stack, "on_alternate_stack")) << "did not unwind past the signal frame";
+    }
+  }
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("unwound %zu threads, %zu frames, in %lld us\n", w->threads().size(), frames, static_cast<long long>(us));
+  w->resume();
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+}  // namespace
+}  // namespace dyni
