@@ -254,6 +254,10 @@ end:
   ASSERT_TRUE(xbegin);
   EXPECT_EQ(xbegin->mnemonic, ZYDIS_MNEMONIC_XBEGIN);
   EXPECT_EQ(code.translation[1].kind, Translation::Jump);
+  EXPECT_TRUE(verify(f, code));
+  auto claimed_inverted = code;  // mutation: an xbegin passed off as an inverted branch
+  claimed_inverted.translation[0].kind = Translation::Inverted;
+  EXPECT_FALSE(verify(f, claimed_inverted));
   if (__builtin_cpu_supports("rtm")) expect_same_as_original(*m, {"f"}, "f", abort_next);
 }
 
