@@ -1,0 +1,131 @@
+// Encoding and checking the record a code cache carries about itself.
+#include "dynid/cache_record.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "elf/byte_reader.h"
+
+namespace dyni {
+namespace {
+
+constexpr std::size_t kPatchEntryBytes = 24;  // addr, original, replacement, padding
+
+uint64_t fnv1a(std::span<const uint8_t> bytes) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ULL;
+  return h;
+}
+
+// Appends raw bytes (resize + memcpy: GCC 12 warns falsely on vector::insert here).
+void put_bytes(std::vector<uint8_t>& out, const void* p, std::size_t n) {
+  std::size_t at = out.size();
+  out.resize(at + n);
+  if (n) std::memcpy(out.data() + at, p, n);
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  put_bytes(out, &v, sizeof(T));
+}
+
+std::string hex(std::span<const uint8_t> bytes) {
+  std::string s;
+  for (uint8_t b : bytes) s += fmt::format("{:02x}", b);
+  return s;
+}
+
+std::vector<uint8_t> unhex(const std::string& s) {
+  std::vector<uint8_t> out;
+  for (std::size_t i = 0; i + 1 < s.size() && out.size() < 64; i += 2)
+    out.push_back(static_cast<uint8_t>(std::stoul(s.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+bool inside(uint64_t offset, uint64_t size, uint64_t length) { return offset <= length && size <= length - offset; }
+
+// The patch is a jmp rel32 whose target lies in the cache.
+bool jumps_into(const PatchRecord& p, uint64_t cache_addr, uint64_t cache_length) {
+  if (p.replacement[0] != 0xe9) return false;
+  int32_t rel = 0;
+  std::memcpy(&rel, p.replacement.data() + 1, 4);
+  uint64_t target = p.addr + 5 + static_cast<uint64_t>(static_cast<int64_t>(rel));
+  return target >= cache_addr && target - cache_addr < cache_length;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_record(const CacheRecord& r) {
+  std::vector<uint8_t> out;
+  put_bytes(out, kRecordMagic.data(), kRecordMagic.size());
+  put<uint32_t>(out, CacheRecord::kVersion);
+  put<uint32_t>(out, 0);  // total size, set below
+  std::vector<uint8_t> id = unhex(r.build_id);
+  out.push_back(static_cast<uint8_t>(id.size()));
+  put_bytes(out, id.data(), id.size());
+  while (out.size() % 8) out.push_back(0);
+  for (uint64_t v : {r.module_bias, r.cache_addr, r.cache_length, r.code_offset, r.code_size, r.eh_frame_offset,
+                     r.eh_frame_size})
+    put<uint64_t>(out, v);
+  put<uint32_t>(out, static_cast<uint32_t>(r.patches.size()));
+  put<uint32_t>(out, 0);
+  for (const PatchRecord& p : r.patches) {
+    put<uint64_t>(out, p.addr);
+    put_bytes(out, p.original.data(), p.original.size());
+    put_bytes(out, p.replacement.data(), p.replacement.size());
+    out.resize(out.size() + kPatchEntryBytes - 18, 0);
+  }
+  uint32_t total = static_cast<uint32_t>(out.size() + 8);
+  std::memcpy(out.data() + 12, &total, 4);
+  put<uint64_t>(out, fnv1a(out));
+  return out;
+}
+
+Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mapping_addr, uint64_t mapping_length) {
+  elf::ByteReader r(bytes);
+  std::array<uint8_t, 8> magic{};
+  for (auto& b : magic)
+    if (auto v = r.read<uint8_t>()) b = *v;
+  if (magic != kRecordMagic) return fail("no dyni cache record (magic)");
+  auto version = r.read<uint32_t>();
+  auto total = r.read<uint32_t>();
+  if (!version || *version != CacheRecord::kVersion) return fail("cache record: unknown version");
+  if (!total || *total < 16 || *total > bytes.size() || *total > kMaxRecordBytes) return fail("cache record: bad size");
+  uint64_t sum = 0;
+  std::memcpy(&sum, bytes.data() + *total - 8, 8);
+  if (sum != fnv1a(bytes.first(*total - 8))) return fail("cache record: checksum mismatch");
+  CacheRecord rec;
+  auto id_len = r.read<uint8_t>();
+  if (!id_len || *id_len > 64 || *id_len > *total - r.pos()) return fail("cache record: bad build-id");
+  rec.build_id = hex(bytes.subspan(r.pos(), *id_len));
+  r.seek((r.pos() + *id_len + 7) & ~std::size_t{7});
+  uint64_t* fields[] = {&rec.module_bias, &rec.cache_addr, &rec.cache_length, &rec.code_offset, &rec.code_size,
+                        &rec.eh_frame_offset, &rec.eh_frame_size};
+  for (uint64_t* f : fields) {
+    auto v = r.read<uint64_t>();
+    if (!v) return fail("cache record: truncated");
+    *f = *v;
+  }
+  auto count = r.read<uint32_t>();
+  // The patches fill what lies between here and the checksum.
+  if (!count || !r.skip(4) || r.pos() + 8 > *total || *count > (*total - 8 - r.pos()) / kPatchEntryBytes)
+    return fail("cache record: bad patch count");
+  if (rec.cache_addr != mapping_addr || rec.cache_length != mapping_length ||
+      !inside(rec.code_offset, rec.code_size, rec.cache_length) ||
+      !inside(rec.eh_frame_offset, rec.eh_frame_size, rec.cache_length))
+    return fail("cache record: ranges do not match its mapping");
+  for (uint32_t i = 0; i < *count; ++i) {
+    PatchRecord p;
+    p.addr = *r.read<uint64_t>();
+    for (auto& b : p.original) b = *r.read<uint8_t>();
+    for (auto& b : p.replacement) b = *r.read<uint8_t>();
+    r.skip(kPatchEntryBytes - 18);
+    if (!jumps_into(p, rec.cache_addr, rec.cache_length))
+      return fail(fmt::format("cache record: patch at {:#x} is not a jump into the cache", p.addr));
+    rec.patches.push_back(p);
+  }
+  return rec;
+}
+
+}  // namespace dyni

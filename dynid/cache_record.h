@@ -1,0 +1,49 @@
+// The record a code cache carries about itself, in the first bytes of its
+// mapping (DESIGN.md §3 step 8, issue 11 item 4): what a dynid needs to
+// recognise a target that is already dynimized (after `dyni -stop`, a crash,
+// or in a forked child) and never patch it twice, and to undo it even when
+// /var/lib/dyni was lost: the module's build-id and load bias, where the code
+// and the unwind information lie, and every patch with its original bytes.
+//
+// The target's memory is untrusted (I9): decode_record checks every size,
+// count and range against the bytes and the mapping, and a checksum. A
+// record that fails is not dyni's; the caller leaves such a mapping alone.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace dyni {
+
+struct PatchRecord {
+  uint64_t addr = 0;                    // run-time address of the entry bytes
+  std::array<uint8_t, 5> original{};    // put back by undo
+  std::array<uint8_t, 5> replacement{}; // jmp rel32 into the cache
+};
+
+struct CacheRecord {
+  static constexpr uint32_t kVersion = 1;
+  std::string build_id;  // the module's GNU build-id, lowercase hex
+  uint64_t module_bias = 0;
+  uint64_t cache_addr = 0, cache_length = 0;  // the whole mapping
+  uint64_t code_offset = 0, code_size = 0;    // within the mapping
+  uint64_t eh_frame_offset = 0, eh_frame_size = 0;
+  std::vector<PatchRecord> patches;
+};
+
+// "DYNICACH": the first 8 bytes of a mapping that holds a record.
+constexpr std::array<uint8_t, 8> kRecordMagic = {'D', 'Y', 'N', 'I', 'C', 'A', 'C', 'H'};
+constexpr std::size_t kMaxRecordBytes = 4 << 20;
+
+std::vector<uint8_t> encode_record(const CacheRecord& record);
+
+// Decodes the record at the start of `bytes`, read from a mapping at
+// `mapping_addr` of `mapping_length` bytes.
+Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mapping_addr, uint64_t mapping_length);
+
+}  // namespace dyni
