@@ -60,6 +60,14 @@ constexpr long kErestartsys = -512, kErestartnointr = -513, kErestartnohand = -5
 constexpr std::string_view kSyscallRet("\x0f\x05\xc3", 3);
 constexpr std::string_view kSigreturn("\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", 9);
 
+// Where the XSAVE area starts in a frame at `frame_addr`: 64-byte aligned,
+// past pretcode, ucontext and siginfo (448 for an aligned frame, 440 for one
+// 8 bytes past alignment).
+std::size_t xstate_offset(uint64_t frame_addr) {
+  uint64_t min = frame_addr + 8 + sizeof(KernelUcontext) + kSiginfoBytes;
+  return static_cast<std::size_t>(((min + 63) & ~uint64_t{63}) - frame_addr);
+}
+
 bool in_restartable_call(const user_regs_struct& regs) {
   long ret = static_cast<long>(regs.rax);
   return static_cast<long>(regs.orig_rax) >= 0 &&
@@ -116,7 +124,7 @@ user_regs_struct after_restart_rule(const user_regs_struct& regs) {
 
 Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigreturn, const user_regs_struct& regs,
                                             uint64_t mask, const std::vector<uint8_t>& xstate_area) {
-  if (frame_addr % 64 != 0) return fail("signal frame address not 64-byte aligned");
+  if (frame_addr % 64 != 0 && frame_addr % 64 != 8) return fail("signal frame address not 64-byte aligned (or 8 past)");
   if (xstate_area.size() < 580) return fail("the XSAVE area of a signal frame is shorter than 580 bytes");
   KernelUcontext uc{};
   uc.uc_flags = kUcFpXstate | kUcSigcontextSs | kUcStrictRestoreSs;
@@ -128,13 +136,14 @@ Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigret
   sc.rdx = regs.rdx, sc.rax = regs.rax, sc.rcx = regs.rcx, sc.rsp = regs.rsp, sc.rip = regs.rip;
   sc.eflags = regs.eflags;
   sc.cs = static_cast<uint16_t>(regs.cs), sc.ss = static_cast<uint16_t>(regs.ss);
-  sc.fpstate = frame_addr + kXstateOffset;
+  const std::size_t xstate_at = xstate_offset(frame_addr);
+  sc.fpstate = frame_addr + xstate_at;
   uc.sigmask = mask;
 
-  std::vector<uint8_t> frame(kXstateOffset + xstate_area.size(), 0);
+  std::vector<uint8_t> frame(xstate_at + xstate_area.size(), 0);
   std::memcpy(frame.data(), &sigreturn, 8);
   std::memcpy(frame.data() + 8, &uc, sizeof uc);
-  std::memcpy(frame.data() + kXstateOffset, xstate_area.data(), xstate_area.size());
+  std::memcpy(frame.data() + xstate_at, xstate_area.data(), xstate_area.size());
   return frame;
 }
 
@@ -161,8 +170,7 @@ Result<SyscallSites> find_syscall_sites(pid_t pid) {
   return sites;
 }
 
-Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
-                              const std::array<uint64_t, 6>& args) {
+Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid) {
   auto held = world.threads().find(tid);
   if (held == world.threads().end() || !held->second.stopped) return fail(fmt::format("thread {} is not held", tid));
   if (held->second.group_stop) return fail(fmt::format("thread {} is in a job-control stop", tid));
@@ -176,29 +184,46 @@ Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSi
     return fail(fmt::format("thread {} is in a call that restarts through restart_block", tid));
   if (::ptrace(PTRACE_GETSIGMASK, tid, sizeof armed.saved_mask, &armed.saved_mask) != 0)
     return fail(sys_error(fmt::format("PTRACE_GETSIGMASK of thread {}", tid)));
+  return armed;
+}
+
+Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t return_to,
+                                     FrameAlignment alignment) {
+  pid_t tid = armed.tid;
   auto xstate = read_xstate(tid);
   if (!xstate) return std::unexpected(xstate.error());
   static const XsaveLayout layout = host_xsave_layout();
   auto area = sigframe_xstate(layout, *xstate);
   if (!area) return fail(fmt::format("thread {}: {}", tid, area.error().message()));
-
-  // Step 1: the frame, below the red zone, inside the thread's own stack.
   auto maps = profiler::read_maps(world.pid());
   if (!maps) return std::unexpected(maps.error());
   std::vector<uint64_t> thread_pointers;
   for (const auto& [other, t] : world.threads()) thread_pointers.push_back(t.regs.fs_base);
+  // A function is entered with rsp = 8 (mod 16): its frame starts 8 bytes
+  // into a 64-byte aligned block, and its XSAVE area at that block + 448.
+  std::size_t skew = alignment == FrameAlignment::FunctionEntry ? 8 : 0;
   auto place = place_frame_below(*maps, world.pid(), tid, armed.saved.rsp, armed.saved.fs_base,
                                  kXstateOffset + area->size(), thread_pointers);
   if (!place) return std::unexpected(place.error());
-  auto frame = build_sigframe(place->addr, sites.sigreturn, after_restart_rule(armed.saved), armed.saved_mask, *area);
+  uint64_t frame_addr = place->addr + skew;
+  auto frame = build_sigframe(frame_addr, return_to, after_restart_rule(armed.saved), armed.saved_mask, *area);
   if (!frame) return std::unexpected(frame.error());
-  if (auto r = write_in_mapping(world.pid(), place->stack, place->addr, *frame); !r) return std::unexpected(r.error());
+  if (auto r = write_in_mapping(world.pid(), place->stack, frame_addr, *frame); !r) return std::unexpected(r.error());
+  return frame_addr;
+}
 
+Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
+                              const std::array<uint64_t, 6>& args) {
+  auto armed = capture_thread(world, tid);
+  if (!armed) return std::unexpected(armed.error());
+  // Step 1: the frame, below the red zone, inside the thread's own stack.
+  auto frame_addr = write_restore_frame(world, *armed, sites.sigreturn, FrameAlignment::Syscall);
+  if (!frame_addr) return std::unexpected(frame_addr.error());
   // Step 2: registers first, then the mask. A dynid dying between the two
   // leaves a chain whose sigreturn restores the mask anyway.
-  user_regs_struct call = armed.saved;
+  user_regs_struct call = armed->saved;
   call.rip = sites.syscall_ret;
-  call.rsp = place->addr;
+  call.rsp = *frame_addr;
   call.rax = static_cast<unsigned long long>(nr);
   call.orig_rax = static_cast<unsigned long long>(-1);  // no restart of the interrupted call here
   call.rdi = args[0], call.rsi = args[1], call.rdx = args[2], call.r10 = args[3], call.r8 = args[4], call.r9 = args[5];

@@ -54,6 +54,16 @@ struct ArmedCall {
   uint64_t saved_mask = 0;
 };
 
+// The building blocks, shared with remote_call.h:
+// the thread's registers and mask as at its stop (refused: not held, in a
+// job-control stop, or in a call that restarts through restart_block) ...
+Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid);
+// ... and its rt_sigframe written below its red zone, inside its own stack,
+// returning to `return_to`; returns the frame's address, which becomes rsp.
+enum class FrameAlignment { Syscall, FunctionEntry /* rsp = 8 mod 16 */ };
+Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t return_to,
+                                     FrameAlignment alignment);
+
 // Steps 1 and 2. Exposed so tests can kill the tracer with the chain armed.
 Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
                               const std::array<uint64_t, 6>& args);

@@ -165,7 +165,9 @@ pid_t WorldStop::first_unstopped() const {
   return 0;
 }
 
-void WorldStop::resume() {
+void WorldStop::resume() { release_all_but(0); }
+
+void WorldStop::release_all_but(pid_t keep) {
   // A thread seized but not yet stopped cannot be detached: wait for its stop
   // (its interrupt is pending). Its report may name a clone, which is then
   // waited for and detached like the others.
@@ -177,10 +179,17 @@ void WorldStop::resume() {
     else if (r < 0 && errno != EINTR)
       threads_.erase(tid);  // gone
   }
-  for (auto& [tid, t] : threads_)
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    auto& [tid, t] = *it;
+    if (tid == keep) {
+      ::ptrace(PTRACE_SETOPTIONS, tid, nullptr, 0);
+      ++it;
+      continue;
+    }
     if (::ptrace(PTRACE_DETACH, tid, nullptr, t.pending_signal) != 0 && errno != ESRCH)
       log::warn("inject: pid {}: PTRACE_DETACH of thread {} failed: {}", pid_, tid, errno_text());
-  threads_.clear();
+    it = threads_.erase(it);
+  }
 }
 
 }  // namespace dyni

@@ -51,6 +51,12 @@ class WorldStop {
 
   // Detaches every thread, handing back signals that arrived in the window.
   void resume();
+  // Detaches every thread but `keep`, which stays held (with no ptrace
+  // options: a thread it clones is not traced). The window is over for the
+  // others: a function run in `keep` may wait for locks they hold.
+  void release_all_but(pid_t keep);
+  // Drops `tid` from the held set after dynid detached it itself.
+  void forget(pid_t tid) { threads_.erase(tid); }
   // A signal that stopped held thread `tid` while dynid ran code in it: it is
   // handed back at detach like one that arrived during the stop.
   void defer_signal(pid_t tid, int sig);

@@ -83,7 +83,14 @@ TEST(Sigframe, HoldsReturnAddressRegistersMaskAndXstateArea) {
 TEST(Sigframe, RefusesWhatItCannotRestoreWhole) {
   user_regs_struct regs{};
   EXPECT_FALSE(build_sigframe(0x7ffc0000, 1, regs, 0, fake_area(500)));   // shorter than an XSAVE area
-  EXPECT_FALSE(build_sigframe(0x7ffc0008, 1, regs, 0, fake_area(2440)));  // misaligned
+  EXPECT_FALSE(build_sigframe(0x7ffc0004, 1, regs, 0, fake_area(2440)));  // misaligned
+  // A function's frame (rsp = 8 mod 16): its XSAVE area still 64-byte aligned.
+  auto entry = build_sigframe(0x7ffc0008, 1, regs, 0, fake_area(2440));
+  ASSERT_TRUE(entry);
+  uint64_t fpstate = 0;
+  std::memcpy(&fpstate, entry->data() + 8 + 40 + 184, 8);
+  EXPECT_EQ(fpstate, 0x7ffc0008u + 440);
+  EXPECT_EQ(entry->size(), 440u + 2440 + 4);
 }
 
 // Distinct addresses, one per thread, for MAP_FIXED_NOREPLACE mappings.

@@ -1,0 +1,33 @@
+// Whether a held thread may run a function of the target (remote_call.h)
+// without deadlocking on a lock it holds itself or corrupting state it was
+// in the middle of changing (DESIGN.md §7 "Calling code in the target").
+//
+// The thread must be parked: stopped inside a blocking system call that the
+// kernel will restart, with a stack unwound to its end, no signal handler on
+// it, and no frame in code that holds the locks such a call may take:
+// malloc and its family (any allocator's, by name), the unwinder's frame
+// registry (_Unwind_*, __register_frame*, __deregister_frame*, all of
+// libgcc_s), the dynamic linker (all of ld.so: dl_iterate_phdr's lock), and
+// fork (which holds every malloc arena lock). A thread blocked on a mutex
+// inside malloc has malloc on its stack, so it is refused like one that
+// holds the lock.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "dynid/thread_unwind.h"
+#include "dynid/world_stop.h"
+#include "profiler/symbolizer.h"
+
+namespace dyni {
+
+// A function (mangled or C name) that may hold a lock a remote call needs.
+bool holds_call_locks(std::string_view function_name);
+// A module all of whose code may (libgcc_s, ld.so, libunwind).
+bool module_holds_call_locks(std::string_view path);
+
+Status clean_for_calls(const StoppedThread& thread, const ThreadStack& stack, const profiler::Symbolizer& symbols);
+
+}  // namespace dyni

@@ -1,0 +1,162 @@
+// Functions of a real target run in one of its threads (dynid/remote_call.h),
+// in a thread clean_for_calls() accepts (dynid/clean_thread.h): malloc and
+// free in the target return and leave every thread as it was; a tracer
+// SIGKILLed with the call under way leaves the target running unchanged.
+#include "dynid/remote_call.h"
+
+#include <gtest/gtest.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "dynid/cache_mapping.h"
+#include "dynid/clean_thread.h"
+#include "dynid/thread_unwind.h"
+#include "profiler/process_maps.h"
+#include "profiler/symbolizer.h"
+#include "tests/integration/stoppable_target.h"
+
+namespace dyni {
+namespace {
+
+using test::StoppableTarget;
+using namespace std::chrono_literals;
+
+TEST(CleanThread, NamesTheCodeThatHoldsCallLocks) {
+  for (const char* name : {"malloc", "free", "realloc", "_Unwind_Find_FDE", "__register_frame_info", "_dl_open",
+                           "dl_iterate_phdr", "fork"})
+    EXPECT_TRUE(holds_call_locks(name)) << name;
+  for (const char* name : {"read", "main", "_ZN5mysql6handleEv", "freeaddrinfo", "epoll_wait"})
+    EXPECT_FALSE(holds_call_locks(name)) << name;
+  EXPECT_TRUE(module_holds_call_locks("/usr/lib/x86_64-linux-gnu/libgcc_s.so.1"));
+  EXPECT_TRUE(module_holds_call_locks("/lib64/ld-linux-x86-64.so.2"));
+  EXPECT_FALSE(module_holds_call_locks("/usr/sbin/mariadbd"));
+}
+
+// The run-time address of `name` in the target's module whose path contains
+// `module`, from the module's own symbol tables (aliases included).
+uint64_t function_in(const profiler::Symbolizer& symbols, const std::string& module, const std::string& name) {
+  for (const profiler::Module& m : symbols.modules()) {
+    if (m.path.find(module) == std::string::npos) continue;
+    auto file = elf::ElfFile::open(m.path);
+    auto names = file ? file->function_symbols() : fail("unreadable");
+    if (!names) continue;
+    for (const elf::Symbol& f : *names)
+      if (f.name == name) return f.addr + m.bias;
+  }
+  return 0;
+}
+
+class RemoteCallTest : public test::PtraceTest {
+ protected:
+  void SetUp() override {
+    PtraceTest::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_EQ(target.read_line(), "ready");
+    std::this_thread::sleep_for(100ms);
+    auto s = profiler::Symbolizer::for_process(target.pid());
+    ASSERT_TRUE(s) << s.error().message();
+    symbols = std::make_unique<profiler::Symbolizer>(std::move(*s));
+    auto sites = find_syscall_sites(target.pid());
+    ASSERT_TRUE(sites) << sites.error().message();
+    syscalls = *sites;
+    // dyni's own r-x memory in the target holds the return stub.
+    auto maps = profiler::read_maps(target.pid());
+    ASSERT_TRUE(maps);
+    uint64_t exe_lo = UINT64_MAX, exe_hi = 0;
+    for (const auto& m : *maps)
+      if (m.path.find("dyni-test-stoppable") != std::string::npos) exe_lo = std::min(exe_lo, m.start), exe_hi = std::max(exe_hi, m.end);
+    auto place = place_cache(*maps, {exe_lo, exe_hi, 4096, 0});
+    ASSERT_TRUE(place) << place.error().message();
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    auto c = map_cache(*w, syscalls, *place);
+    ASSERT_TRUE(c) << c.error().message();
+    cache = *c;
+    w->resume();
+    ASSERT_TRUE(write_cache(target.pid(), cache, kReturnStub));
+  }
+
+  // A held thread clean_for_calls accepts (the main thread, parked in read).
+  pid_t clean_thread(const WorldStop& w) {
+    StackReader reader(target.pid());
+    for (const auto& [tid, t] : w.threads()) {
+      auto stack = reader.unwind(tid);
+      if (stack && clean_for_calls(t, *stack, *symbols)) return tid;
+    }
+    return 0;
+  }
+
+  StoppableTarget target{false};
+  std::unique_ptr<profiler::Symbolizer> symbols;
+  SyscallSites syscalls;
+  MappedCache cache;
+};
+
+TEST_F(RemoteCallTest, MallocAndFreeRunInACleanThreadAndLeaveItAsItWas) {
+  uint64_t malloc_fn = function_in(*symbols, "libc.so", "malloc"), free_fn = function_in(*symbols, "libc.so", "free");
+  ASSERT_TRUE(malloc_fn && free_fn);
+  for (int round = 0; round < 5; ++round) {
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    pid_t tid = clean_thread(*w);
+    ASSERT_NE(tid, 0) << "no thread parked cleanly";
+    // Threads that are not parked in a call are refused.
+    StackReader reader(target.pid());
+    for (const auto& [other, t] : w->threads()) {
+      if (static_cast<long>(t.regs.orig_rax) < 0) {
+        EXPECT_FALSE(clean_for_calls(t, *reader.unwind(other), *symbols));
+      }
+    }
+    auto p = remote_call(*w, tid, {malloc_fn, {4096}, cache.addr}, 2000ms);
+    ASSERT_TRUE(p) << p.error().message();
+    EXPECT_NE(*p, 0u);
+    auto f = remote_call(*w, tid, {free_fn, {*p}, cache.addr}, 2000ms);
+    ASSERT_TRUE(f) << f.error().message();
+    w->resume();
+    std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(target.running()) << target.read_line(100ms);
+  }
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");  // the read interrupted 10 times still reads
+  EXPECT_EQ(target.finish(), 0);
+}
+
+// The tracer dies with the call under way (at one of malloc's system calls,
+// or before it ran at all): the thread finishes, returns into the stub,
+// rt_sigreturn restores it.
+TEST_F(RemoteCallTest, ATracerKilledDuringACallLeavesTheTargetAsItWas) {
+  uint64_t malloc_fn = function_in(*symbols, "libc.so", "malloc");
+  ASSERT_NE(malloc_fn, 0u);
+  for (int stops : {0, 1, 2}) {
+    pid_t tracer = ::fork();
+    if (tracer == 0) {
+      auto w = WorldStop::stop(target.pid(), 1000ms);
+      pid_t tid = w ? clean_thread(*w) : 0;
+      if (!tid) _exit(1);
+      auto armed = capture_thread(*w, tid);
+      auto frame = armed ? write_restore_frame(*w, *armed, cache.addr, FrameAlignment::FunctionEntry) : fail("");
+      if (!frame) _exit(2);
+      user_regs_struct regs = armed->saved;
+      regs.rip = malloc_fn, regs.rsp = *frame, regs.rdi = 1 << 20, regs.orig_rax = static_cast<unsigned long long>(-1);
+      uint64_t all = ~uint64_t{0};
+      if (::ptrace(PTRACE_SETREGS, tid, nullptr, &regs) || ::ptrace(PTRACE_SETSIGMASK, tid, 8, &all)) _exit(3);
+      w->release_all_but(tid);
+      for (int i = 0; i < stops; ++i) {  // a 1 MiB malloc makes an mmap: stop at its entry, then exit
+        int status;
+        if (::ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr) || ::waitpid(tid, &status, __WALL) != tid) _exit(4);
+      }
+      ::raise(SIGKILL);
+    }
+    int status = 0;
+    ::waitpid(tracer, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "tracer exit " << WEXITSTATUS(status);
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(target.running()) << "the target exited: " << target.read_line(100ms);
+    EXPECT_EQ(test::tracer_of(target.pid()), 0);
+    EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0") << "after " << stops << " stops";
+  }
+  EXPECT_EQ(target.finish(), 0);
+}
+
+}  // namespace
+}  // namespace dyni
