@@ -160,6 +160,9 @@ std::size_t put_cie(std::vector<uint8_t>& out, const CieKey& key) {
 Result<std::vector<uint8_t>> copy_lsda(const CopyFrames& copy, const UnwindSources& src) {
   const elf::Fde& fde = *copy.original;
   if (!fde.lsda) return std::vector<uint8_t>{};
+  // Without a personality the LSDA would be dropped and the copy's handlers
+  // and destructors silently skipped.
+  if (!fde.personality) return fail("an LSDA without a personality routine");
   if (fde.lsda < src.lsda_section_addr || fde.lsda - src.lsda_section_addr >= src.lsda_section.size())
     return fail(fmt::format("LSDA at {:#x} outside .gcc_except_table", fde.lsda));
   LsdaSource lsda{src.lsda_section.subspan(fde.lsda - src.lsda_section_addr), fde.lsda, fde.begin, src.bias};

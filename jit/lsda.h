@@ -7,11 +7,15 @@
 // each run of copied instructions that lies in one original call site gets
 // a call site at the copy's offsets, with the same action. Landing pads stay
 // in the original code (the copy keeps the original's frame at every
-// instruction, I6): LPStart is written as 0 and each pad as its absolute
-// address. The action table and the exception-specification table hold no
-// addresses and are copied as they are. Type-table entries are addresses
-// (often pc-relative): each is decoded at its original place and written
-// absolute (keeping the indirect bit), so the table reads the same anywhere.
+// instruction, I6): LPStart is written absolute, just below the original
+// function and its pads (never 0, which older libc++abi reads as "the
+// function's start"), and each pad as its offset from there. The action
+// table and the exception-specification table hold no addresses and are
+// copied as they are; the type table covers every index either uses.
+// Type-table entries are addresses (often pc-relative): each is decoded at
+// its original place and written absolute (keeping the indirect bit), so
+// the table reads the same anywhere. The tables are untrusted (I9): sizes,
+// chains (no cycles), sorting and counts are checked and bounded.
 #pragma once
 
 #include <cstdint>
