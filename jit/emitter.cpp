@@ -23,11 +23,6 @@ struct Piece {
   bool dropped = false;             // a jmp made redundant by the layout: no bytes
 };
 
-bool falls_through(const Instruction& in) {
-  return in.flow == Flow::Next || in.flow == Flow::Call || in.flow == Flow::IndirectCall ||
-         in.flow == Flow::CondBranch;
-}
-
 class Planner {
  public:
   Planner(const FunctionCfg& cfg, const BlockLayout& layout) : cfg_(cfg), layout_(layout) {
@@ -72,7 +67,7 @@ class Planner {
       return;
     }
     uint64_t fall = last.end();
-    bool has_fall = falls_through(last);
+    bool has_fall = last.falls_through();
     // Only a jcc has an opposite (xbegin, loop*, jrcxz keep their sense).
     if (jcc_condition(last) && target_next && next != fall) {
       out.push_back({Translation::Inverted, &last, 0, relocated_length(last)});

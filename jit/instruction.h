@@ -57,6 +57,8 @@ struct Instruction {
 
   uint64_t end() const { return addr + length; }
   bool ends_block() const { return flow != Flow::Next && flow != Flow::Call && flow != Flow::IndirectCall; }
+  // Whether execution may go on at end() (a call's return included).
+  bool falls_through() const { return !ends_block() || flow == Flow::CondBranch; }
 };
 
 }  // namespace dyni::jit

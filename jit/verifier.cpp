@@ -96,9 +96,7 @@ class Verifier {
       return fail(fmt::format("verifier: {:#x} has the wrong length", t.new_addr));
     if (auto r = check_instruction(t, o, next); !r) return r;
     if (t.kind == Translation::Inverted) return check_continues(k, o.target);
-    bool falls = o.flow == Flow::Next || o.flow == Flow::Call || o.flow == Flow::IndirectCall ||
-                 o.flow == Flow::CondBranch;
-    if (falls) return check_continues(k, o.end());  // past the function's end too
+    if (o.falls_through()) return check_continues(k, o.end());  // past the function's end too
     return ok();
   }
 
