@@ -21,15 +21,22 @@ std::array<uint64_t, 6> mmap_args(const CachePlacement& place) {
           static_cast<uint64_t>(-1), 0};
 }
 
-// The first held thread in which a remote call runs (threads whose stack
-// cannot hold the frame, or in a job-control stop, are passed over).
+// The call, run once in the first held thread that can take one (threads
+// whose stack cannot hold the frame, or in a job-control stop, are passed
+// over before anything is written). A call that fails once armed is not
+// retried elsewhere: it may have run (mmap twice, or munmap of what the
+// target mapped meanwhile, would harm it).
 Result<std::pair<pid_t, long>> call_in_any_thread(WorldStop& world, const SyscallSites& sites, long nr,
                                                   const std::array<uint64_t, 6>& args) {
   std::string reasons;
   for (const auto& [tid, thread] : world.threads()) {
+    if (auto fit = can_take_call(world, tid); !fit) {
+      if (reasons.size() < 400) reasons += "; " + fit.error().message();
+      continue;
+    }
     auto r = remote_syscall(world, tid, sites, nr, args);
-    if (r) return std::pair{tid, *r};
-    if (reasons.size() < 400) reasons += "; " + r.error().message();
+    if (!r) return std::unexpected(r.error());
+    return std::pair{tid, *r};
   }
   return fail("no thread could run a remote call" + reasons);
 }

@@ -25,6 +25,7 @@ std::vector<Range> holes(const std::vector<profiler::Mapping>& maps, uint64_t mi
   std::vector<Range> out;
   uint64_t from = min_addr;
   for (const auto& m : sorted) {
+    if (m.start >= kUserTop) break;  // [vsyscall] and the like: not user space
     uint64_t start = m.path == "[stack]" && m.start > kStackGap ? m.start - kStackGap : m.start;
     if (start > from) out.push_back({from, start});
     from = std::max(from, m.end);

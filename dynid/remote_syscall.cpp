@@ -95,19 +95,30 @@ Status set_regs(pid_t tid, const user_regs_struct& regs) {
   return ok();
 }
 
-// "x86_Thread_features: shstk ..." in /proc/PID/task/TID/status (kernels
-// with user shadow stacks), for any thread: the chain's `ret` would fault
-// against its shadow stack. Features are per thread.
-bool has_shadow_stack(pid_t pid) {
+// Why no call may be injected into `pid`, from each thread's status, or "":
+//  - "x86_Thread_features: shstk" (kernels with user shadow stacks): the
+//    chain's `ret` would fault against the shadow stack;
+//  - "Seccomp: 1|2": a filter may answer an injected call with SIGSYS and
+//    kill the target (DESIGN.md §7; systemd's SystemCallFilter=).
+// Both are per thread.
+std::string refusal_from_status(pid_t pid) {
   for (pid_t tid : list_numeric_entries(fmt::format("/proc/{}/task", pid))) {
     auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
     if (!status) continue;
-    std::size_t at = status->find("x86_Thread_features:");
-    if (at == std::string::npos) continue;
-    std::size_t eol = status->find('\n', at);
-    if (status->substr(at, eol - at).find("shstk") != std::string::npos) return true;
+    auto field = [&](std::string_view name) {
+      std::size_t at = status->find(name);
+      if (at == std::string::npos) return std::string();
+      std::size_t eol = status->find('\n', at);
+      return status->substr(at + name.size(), eol == std::string::npos ? std::string::npos : eol - at - name.size());
+    };
+    if (field("x86_Thread_features:").find("shstk") != std::string::npos) return "the target uses shadow stacks";
+    std::string seccomp = field("Seccomp:");
+    std::size_t digit = seccomp.find_first_not_of(" \t");
+    if (digit != std::string::npos && seccomp[digit] != '0')
+      return fmt::format("thread {} runs under seccomp (mode {}): an injected system call could kill the target", tid,
+                         seccomp[digit]);
   }
-  return false;
+  return "";
 }
 
 }  // namespace
@@ -148,7 +159,7 @@ Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigret
 }
 
 Result<SyscallSites> find_syscall_sites(pid_t pid) {
-  if (has_shadow_stack(pid)) return fail("the target uses shadow stacks");
+  if (std::string why = refusal_from_status(pid); !why.empty()) return fail(why);
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   SyscallSites sites;
@@ -187,8 +198,7 @@ Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid) {
   return armed;
 }
 
-Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t return_to,
-                                     FrameAlignment alignment) {
+Result<FramePlan> plan_restore_frame(const WorldStop& world, const ArmedCall& armed) {
   pid_t tid = armed.tid;
   auto xstate = read_xstate(tid);
   if (!xstate) return std::unexpected(xstate.error());
@@ -199,17 +209,30 @@ Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& ar
   if (!maps) return std::unexpected(maps.error());
   std::vector<uint64_t> thread_pointers;
   for (const auto& [other, t] : world.threads()) thread_pointers.push_back(t.regs.fs_base);
-  // A function is entered with rsp = 8 (mod 16): its frame starts 8 bytes
-  // into a 64-byte aligned block, and its XSAVE area at that block + 448.
-  std::size_t skew = alignment == FrameAlignment::FunctionEntry ? 8 : 0;
   auto place = place_frame_below(*maps, world.pid(), tid, armed.saved.rsp, armed.saved.fs_base,
                                  kXstateOffset + area->size(), thread_pointers);
   if (!place) return std::unexpected(place.error());
-  uint64_t frame_addr = place->addr + skew;
-  auto frame = build_sigframe(frame_addr, return_to, after_restart_rule(armed.saved), armed.saved_mask, *area);
+  return FramePlan{std::move(*area), *place};
+}
+
+Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t return_to,
+                                     FrameAlignment alignment) {
+  auto plan = plan_restore_frame(world, armed);
+  if (!plan) return std::unexpected(plan.error());
+  // A function is entered with rsp = 8 (mod 16): its frame starts 8 bytes
+  // into a 64-byte aligned block, and its XSAVE area at that block + 448.
+  uint64_t frame_addr = plan->place.addr + (alignment == FrameAlignment::FunctionEntry ? 8 : 0);
+  auto frame = build_sigframe(frame_addr, return_to, after_restart_rule(armed.saved), armed.saved_mask, plan->xstate);
   if (!frame) return std::unexpected(frame.error());
-  if (auto r = write_in_mapping(world.pid(), place->stack, frame_addr, *frame); !r) return std::unexpected(r.error());
+  if (auto r = write_in_mapping(world.pid(), plan->place.stack, frame_addr, *frame); !r) return std::unexpected(r.error());
   return frame_addr;
+}
+
+Status can_take_call(const WorldStop& world, pid_t tid) {
+  auto armed = capture_thread(world, tid);
+  if (!armed) return std::unexpected(armed.error());
+  if (auto plan = plan_restore_frame(world, *armed); !plan) return std::unexpected(plan.error());
+  return ok();
 }
 
 Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "dynid/thread_stack.h"
 #include "dynid/world_stop.h"
 
 namespace dyni {
@@ -61,8 +62,18 @@ Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid);
 // ... and its rt_sigframe written below its red zone, inside its own stack,
 // returning to `return_to`; returns the frame's address, which becomes rsp.
 enum class FrameAlignment { Syscall, FunctionEntry /* rsp = 8 mod 16 */ };
+struct FramePlan {
+  std::vector<uint8_t> xstate;  // the frame's XSAVE area (sigframe_xstate)
+  FramePlace place;             // where it goes, and the write's bounds
+};
+Result<FramePlan> plan_restore_frame(const WorldStop& world, const ArmedCall& armed);
 Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t return_to,
                                      FrameAlignment alignment);
+
+// Whether `tid` could take a call now (held, restartable, room for its
+// frame), without writing anything: pick a thread with this, then call once.
+// A call that fails after it was armed must not be retried in another thread.
+Status can_take_call(const WorldStop& world, pid_t tid);
 
 // Steps 1 and 2. Exposed so tests can kill the tracer with the chain armed.
 Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,

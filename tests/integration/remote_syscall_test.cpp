@@ -199,6 +199,18 @@ TEST_F(RemoteSyscallTest, RefusesThreadsWhoseStackCannotHoldTheFrame) {
   EXPECT_EQ(target.finish(), 0);
 }
 
+// A seccomp filter may answer an injected call with SIGSYS: such a target is
+// refused before anything is injected (DESIGN.md §7).
+TEST_F(RemoteSyscallTest, RefusesATargetUnderASeccompFilter) {
+  StoppableTarget target("seccomp");
+  ASSERT_EQ(target.read_line(), "ready");
+  auto sites = find_syscall_sites(target.pid());
+  ASSERT_FALSE(sites);
+  EXPECT_NE(sites.error().message().find("seccomp"), std::string::npos) << sites.error().message();
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
 // How far the tracer gets before it is SIGKILLed.
 enum class KilledAt { Armed, AtTheCallsEntryStop };
 

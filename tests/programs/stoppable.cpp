@@ -1,5 +1,5 @@
 // A target for stop-the-world tests: it notices if a stop changed anything.
-// usage: dyni-test-stoppable [spawner]
+// usage: dyni-test-stoppable [spawner|seccomp]
 //  - three workers recompute a known checksum forever; a wrong result prints
 //    "WRONG checksum" and exits 1 (a register or flag clobbered by a stop would show);
 //  - a sleeper loops in nanosleep (a blocking call that must restart);
@@ -11,12 +11,17 @@
 //    handler on an 8 KiB alternate signal stack, both with signals blocked
 //    (threads whose stack cannot take a remote call's frame);
 //  - a masked thread keeps SIGUSR2 blocked and checks its mask stays so;
+//  - with "seccomp", every thread runs under a seccomp filter (one that allows
+//    everything: what matters is that a filter is there);
 //  - with "spawner", a thread creates and joins short-lived threads forever
 //    (threads appear while the world is being stopped);
 //  - SIGUSR1 and SIGRTMIN (which queues: each one sent arrives once) are counted;
 //  - main prints "ready", then answers each line read from stdin (a blocking
 //    read across stops) with "got LINE usr1=N rt=M", and exits 0 at end of input.
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <signal.h>
 #include <time.h>
@@ -137,7 +142,16 @@ void block_all_signals() {
 
 }  // namespace
 
+// A filter that allows every call, installed before any thread starts.
+void install_seccomp_filter() {
+  sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  sock_fprog prog{1, &allow};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    wrong("seccomp");
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "seccomp") == 0) install_seccomp_filter();
   struct sigaction sa {};
   sa.sa_handler = [](int) { usr1.fetch_add(1); };
   sa.sa_flags = SA_RESTART;

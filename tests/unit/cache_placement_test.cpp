@@ -73,6 +73,17 @@ TEST(CachePlacement, SkipsOccupiedMemoryAndTheStacksGrowthGap) {
   expect_reachable(*p, lo, hi);
 }
 
+// The gap below [vsyscall] is not user space (47-bit addresses end at
+// 0x7ffffffff000): never a place for the cache.
+TEST(CachePlacement, NeverAboveUserSpace) {
+  const uint64_t lo = 0x7fff00000000, hi = lo + 10 * kMiB;
+  std::vector<profiler::Mapping> maps = {mapping(0x10000, lo, "/filler"), mapping(lo, hi, "/srv/app"),
+                                         mapping(hi, 0x7ffffffde000, "/filler2"),
+                                         mapping(0x7ffffffde000, 0x7ffffffff000, "[stack]"),
+                                         mapping(0xffffffffff600000, 0xffffffffff601000, "[vsyscall]")};
+  EXPECT_FALSE(place_cache(maps, {lo, hi, 1 * kMiB, 0}));
+}
+
 TEST(CachePlacement, FailsWithTheReasonWhenNothingIsInReach) {
   const uint64_t lo = 0x100000000, hi = lo + 10 * kMiB;
   // Everything within ±2 GB taken.
