@@ -34,10 +34,10 @@ struct MappedCache {
 // no longer free.
 Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place);
 
-// Writes `bytes` at the start of the cache after checking, from a fresh
+// Writes `bytes` at `offset` in the cache after checking, from a fresh
 // /proc/PID/maps, that the range is still exactly the anonymous r-x mapping
 // map_cache made. The target may run meanwhile.
-Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes);
+Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes, uint64_t offset = 0);
 
 // Bytes of the cache backed by transparent huge pages (AnonHugePages in
 // /proc/PID/smaps for its mapping).

@@ -26,7 +26,9 @@ class StoppableTarget {
  public:
   explicit StoppableTarget(bool spawner) : StoppableTarget(spawner ? "spawner" : nullptr) {}
   // `mode`: dyni-test-stoppable's argument ("spawner", "seccomp"), or null.
-  explicit StoppableTarget(const char* mode) {
+  explicit StoppableTarget(const char* mode) : StoppableTarget(DYNI_TEST_STOPPABLE, mode) {}
+  // Another program that talks by lines the same way.
+  StoppableTarget(const char* program, const char* mode) {
     ::signal(SIGPIPE, SIG_IGN);  // a target that died must fail the test, not kill it
     int in[2], out[2];
     if (::pipe(in) != 0 || ::pipe(out) != 0) return;
@@ -36,7 +38,7 @@ class StoppableTarget {
       ::dup2(out[1], 1);
       ::close(in[1]);
       ::close(out[0]);
-      ::execl(DYNI_TEST_STOPPABLE, DYNI_TEST_STOPPABLE, mode, nullptr);
+      ::execl(program, program, mode, nullptr);
       _exit(127);
     }
     ::close(in[0]);

@@ -1,0 +1,330 @@
+// Live injection of an executable's hot code: jit, map, write, register, patch.
+#include "dynid/injector.h"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dynid/cache_placement.h"
+#include "dynid/clean_thread.h"
+#include "dynid/patch_safety.h"
+#include "dynid/proc_reader.h"
+#include "dynid/remote_call.h"
+#include "dynid/target_memory.h"
+#include "dynid/thread_unwind.h"
+#include "dynid/world_stop.h"
+#include "elf/eh_frame.h"
+#include "jit/cache_eh_frame.h"
+#include "jit/module_image.h"
+#include "jit/pipeline.h"
+#include "profiler/symbolizer.h"
+
+namespace dyni {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kStopTimeout = 1000ms;
+constexpr int kPatchWindows = 5;  // windows a site may wait for, then it is skipped
+
+// The executable as the jit and the checks see it.
+struct Executable {
+  const profiler::Module* module = nullptr;
+  std::unique_ptr<elf::ElfFile> file;
+  std::unique_ptr<jit::ModuleImage> image;
+  std::map<uint64_t, elf::Fde> fdes;  // by first address
+  jit::UnwindSources unwind;
+  uint64_t lo = 0, hi = 0;            // its mappings, run-time
+};
+
+Result<Executable> read_executable(pid_t pid, const profiler::Symbolizer& symbols) {
+  Executable exe;
+  auto path = read_exe("/proc", pid);
+  if (!path) return std::unexpected(path.error());
+  for (const profiler::Module& m : symbols.modules())
+    if (m.path == path->path && m.functions) exe.module = &m;
+  if (!exe.module) return fail("the executable " + path->path + " has no function table");
+  auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid));
+  if (!file) return std::unexpected(file.error());
+  exe.file = std::make_unique<elf::ElfFile>(std::move(*file));
+  exe.image = std::make_unique<jit::ModuleImage>(*exe.file);
+  const elf::Section* eh = exe.file->find_section(".eh_frame");
+  const elf::Section* except = exe.file->find_section(".gcc_except_table");
+  if (!eh) return fail("the executable has no .eh_frame");
+  auto eh_bytes = exe.file->contents(*eh);
+  if (!eh_bytes) return std::unexpected(eh_bytes.error());
+  exe.unwind = {*eh_bytes, {}, 0, exe.module->bias};
+  if (except)
+    if (auto bytes = exe.file->contents(*except)) exe.unwind.lsda_section = *bytes, exe.unwind.lsda_section_addr = except->addr;
+  auto fdes = elf::parse_eh_frame(*eh_bytes, eh->addr);
+  if (!fdes) return std::unexpected(fdes.error());
+  for (const elf::Fde& f : *fdes) exe.fdes[f.begin] = f;
+  return exe;
+}
+
+void module_range(const std::vector<profiler::Mapping>& maps, Executable& exe) {
+  exe.lo = UINT64_MAX;
+  for (const auto& m : maps)
+    if (m.path == exe.module->path) exe.lo = std::min(exe.lo, m.start), exe.hi = std::max(exe.hi, m.end);
+}
+
+// The jit's plan for the hot functions with the cache at `cache_base` (link-time numbering).
+Result<jit::ModulePlan> plan_at(const Executable& exe, const std::vector<uint64_t>& hot, uint64_t cache_base) {
+  jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), nullptr, hot, cache_base, {}, {}, 0};
+  jit::use_unwind_info(input, *exe.file);
+  return jit::optimize_module(input);
+}
+
+// The copies that get unwind information (and so may be patched), and the
+// .eh_frame blob for them at `blob_addr`. Copies it cannot describe are left
+// out, with the reason.
+struct Frames {
+  std::vector<const jit::CachedFunction*> copies;
+  std::vector<uint8_t> blob;
+};
+
+Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, uint64_t blob_addr,
+                          std::vector<std::string>& skipped) {
+  Frames out;
+  for (const jit::CachedFunction& f : plan.cache.functions) {
+    auto fde = exe.fdes.find(f.original_entry);
+    if (f.unwind.empty() || fde == exe.fdes.end()) {
+      skipped.push_back(fmt::format("func_{:x}: no unwind information", f.original_entry));
+      continue;
+    }
+    out.copies.push_back(&f);
+  }
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    std::vector<jit::CopyFrames> copies;
+    for (const jit::CachedFunction* f : out.copies) copies.push_back({&f->code, &f->unwind, &exe.fdes.at(f->original_entry)});
+    auto blob = jit::write_cache_eh_frame(copies, exe.unwind, blob_addr);
+    if (blob) {
+      out.blob = std::move(*blob);
+      return out;
+    }
+    // "copy of 0x…: reason": leave that copy out and try again.
+    uint64_t bad = 0;
+    std::sscanf(blob.error().message().c_str(), "copy of %lx", &bad);
+    auto it = std::find_if(out.copies.begin(), out.copies.end(), [&](auto* f) { return f->original_entry == bad; });
+    if (it == out.copies.end()) return std::unexpected(blob.error());
+    skipped.push_back(fmt::format("func_{:x}: {}", bad, blob.error().message()));
+    out.copies.erase(it);
+  }
+  return fail("too many copies without describable frames");
+}
+
+uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+
+// The cache's layout: record at 0, return stub just below the code, code on
+// a page of its own, then the .eh_frame blob.
+struct Layout {
+  uint64_t code_offset = 0, stub_offset = 0, blob_offset = 0, total = 0;
+};
+
+Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size) {
+  Layout l;
+  l.code_offset = align_up(256 + 24 * (functions + 64), 4096);
+  l.stub_offset = l.code_offset - 16;
+  l.blob_offset = align_up(l.code_offset + code_size, 64);
+  l.total = l.blob_offset + blob_size;
+  return l;
+}
+
+// The run-time address of __register_frame in the libgcc that serves the
+// target's throws, or why there is none.
+Result<uint64_t> register_frame_function(const profiler::Symbolizer& symbols) {
+  uint64_t found = 0;
+  for (const profiler::Module& m : symbols.modules()) {
+    auto file = elf::ElfFile::open(m.path);
+    if (!file) return fail(fmt::format("cannot read {} to check its unwinder", m.path));
+    auto names = file->function_symbols();
+    if (!names) return std::unexpected(names.error());
+    bool unwinder = false;
+    uint64_t reg = 0;
+    for (const elf::Symbol& s : *names) {
+      unwinder |= s.name == "_Unwind_Find_FDE" || s.name == "_Unwind_RaiseException";
+      if (s.name == "__register_frame") reg = s.addr + m.bias;
+    }
+    if (!unwinder) continue;
+    std::string base = m.path.substr(m.path.rfind('/') + 1);
+    if (!base.starts_with("libgcc_s.so") || !reg)
+      return fail(fmt::format("the target's unwinder is in {}, not libgcc_s: its frames cannot be registered", base));
+    found = reg;
+  }
+  if (!found) return fail("no libgcc_s in the target to register the cache's frames with");
+  return found;
+}
+
+// Registers the blob through a remote call in a clean thread.
+Status register_frames(pid_t pid, const profiler::Symbolizer& symbols, uint64_t register_frame, uint64_t blob,
+                       uint64_t stub, std::chrono::milliseconds timeout) {
+  auto w = WorldStop::stop(pid, kStopTimeout);
+  if (!w) return std::unexpected(w.error());
+  StackReader reader(pid);
+  std::string why;
+  for (const auto& [tid, t] : w->threads()) {
+    auto stack = reader.unwind(tid);
+    if (!stack) continue;
+    if (auto clean = clean_for_calls(t, *stack, symbols); !clean) {
+      why = clean.error().message();
+      continue;
+    }
+    auto r = remote_call(*w, tid, {register_frame, {blob}, stub}, timeout);
+    return r ? ok() : Status(std::unexpected(r.error()));
+  }
+  return fail("no thread is parked where it can run __register_frame (" + why + ")");
+}
+
+std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches) {
+  std::vector<PatchSite> sites;
+  for (const PatchRecord& p : patches) sites.push_back({p.addr, p.original});
+  return sites;
+}
+
+// One stop window: the sites that are safe now are written, one write each.
+Result<std::vector<SiteCheck>> patch_window(pid_t pid, const std::vector<PatchRecord>& patches,
+                                            std::chrono::microseconds& longest) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  auto t0 = std::chrono::steady_clock::now();
+  auto w = WorldStop::stop(pid, kStopTimeout);
+  if (!w) return std::unexpected(w.error());
+  StackReader reader(pid);
+  std::map<pid_t, ThreadStack> stacks;
+  for (const auto& [tid, t] : w->threads()) {
+    auto s = reader.unwind(tid);
+    stacks[tid] = s ? std::move(*s) : ThreadStack{{{t.regs.rip, false}}, false, s.error().message()};
+  }
+  auto live = [&](uint64_t addr) -> Result<std::array<uint8_t, kPatchBytes>> {
+    auto bytes = read_target(pid, addr, kPatchBytes);
+    if (!bytes) return std::unexpected(bytes.error());
+    std::array<uint8_t, kPatchBytes> a{};
+    std::copy(bytes->begin(), bytes->end(), a.begin());
+    return a;
+  };
+  std::vector<PatchSite> sites = sites_of(patches);
+  std::vector<SiteCheck> checks = check_patch_sites(sites, stacks, live);
+  for (std::size_t i = 0; i < patches.size(); ++i) {
+    if (checks[i].verdict != SiteVerdict::Patch) continue;
+    const profiler::Mapping* text = mapping_at(*maps, patches[i].addr);
+    // I2: one write. A write across a page boundary is two copies in the
+    // kernel, which a dying dynid could tear: such entries are left alone.
+    if (!text || !text->executable || patches[i].addr % 4096 > 4096 - kPatchBytes) {
+      checks[i] = {SiteVerdict::LeaveAlone, "entry bytes cross a page boundary or lie outside the module's code"};
+      continue;
+    }
+    if (auto r = write_in_mapping(pid, *text, patches[i].addr, patches[i].replacement); !r)
+      checks[i] = {SiteVerdict::LeaveAlone, r.error().message()};
+  }
+  w->resume();
+  longest = std::max(longest, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0));
+  return checks;
+}
+
+// Up to kPatchWindows windows: sites that must wait are tried again.
+Status patch_all(pid_t pid, std::vector<PatchRecord> pending, Injection& out) {
+  for (int window = 0; window < kPatchWindows && !pending.empty(); ++window) {
+    auto checks = patch_window(pid, pending, out.longest_stop);
+    if (!checks) return std::unexpected(checks.error());
+    std::vector<PatchRecord> again;
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const SiteCheck& c = (*checks)[i];
+      if (c.verdict == SiteVerdict::Patch) out.patched.push_back(pending[i]);
+      if (c.verdict == SiteVerdict::LeaveAlone) out.skipped.push_back(fmt::format("{:#x}: {}", pending[i].addr, c.reason));
+      if (c.verdict == SiteVerdict::Wait) {
+        if (window + 1 == kPatchWindows) out.skipped.push_back(fmt::format("{:#x}: {}", pending[i].addr, c.reason));
+        again.push_back(pending[i]);
+      }
+    }
+    pending = std::move(again);
+    if (!pending.empty()) std::this_thread::sleep_for(20ms);
+  }
+  return ok();
+}
+
+}  // namespace
+
+Result<Injection> inject_executable(const InjectRequest& req) {
+  auto symbols = profiler::Symbolizer::for_process(req.pid);
+  if (!symbols) return std::unexpected(symbols.error());
+  auto exe = read_executable(req.pid, *symbols);
+  if (!exe) return std::unexpected(exe.error());
+  auto register_frame = register_frame_function(*symbols);
+  if (!register_frame) return std::unexpected(register_frame.error());
+  auto sites = find_syscall_sites(req.pid);  // also refuses seccomp and shadow stacks
+  if (!sites) return std::unexpected(sites.error());
+  auto maps = profiler::read_maps(req.pid);
+  if (!maps) return std::unexpected(maps.error());
+  module_range(*maps, *exe);
+  const uint64_t bias = exe->module->bias;
+
+  // 1. jit: the size first, then at the real place.
+  Injection out;
+  auto draft = plan_at(*exe, req.hot, jit::provisional_cache_base(*exe->module->functions));
+  if (!draft) return std::unexpected(draft.error());
+  std::vector<std::string> ignored;
+  auto draft_frames = frames_for(*draft, *exe, 0x10000000, ignored);
+  if (!draft_frames) return std::unexpected(draft_frames.error());
+  Layout layout = layout_for(draft->cache.functions.size(), draft->cache.bytes.size() + 4096, draft_frames->blob.size() + 4096);
+  auto place = place_cache(*maps, {exe->lo, exe->hi, layout.total, 0});
+  if (!place) return std::unexpected(place.error());
+  auto plan = plan_at(*exe, req.hot, place->addr + layout.code_offset - bias);
+  if (!plan) return std::unexpected(plan.error());
+  if (plan->cache.bytes.size() > draft->cache.bytes.size() + 4096) return fail("the cache grew at its real address");
+  layout.blob_offset = align_up(layout.code_offset + plan->cache.bytes.size(), 64);
+  auto frames = frames_for(*plan, *exe, place->addr + layout.blob_offset, out.skipped);
+  if (!frames) return std::unexpected(frames.error());
+  if (layout.blob_offset + frames->blob.size() > place->length) return fail("the cache's frames outgrew its place");
+
+  // The patches: functions with frames and a planned entry patch.
+  CacheRecord record{exe->file->build_id(), bias, place->addr, place->length, layout.code_offset,
+                     plan->cache.bytes.size(), layout.blob_offset, frames->blob.size(), {}};
+  for (const jit::CachedFunction* f : frames->copies)
+    for (const jit::EntryPatch& e : f->patch.entries) record.patches.push_back({e.addr + bias, e.original, e.replacement});
+
+  // 2-3. Map in a short window; write while the target runs.
+  {
+    auto w = WorldStop::stop(req.pid, kStopTimeout);
+    if (!w) return std::unexpected(w.error());
+    auto cache = map_cache(*w, *sites, *place);
+    if (!cache) return std::unexpected(cache.error());
+    out.cache = *cache;
+  }
+  std::vector<uint8_t> head = encode_record(record);
+  if (head.size() > layout.stub_offset) return fail("the cache's record outgrew its page");
+  for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(head), uint64_t{0}},
+                               std::pair{std::span<const uint8_t>(kReturnStub), layout.stub_offset},
+                               std::pair{std::span<const uint8_t>(plan->cache.bytes), layout.code_offset},
+                               std::pair{std::span<const uint8_t>(frames->blob), layout.blob_offset}})
+    if (auto r = write_cache(req.pid, out.cache, bytes, offset); !r) return std::unexpected(r.error());
+  out.code_addr = place->addr + layout.code_offset;
+  out.code_size = plan->cache.bytes.size();
+  out.eh_frame_addr = place->addr + layout.blob_offset;
+
+  // 4. Unwind information first: no copy runs before it is registered.
+  if (auto r = register_frames(req.pid, *symbols, *register_frame, out.eh_frame_addr, place->addr + layout.stub_offset,
+                               req.call_timeout);
+      !r)
+    return std::unexpected(r.error());
+  // 5. Entries.
+  if (auto r = patch_all(req.pid, record.patches, out); !r) return std::unexpected(r.error());
+  return out;
+}
+
+Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  auto w = WorldStop::stop(pid, kStopTimeout);
+  if (!w) return std::unexpected(w.error());
+  for (const PatchRecord& p : patched) {
+    auto live = read_target(pid, p.addr, kPatchBytes);
+    if (!live || !std::equal(live->begin(), live->end(), p.replacement.begin())) continue;  // not ours any more
+    const profiler::Mapping* text = mapping_at(*maps, p.addr);
+    if (!text) continue;
+    if (auto r = write_in_mapping(pid, *text, p.addr, p.original); !r) return r;
+  }
+  return ok();
+}
+
+}  // namespace dyni

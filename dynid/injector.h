@@ -1,0 +1,51 @@
+// Live injection of an executable's hot code (DESIGN.md §3 step 7), in order:
+//  1. jit   the hot functions, first at a provisional address (for the
+//           size), then at the cache's real place (cache_placement.h);
+//  2. map   the cache in one short stop window (cache_mapping.h);
+//  3. write record, return stub, code and .eh_frame while the target runs:
+//           nothing reaches the cache yet (I2);
+//  4. register the .eh_frame with the target's own unwinder through a
+//           function call in a clean thread (remote_call.h, clean_thread.h,
+//           I7); a target whose unwinder is not the libgcc that provides
+//           __register_frame is refused;
+//  5. patch each entry in a stop window after the live checks
+//           (patch_safety.h, I4): one 5-byte write per entry (I2).
+// Only functions with unwind information are patched. Nothing here is run
+// by dynid's lifecycle yet: tests and tools drive it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "dynid/cache_mapping.h"
+#include "dynid/cache_record.h"
+
+namespace dyni {
+
+struct InjectRequest {
+  pid_t pid = 0;
+  std::vector<uint64_t> hot;  // link-time entry addresses in the executable
+  std::chrono::milliseconds call_timeout{2000};
+};
+
+struct Injection {
+  MappedCache cache;
+  uint64_t code_addr = 0, code_size = 0;  // run-time
+  uint64_t eh_frame_addr = 0;
+  std::vector<PatchRecord> patched;
+  std::vector<std::string> skipped;  // "func_<addr>: reason"
+  std::chrono::microseconds longest_stop{0};
+};
+
+Result<Injection> inject_executable(const InjectRequest& request);
+
+// Puts back the original bytes of every patched entry whose live bytes are
+// still dyni's jump, in one stop window. The cache stays mapped (I8).
+Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched);
+
+}  // namespace dyni
