@@ -70,8 +70,8 @@ void module_range(const std::vector<profiler::Mapping>& maps, Executable& exe) {
 }
 
 // The jit's plan for the hot functions with the cache at `cache_base` (link-time numbering).
-Result<jit::ModulePlan> plan_at(const Executable& exe, const std::vector<uint64_t>& hot, uint64_t cache_base) {
-  jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), nullptr, hot, cache_base, {}, {}, 0};
+Result<jit::ModulePlan> plan_at(const Executable& exe, const InjectRequest& req, uint64_t cache_base) {
+  jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, {}, {}, 0};
   jit::use_unwind_info(input, *exe.file);
   return jit::optimize_module(input);
 }
@@ -261,7 +261,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
 
   // 1. jit: the size first, then at the real place.
   Injection out;
-  auto draft = plan_at(*exe, req.hot, jit::provisional_cache_base(*exe->module->functions));
+  auto draft = plan_at(*exe, req, jit::provisional_cache_base(*exe->module->functions));
   if (!draft) return std::unexpected(draft.error());
   std::vector<std::string> ignored;
   auto draft_frames = frames_for(*draft, *exe, 0x10000000, ignored);
@@ -269,7 +269,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   Layout layout = layout_for(draft->cache.functions.size(), draft->cache.bytes.size() + 4096, draft_frames->blob.size() + 4096);
   auto place = place_cache(*maps, {exe->lo, exe->hi, layout.total, 0});
   if (!place) return std::unexpected(place.error());
-  auto plan = plan_at(*exe, req.hot, place->addr + layout.code_offset - bias);
+  auto plan = plan_at(*exe, req, place->addr + layout.code_offset - bias);
   if (!plan) return std::unexpected(plan.error());
   if (plan->cache.bytes.size() > draft->cache.bytes.size() + 4096) return fail("the cache grew at its real address");
   layout.blob_offset = align_up(layout.code_offset + plan->cache.bytes.size(), 64);

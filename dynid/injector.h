@@ -27,9 +27,14 @@
 
 namespace dyni {
 
+namespace jit {
+struct ModuleProfile;
+}
+
 struct InjectRequest {
   pid_t pid = 0;
   std::vector<uint64_t> hot;  // link-time entry addresses in the executable
+  const jit::ModuleProfile* profile = nullptr;  // lays out blocks by it; null: original order
   std::chrono::milliseconds call_timeout{2000};
 };
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/byte_writer.h"
 #include "jit/lsda.h"
 
 namespace dyni::jit {
@@ -21,30 +22,6 @@ enum : uint8_t {
   kValOffsetSf = 0x15, kValExpression = 0x16, kRestore = 0xc0, kNop = 0x00,
 };
 constexpr uint8_t kAbsptr = 0x00, kIndirect = 0x80;
-
-void put_uleb(std::vector<uint8_t>& out, uint64_t v) {
-  do {
-    uint8_t b = v & 0x7f;
-    v >>= 7;
-    out.push_back(static_cast<uint8_t>(b | (v ? 0x80 : 0)));
-  } while (v);
-}
-
-void put_sleb(std::vector<uint8_t>& out, int64_t v) {
-  for (bool more = true; more;) {
-    uint8_t b = v & 0x7f;
-    v >>= 7;
-    more = !((v == 0 && !(b & 0x40)) || (v == -1 && (b & 0x40)));
-    out.push_back(static_cast<uint8_t>(b | (more ? 0x80 : 0)));
-  }
-}
-
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  uint8_t raw[sizeof(T)];
-  std::memcpy(raw, &v, sizeof(T));
-  out.insert(out.end(), raw, raw + sizeof(T));
-}
 
 template <typename T>
 void put_at(std::vector<uint8_t>& out, std::size_t at, T v) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "elf/byte_reader.h"
+#include "jit/byte_writer.h"
 
 namespace dyni::jit {
 namespace {
@@ -170,18 +171,6 @@ Result<ParsedLsda> parse(const LsdaSource& src) {
   return lsda;
 }
 
-void put_uleb(std::vector<uint8_t>& out, uint64_t v) {
-  do {
-    uint8_t b = v & 0x7f;
-    v >>= 7;
-    out.push_back(static_cast<uint8_t>(b | (v ? 0x80 : 0)));
-  } while (v);
-}
-
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
 // The original call site holding `original_addr`, or -1 (cannot throw).
 // The sites are sorted and disjoint (parse checks it).
 int site_of(const ParsedLsda& lsda, uint64_t region_start, uint64_t original_addr) {
@@ -254,14 +243,14 @@ Result<std::vector<uint8_t>> translate_lsda(const LsdaSource& src, const Emitted
       elf::ByteReader r(src.bytes, lsda->ttype_base - i * size);
       auto value = read_encoded(r, lsda->ttype_encoding, src.addr);
       if (!value) return fail("LSDA type entry malformed");
-      put_u64(body, *value ? *value + src.bias : 0);
+      put<uint64_t>(body, *value ? *value + src.bias : 0);
     }
     body.insert(body.end(), src.bytes.begin() + static_cast<std::ptrdiff_t>(lsda->ttype_base),
                 src.bytes.begin() + static_cast<std::ptrdiff_t>(lsda->specs_end));
   }
   std::vector<uint8_t> out;
   out.push_back(kAbsptr);  // LPStart, absolute: the pads stay in the original code
-  put_u64(out, lpstart);
+  put<uint64_t>(out, lpstart);
   out.push_back(has_types ? static_cast<uint8_t>(lsda->ttype_encoding & kIndirect) : kOmit);
   if (has_types) {
     std::size_t specs = lsda->specs_end - lsda->ttype_base;

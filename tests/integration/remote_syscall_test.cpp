@@ -116,6 +116,11 @@ pid_t thread_named(pid_t pid, const std::string& comm) {
   return 0;
 }
 
+// The two threads whose stacks cannot take a frame (see stoppable.cpp).
+std::pair<pid_t, pid_t> cramped_threads(pid_t pid) {
+  return {thread_named(pid, "dyni-deep"), thread_named(pid, "dyni-altstack")};
+}
+
 // The CPU state the target checks for itself, as it names it ("avx pkru x87 mxcsr").
 std::string checked_state(StoppableTarget& target) {
   std::string checks = target.ask("checks");
@@ -133,9 +138,8 @@ TEST_F(RemoteSyscallTest, MmapAndMunmapInEveryThreadLeaveEachAsItWas) {
   std::this_thread::sleep_for(100ms);
   auto sites = find_syscall_sites(target.pid());
   ASSERT_TRUE(sites) << sites.error().message();
-  pid_t deep = thread_named(target.pid(), "dyni-deep"), alt = thread_named(target.pid(), "dyni-altstack");
-  ASSERT_NE(deep, 0);
-  ASSERT_NE(alt, 0);
+  auto [deep, alt] = cramped_threads(target.pid());
+  ASSERT_TRUE(deep && alt);
   for (int round = 0; round < 10; ++round) {
     auto w = WorldStop::stop(target.pid(), 1000ms);
     ASSERT_TRUE(w) << w.error().message();
@@ -179,9 +183,8 @@ TEST_F(RemoteSyscallTest, RefusesThreadsWhoseStackCannotHoldTheFrame) {
   std::this_thread::sleep_for(100ms);
   auto sites = find_syscall_sites(target.pid());
   ASSERT_TRUE(sites) << sites.error().message();
-  pid_t deep = thread_named(target.pid(), "dyni-deep"), alt = thread_named(target.pid(), "dyni-altstack");
-  ASSERT_NE(deep, 0);
-  ASSERT_NE(alt, 0);
+  auto [deep, alt] = cramped_threads(target.pid());
+  ASSERT_TRUE(deep && alt);
   auto w = WorldStop::stop(target.pid(), 1000ms);
   ASSERT_TRUE(w) << w.error().message();
   auto on_deep = arm_syscall(*w, deep, *sites, SYS_mmap, mmap_args(slot(0)));

@@ -1,0 +1,77 @@
+// dyni-inject PID SECONDS [--undo-after SECONDS]: profiles a live process's
+// executable for SECONDS the way dynid does, then injects its hot set (99 %
+// of the executable's samples) with dynid/injector.h, prints what it did,
+// and with --undo-after puts the entries back after that long. A tool for
+// measuring live injection before dynid's lifecycle runs it; it changes the
+// target's code: run it on test and benchmark processes only.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "dynid/injector.h"
+#include "dynid/proc_reader.h"
+#include "profiler/profile.h"
+#include "profiler/recorder.h"
+#include "profiler/sampler.h"
+#include "profiler/symbolizer.h"
+
+namespace {
+
+using namespace dyni;
+
+int executable_module(const profiler::Symbolizer& symbols, pid_t pid) {
+  auto exe = read_exe("/proc", pid);
+  for (std::size_t i = 0; exe && i < symbols.modules().size(); ++i)
+    if (symbols.modules()[i].path == exe->path) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3 && !(argc == 5 && std::string(argv[3]) == "--undo-after")) {
+    std::fprintf(stderr, "usage: dyni-inject PID SECONDS [--undo-after SECONDS]\n");
+    return 2;
+  }
+  pid_t pid = std::atoi(argv[1]);
+  auto symbols = profiler::Symbolizer::for_process(pid);
+  auto sampler = symbols ? profiler::Sampler::attach(pid, profiler::SamplerOptions{}) : std::unexpected(symbols.error());
+  if (!sampler) {
+    std::fprintf(stderr, "dyni-inject: %s\n", sampler.error().message().c_str());
+    return 1;
+  }
+  profiler::Profile profile(&*symbols);
+  (void)profiler::sample_for(*sampler, profile, std::chrono::seconds(std::atoi(argv[2])));
+  int module = executable_module(*symbols, pid);
+  if (module < 0) {
+    std::fprintf(stderr, "dyni-inject: the executable was not sampled\n");
+    return 1;
+  }
+  jit::ModuleProfile mp = profile.module_profile(module);
+  InjectRequest request{pid, mp.hot_set(0.99), &mp};
+  auto t0 = std::chrono::steady_clock::now();
+  auto injected = inject_executable(request);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!injected) {
+    std::fprintf(stderr, "dyni-inject: %s\n", injected.error().message().c_str());
+    return 1;
+  }
+  std::printf("%s: %llu samples; %zu hot functions; %zu entries patched, %zu skipped; cache %#llx, %llu bytes of code;"
+              " longest patch window %lld us; %.2f s\n",
+              mp.module.c_str(), static_cast<unsigned long long>(mp.total_samples), request.hot.size(),
+              injected->patched.size(), injected->skipped.size(), static_cast<unsigned long long>(injected->code_addr),
+              static_cast<unsigned long long>(injected->code_size),
+              static_cast<long long>(injected->longest_stop.count()), seconds);
+  for (const std::string& s : injected->skipped) std::printf("  skipped %s\n", s.c_str());
+  if (argc == 5) {
+    std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[4])));
+    if (auto r = undo_patches(pid, injected->patched); !r) {
+      std::fprintf(stderr, "dyni-inject: undo: %s\n", r.error().message().c_str());
+      return 1;
+    }
+    std::printf("undone\n");
+  }
+  return 0;
+}
