@@ -183,6 +183,43 @@ TEST(CopyExits, VerifierCatchesAnExitIntoAnotherFunctionsPatchedBytes) {
   EXPECT_NE(checked.error().message().find("lands in patched bytes"), std::string::npos) << checked.error().message();
 }
 
+// A copied jmp through a jump table lands where the original table says: an
+// entry into another function's entry bytes is an exit into patched bytes.
+TEST(CopyExits, VerifierCatchesAJumpTableEntryIntoPatchedBytes) {
+  auto m = AsmModule::load(R"(
+a:
+  cmp rdi, 1
+  ja a_default
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+a_default:
+  xor eax, eax
+  ret
+b:
+  mov rax, rdi
+b_inner:
+  add rax, 5
+  ret
+end:
+  .p2align 2
+table:
+  .long a_default - table
+  .long b_inner - table
+)", {"a", "b"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& a = m->cfg("a");
+  ASSERT_EQ(a.tables.size(), 1u);
+  uint64_t b = m->addr("b");
+  auto code = emit_function(a, original_layout(a), m->cache_base());
+  ASSERT_TRUE(code);
+  EXPECT_TRUE(verify(a, *code));
+  auto checked = verify(a, *code, {}, {{b, b + kEntryPatchSize}});
+  ASSERT_FALSE(checked);
+  EXPECT_NE(checked.error().message().find("lands in patched bytes"), std::string::npos) << checked.error().message();
+}
+
 // One function failing the verifier leaves the others in the cache: here a,
 // whose exit lands in b's patch, is rejected with the verifier's reason.
 TEST(CopyExits, ACopyTheVerifierRejectsLeavesTheRestInTheCache) {
