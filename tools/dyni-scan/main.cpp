@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   if (args.shuffle) options.layout.cold = args.leave_cold ? jit::ColdBlocks::LeaveInOriginal : jit::ColdBlocks::CopyLast;
   auto plan = jit::optimize_module(input, options);
   if (!plan) {
-    std::fprintf(stderr, "dyni-scan: %s\n", plan.error().message().c_str());
+    std::fprintf(stderr, "dyni-scan: %s: module failed: %s\n", args.elf.c_str(), plan.error().message().c_str());
     return 1;
   }
   double jit_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
