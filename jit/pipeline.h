@@ -2,11 +2,15 @@
 // reads the module's bytes, never a process.
 //
 //   1. analyse   each hot function: decode, CFG, jump tables (cfg.h), or
-//                reject it with a typed reason (I5)
+//                reject it with a typed reason (I5); reject the callers of
+//                functions that use their return address (return_address.h);
+//                leave unpatched the entries other code branches into
+//                (entry_branches.h)
 //   2. lay out   its blocks by the profile's block counts (block_layout.h)
 //   3. order     the functions by call-graph affinity (function_order.h)
 //   4. emit      the code cache: relocate, send calls between hot functions
-//                and through PLT stubs straight to their targets, verify
+//                and through PLT stubs straight to their targets, verify;
+//                a copy that fails is rejected, never the module
 //                (code_cache.h, emitter.h, verifier.h)
 //   5. plan      the entry patches, all or nothing per function (patch_plan.h)
 //   6. unwind    rows for every copy: each cache instruction has its
