@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -116,6 +117,51 @@ Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, ui
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
+// The hot functions whose code in the target is still the file's: a copy is
+// made from the file, so a function changed in memory (a uprobe, a
+// breakpoint, another patcher) is left alone, whole.
+std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, const std::vector<uint64_t>& hot,
+                                          std::vector<std::string>& skipped) {
+  std::vector<uint64_t> out;
+  for (uint64_t addr : hot) {
+    const elf::Function* f = exe.module->functions->find(addr);
+    auto file_bytes = f ? exe.image->read(f->addr, f->size) : fail("unknown function");
+    auto live = file_bytes ? read_target(pid, f->addr + exe.module->bias, f->size) : fail("");
+    if (live && std::equal(live->begin(), live->end(), file_bytes->begin(), file_bytes->end()))
+      out.push_back(addr);
+    else
+      skipped.push_back(fmt::format("func_{:x}: its code in memory differs from the file", addr));
+  }
+  return out;
+}
+
+// The plan and frames at `cache_base`, with every copy that gets frames:
+// a copy without frames is not only left unpatched but planned out, since
+// other copies would call it directly (and a throw through it would end the
+// process).
+struct PlanWithFrames {
+  jit::ModulePlan plan;
+  Frames frames;
+};
+
+Result<PlanWithFrames> plan_with_frames(const Executable& exe, InjectRequest req, uint64_t cache_base,
+                                        uint64_t blob_addr_of_code_end, std::vector<std::string>& skipped) {
+  for (int round = 0; round < 4; ++round) {
+    auto plan = plan_at(exe, req, cache_base);
+    if (!plan) return std::unexpected(plan.error());
+    std::vector<std::string> dropped;
+    auto frames = frames_for(*plan, exe, blob_addr_of_code_end + align_up(plan->cache.bytes.size(), 64), dropped);
+    if (!frames) return std::unexpected(frames.error());
+    if (dropped.empty()) return PlanWithFrames{std::move(*plan), std::move(*frames)};
+    std::set<uint64_t> without;
+    for (const jit::CachedFunction& f : plan->cache.functions) without.insert(f.original_entry);
+    for (const jit::CachedFunction* f : frames->copies) without.erase(f->original_entry);
+    std::erase_if(req.hot, [&](uint64_t a) { return without.count(a) > 0; });
+    skipped.insert(skipped.end(), dropped.begin(), dropped.end());
+  }
+  return fail("copies kept losing their frames");
+}
+
 // The cache's layout: record at 0, return stub just below the code, code on
 // a page of its own, then the .eh_frame blob.
 struct Layout {
@@ -131,12 +177,22 @@ Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size)
   return l;
 }
 
+// The file a module is mapped from, as the target sees it: through
+// /proc/PID/map_files (a container's own file, or one deleted or replaced on
+// disk since it was mapped), never by its path on the host.
+std::string mapped_file(pid_t pid, const std::vector<profiler::Mapping>& maps, const std::string& path) {
+  for (const auto& m : maps)
+    if (m.path == path) return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
+  return path;
+}
+
 // The run-time address of __register_frame in the libgcc that serves the
 // target's throws, or why there is none.
-Result<uint64_t> register_frame_function(const profiler::Symbolizer& symbols) {
+Result<uint64_t> register_frame_function(pid_t pid, const std::vector<profiler::Mapping>& maps,
+                                         const profiler::Symbolizer& symbols) {
   uint64_t found = 0;
   for (const profiler::Module& m : symbols.modules()) {
-    auto file = elf::ElfFile::open(m.path);
+    auto file = elf::ElfFile::open(mapped_file(pid, maps, m.path));
     if (!file) return fail(fmt::format("cannot read {} to check its unwinder", m.path));
     auto names = file->function_symbols();
     if (!names) return std::unexpected(names.error());
@@ -195,6 +251,9 @@ Result<std::vector<SiteCheck>> patch_window(pid_t pid, const std::vector<PatchRe
   for (const auto& [tid, t] : w->threads()) {
     auto s = reader.unwind(tid);
     stacks[tid] = s ? std::move(*s) : ThreadStack{{{t.regs.rip, false}}, false, s.error().message()};
+    // In a system call the kernel may move it back onto the `syscall`
+    // instruction to restart it: that PC must not be inside an entry either.
+    if (static_cast<long>(t.regs.orig_rax) >= 0) stacks[tid].frames.push_back({t.regs.rip - 2, false});
   }
   auto live = [&](uint64_t addr) -> Result<std::array<uint8_t, kPatchBytes>> {
     auto bytes = read_target(pid, addr, kPatchBytes);
@@ -243,72 +302,102 @@ Status patch_all(pid_t pid, std::vector<PatchRecord> pending, Injection& out) {
   return ok();
 }
 
+// Everything decided before the target is touched.
+struct Prepared {
+  std::unique_ptr<profiler::Symbolizer> symbols;
+  Executable exe;
+  uint64_t register_frame = 0;
+  SyscallSites sites;
+  CachePlacement place;
+  Layout layout;
+  PlanWithFrames planned;
+  CacheRecord record;
+};
+
+Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
+  Prepared p;
+  auto symbols = profiler::Symbolizer::for_process(req.pid);
+  if (!symbols) return std::unexpected(symbols.error());
+  p.symbols = std::make_unique<profiler::Symbolizer>(std::move(*symbols));
+  auto exe = read_executable(req.pid, *p.symbols);
+  if (!exe) return std::unexpected(exe.error());
+  p.exe = std::move(*exe);
+  auto maps = profiler::read_maps(req.pid);
+  if (!maps) return std::unexpected(maps.error());
+  auto register_frame = register_frame_function(req.pid, *maps, *p.symbols);
+  if (!register_frame) return std::unexpected(register_frame.error());
+  p.register_frame = *register_frame;
+  auto sites = find_syscall_sites(req.pid);  // also refuses seccomp and shadow stacks
+  if (!sites) return std::unexpected(sites.error());
+  p.sites = *sites;
+  module_range(*maps, p.exe);
+  req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, skipped);
+  const uint64_t bias = p.exe.module->bias;
+  // The size first (at a provisional address), then the plan at the real place.
+  std::vector<std::string> ignored;
+  auto draft = plan_with_frames(p.exe, req, jit::provisional_cache_base(*p.exe.module->functions), 0x10000000, ignored);
+  if (!draft) return std::unexpected(draft.error());
+  p.layout = layout_for(draft->plan.cache.functions.size(), draft->plan.cache.bytes.size() + 4096,
+                        draft->frames.blob.size() + 4096);
+  auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total, 0});
+  if (!place) return std::unexpected(place.error());
+  p.place = *place;
+  auto planned = plan_with_frames(p.exe, req, place->addr + p.layout.code_offset - bias,
+                                  place->addr + p.layout.code_offset, skipped);
+  if (!planned) return std::unexpected(planned.error());
+  p.planned = std::move(*planned);
+  const jit::CodeCache& cache = p.planned.plan.cache;
+  p.layout.blob_offset = align_up(p.layout.code_offset + cache.bytes.size(), 64);
+  if (p.layout.blob_offset + p.planned.frames.blob.size() > place->length) return fail("the cache outgrew its place");
+  p.record = {p.exe.file->build_id(), bias, place->addr, place->length, p.layout.code_offset, cache.bytes.size(),
+              p.layout.blob_offset, p.planned.frames.blob.size(), {}};
+  for (const jit::CachedFunction* f : p.planned.frames.copies)
+    for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
+  return p;
+}
+
+// Writes record, stub, code and frames into the mapped cache.
+Status write_all(pid_t pid, const Prepared& p, const MappedCache& cache) {
+  std::vector<uint8_t> head = encode_record(p.record);
+  if (head.size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
+  for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(head), uint64_t{0}},
+                               std::pair{std::span<const uint8_t>(kReturnStub), p.layout.stub_offset},
+                               std::pair{std::span<const uint8_t>(p.planned.plan.cache.bytes), p.layout.code_offset},
+                               std::pair{std::span<const uint8_t>(p.planned.frames.blob), p.layout.blob_offset}})
+    if (auto r = write_cache(pid, cache, bytes, offset); !r) return r;
+  return ok();
+}
+
 }  // namespace
 
 Result<Injection> inject_executable(const InjectRequest& req) {
-  auto symbols = profiler::Symbolizer::for_process(req.pid);
-  if (!symbols) return std::unexpected(symbols.error());
-  auto exe = read_executable(req.pid, *symbols);
-  if (!exe) return std::unexpected(exe.error());
-  auto register_frame = register_frame_function(*symbols);
-  if (!register_frame) return std::unexpected(register_frame.error());
-  auto sites = find_syscall_sites(req.pid);  // also refuses seccomp and shadow stacks
-  if (!sites) return std::unexpected(sites.error());
-  auto maps = profiler::read_maps(req.pid);
-  if (!maps) return std::unexpected(maps.error());
-  module_range(*maps, *exe);
-  const uint64_t bias = exe->module->bias;
-
-  // 1. jit: the size first, then at the real place.
   Injection out;
-  auto draft = plan_at(*exe, req, jit::provisional_cache_base(*exe->module->functions));
-  if (!draft) return std::unexpected(draft.error());
-  std::vector<std::string> ignored;
-  auto draft_frames = frames_for(*draft, *exe, 0x10000000, ignored);
-  if (!draft_frames) return std::unexpected(draft_frames.error());
-  Layout layout = layout_for(draft->cache.functions.size(), draft->cache.bytes.size() + 4096, draft_frames->blob.size() + 4096);
-  auto place = place_cache(*maps, {exe->lo, exe->hi, layout.total, 0});
-  if (!place) return std::unexpected(place.error());
-  auto plan = plan_at(*exe, req, place->addr + layout.code_offset - bias);
-  if (!plan) return std::unexpected(plan.error());
-  if (plan->cache.bytes.size() > draft->cache.bytes.size() + 4096) return fail("the cache grew at its real address");
-  layout.blob_offset = align_up(layout.code_offset + plan->cache.bytes.size(), 64);
-  auto frames = frames_for(*plan, *exe, place->addr + layout.blob_offset, out.skipped);
-  if (!frames) return std::unexpected(frames.error());
-  if (layout.blob_offset + frames->blob.size() > place->length) return fail("the cache's frames outgrew its place");
-
-  // The patches: functions with frames and a planned entry patch.
-  CacheRecord record{exe->file->build_id(), bias, place->addr, place->length, layout.code_offset,
-                     plan->cache.bytes.size(), layout.blob_offset, frames->blob.size(), {}};
-  for (const jit::CachedFunction* f : frames->copies)
-    for (const jit::EntryPatch& e : f->patch.entries) record.patches.push_back({e.addr + bias, e.original, e.replacement});
-
-  // 2-3. Map in a short window; write while the target runs.
-  {
+  auto p = prepare(req, out.skipped);
+  if (!p) return std::unexpected(p.error());
+  {  // A short window, for the mmap alone.
     auto w = WorldStop::stop(req.pid, kStopTimeout);
     if (!w) return std::unexpected(w.error());
-    auto cache = map_cache(*w, *sites, *place);
+    auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
   }
-  std::vector<uint8_t> head = encode_record(record);
-  if (head.size() > layout.stub_offset) return fail("the cache's record outgrew its page");
-  for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(head), uint64_t{0}},
-                               std::pair{std::span<const uint8_t>(kReturnStub), layout.stub_offset},
-                               std::pair{std::span<const uint8_t>(plan->cache.bytes), layout.code_offset},
-                               std::pair{std::span<const uint8_t>(frames->blob), layout.blob_offset}})
-    if (auto r = write_cache(req.pid, out.cache, bytes, offset); !r) return std::unexpected(r.error());
-  out.code_addr = place->addr + layout.code_offset;
-  out.code_size = plan->cache.bytes.size();
-  out.eh_frame_addr = place->addr + layout.blob_offset;
-
-  // 4. Unwind information first: no copy runs before it is registered.
-  if (auto r = register_frames(req.pid, *symbols, *register_frame, out.eh_frame_addr, place->addr + layout.stub_offset,
-                               req.call_timeout);
-      !r)
-    return std::unexpected(r.error());
-  // 5. Entries.
-  if (auto r = patch_all(req.pid, record.patches, out); !r) return std::unexpected(r.error());
+  // From here on the target holds dyni's cache: failures are reported in
+  // `out.error`, with what was done, so that it can be undone.
+  out.code_addr = p->place.addr + p->layout.code_offset;
+  out.code_size = p->planned.plan.cache.bytes.size();
+  out.eh_frame_addr = p->place.addr + p->layout.blob_offset;
+  if (auto r = write_all(req.pid, *p, out.cache); !r) {
+    out.error = r.error().message();
+    return out;
+  }
+  // Unwind information first: no copy runs before it is registered.
+  if (auto r = register_frames(req.pid, *p->symbols, p->register_frame, out.eh_frame_addr,
+                               p->place.addr + p->layout.stub_offset, req.call_timeout);
+      !r) {
+    out.error = r.error().message();
+    return out;
+  }
+  if (auto r = patch_all(req.pid, p->record.patches, out); !r) out.error = r.error().message();
   return out;
 }
 

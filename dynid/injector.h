@@ -45,8 +45,12 @@ struct Injection {
   std::vector<PatchRecord> patched;
   std::vector<std::string> skipped;  // "func_<addr>: reason"
   std::chrono::microseconds longest_stop{0};
+  std::string error;  // set when a step failed after the cache was mapped
 };
 
+// Fails with the reason when nothing was done to the target. Once the cache
+// is mapped it returns what was done, with `error` set if a later step
+// failed, so that the caller can undo it (patched entries) or know the cache.
 Result<Injection> inject_executable(const InjectRequest& request);
 
 // Puts back the original bytes of every patched entry whose live bytes are

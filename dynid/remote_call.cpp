@@ -62,6 +62,7 @@ Result<uint64_t> run_to_stub(WorldStop& world, pid_t tid, uint64_t stub, Clock::
     user_regs_struct regs{};
     if (::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) != 0)
       return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
+    if ((*status >> 16) == PTRACE_EVENT_STOP) continue;  // a group stop: nothing to hand back
     if (WSTOPSIG(*status) != SIGTRAP) {
       world.defer_signal(tid, WSTOPSIG(*status));  // SIGSTOP: handed back at detach
       continue;
@@ -73,6 +74,7 @@ Result<uint64_t> run_to_stub(WorldStop& world, pid_t tid, uint64_t stub, Clock::
 }  // namespace
 
 Result<uint64_t> remote_call(WorldStop& world, pid_t tid, const RemoteCall& call, std::chrono::milliseconds timeout) {
+  if (auto fit = can_take_call(world, tid, FrameAlignment::FunctionEntry); !fit) return std::unexpected(fit.error());
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());
   auto frame = write_restore_frame(world, *armed, call.return_stub, FrameAlignment::FunctionEntry);

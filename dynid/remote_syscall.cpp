@@ -185,6 +185,9 @@ Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid) {
   auto held = world.threads().find(tid);
   if (held == world.threads().end() || !held->second.stopped) return fail(fmt::format("thread {} is not held", tid));
   if (held->second.group_stop) return fail(fmt::format("thread {} is in a job-control stop", tid));
+  // A thread stopped to receive a signal: running a call in it would turn
+  // that signal into one re-sent at detach, without its siginfo.
+  if (held->second.pending_signal) return fail(fmt::format("thread {} has a signal to take", tid));
   ArmedCall armed;
   armed.tid = tid;
   if (::ptrace(PTRACE_GETREGS, tid, nullptr, &armed.saved) != 0)
@@ -198,7 +201,7 @@ Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid) {
   return armed;
 }
 
-Result<FramePlan> plan_restore_frame(const WorldStop& world, const ArmedCall& armed) {
+Result<FramePlan> plan_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t headroom) {
   pid_t tid = armed.tid;
   auto xstate = read_xstate(tid);
   if (!xstate) return std::unexpected(xstate.error());
@@ -212,12 +215,16 @@ Result<FramePlan> plan_restore_frame(const WorldStop& world, const ArmedCall& ar
   auto place = place_frame_below(*maps, world.pid(), tid, armed.saved.rsp, armed.saved.fs_base,
                                  kXstateOffset + area->size(), thread_pointers);
   if (!place) return std::unexpected(place.error());
+  if (place->addr - place->stack.start < headroom)
+    return fail(fmt::format("thread {}: less than {} KiB of stack below its frame", tid, headroom >> 10));
   return FramePlan{std::move(*area), *place};
 }
 
 Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t return_to,
                                      FrameAlignment alignment) {
-  auto plan = plan_restore_frame(world, armed);
+  // A called function runs below the frame: it needs stack of its own.
+  uint64_t headroom = alignment == FrameAlignment::FunctionEntry ? kCallHeadroom : 0;
+  auto plan = plan_restore_frame(world, armed, headroom);
   if (!plan) return std::unexpected(plan.error());
   // A function is entered with rsp = 8 (mod 16): its frame starts 8 bytes
   // into a 64-byte aligned block, and its XSAVE area at that block + 448.
@@ -228,10 +235,11 @@ Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& ar
   return frame_addr;
 }
 
-Status can_take_call(const WorldStop& world, pid_t tid) {
+Status can_take_call(const WorldStop& world, pid_t tid, FrameAlignment alignment) {
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());
-  if (auto plan = plan_restore_frame(world, *armed); !plan) return std::unexpected(plan.error());
+  uint64_t headroom = alignment == FrameAlignment::FunctionEntry ? kCallHeadroom : 0;
+  if (auto plan = plan_restore_frame(world, *armed, headroom); !plan) return std::unexpected(plan.error());
   return ok();
 }
 

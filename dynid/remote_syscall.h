@@ -66,14 +66,17 @@ struct FramePlan {
   std::vector<uint8_t> xstate;  // the frame's XSAVE area (sigframe_xstate)
   FramePlace place;             // where it goes, and the write's bounds
 };
-Result<FramePlan> plan_restore_frame(const WorldStop& world, const ArmedCall& armed);
+// Stack a called function gets below its frame (malloc, __register_frame):
+// a thread with less is not used for function calls.
+constexpr uint64_t kCallHeadroom = 64 << 10;
+Result<FramePlan> plan_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t headroom = 0);
 Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& armed, uint64_t return_to,
                                      FrameAlignment alignment);
 
 // Whether `tid` could take a call now (held, restartable, room for its
 // frame), without writing anything: pick a thread with this, then call once.
 // A call that fails after it was armed must not be retried in another thread.
-Status can_take_call(const WorldStop& world, pid_t tid);
+Status can_take_call(const WorldStop& world, pid_t tid, FrameAlignment alignment = FrameAlignment::Syscall);
 
 // Steps 1 and 2. Exposed so tests can kill the tracer with the chain armed.
 Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,

@@ -63,6 +63,7 @@ TEST_F(InjectorTest, HotCodeRunsFromTheCacheWithTheSameResultsAndUndoRestoresIt)
 
   auto injected = inject_executable({target.pid(), hot});
   ASSERT_TRUE(injected) << injected.error().message();
+  EXPECT_EQ(injected->error, "");
   for (const std::string& s : injected->skipped) std::printf("skipped: %s\n", s.c_str());
   std::printf("patched %zu entries, cache %#llx (%llu bytes of code), longest patch window %lld us\n",
               injected->patched.size(), static_cast<unsigned long long>(injected->code_addr),

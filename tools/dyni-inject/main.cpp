@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(injected->code_size),
               static_cast<long long>(injected->longest_stop.count()), seconds);
   for (const std::string& s : injected->skipped) std::printf("  skipped %s\n", s.c_str());
+  if (!injected->error.empty()) std::printf("stopped early: %s\n", injected->error.c_str());
   if (argc == 5) {
     std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[4])));
     if (auto r = undo_patches(pid, injected->patched); !r) {
