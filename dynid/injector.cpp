@@ -417,3 +417,13 @@ Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
 }
 
 }  // namespace dyni
+
+namespace dyni {
+
+Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
+  Injection again;
+  if (auto r = patch_all(pid, patched, again); !r) return std::unexpected(r.error());
+  return again.patched.size();
+}
+
+}  // namespace dyni

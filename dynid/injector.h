@@ -56,5 +56,9 @@ Result<Injection> inject_executable(const InjectRequest& request);
 // Puts back the original bytes of every patched entry whose live bytes are
 // still dyni's jump, in one stop window. The cache stays mapped (I8).
 Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched);
+// Writes dyni's jump again where the live bytes are the original ones, after
+// the same live checks as the first time (A/B benchmarks on one process).
+// Returns how many entries were patched again.
+Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched);
 
 }  // namespace dyni

@@ -1,12 +1,15 @@
-// dyni-inject PID SECONDS [--undo-after SECONDS]: profiles a live process's
-// executable for SECONDS the way dynid does, then injects its hot set (99 %
-// of the executable's samples) with dynid/injector.h, prints what it did,
-// and with --undo-after puts the entries back after that long. A tool for
+// dyni-inject PID SECONDS [--undo-after SECONDS | --commands]: profiles a
+// live process's executable for SECONDS the way dynid does, then injects its
+// hot set (99 % of the executable's samples) with dynid/injector.h, prints
+// what it did, and with --undo-after puts the entries back after that long.
+// With --commands it then reads "undo", "redo" and "quit" lines on stdin and
+// answers each with "ok" (bench/injection_ab.sh alternates with it). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
 // target's code: run it on test and benchmark processes only.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <thread>
 
@@ -31,8 +34,9 @@ int executable_module(const profiler::Symbolizer& symbols, pid_t pid) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && !(argc == 5 && std::string(argv[3]) == "--undo-after")) {
-    std::fprintf(stderr, "usage: dyni-inject PID SECONDS [--undo-after SECONDS]\n");
+  bool commands = argc == 4 && std::string(argv[3]) == "--commands";
+  if (argc != 3 && !commands && !(argc == 5 && std::string(argv[3]) == "--undo-after")) {
+    std::fprintf(stderr, "usage: dyni-inject PID SECONDS [--undo-after SECONDS | --commands]\n");
     return 2;
   }
   pid_t pid = std::atoi(argv[1]);
@@ -66,6 +70,17 @@ int main(int argc, char** argv) {
               static_cast<long long>(injected->longest_stop.count()), seconds);
   for (const std::string& s : injected->skipped) std::printf("  skipped %s\n", s.c_str());
   if (!injected->error.empty()) std::printf("stopped early: %s\n", injected->error.c_str());
+  std::fflush(stdout);
+  for (std::string line; commands && std::getline(std::cin, line) && line != "quit";) {
+    std::string answer = "ok";
+    if (line == "undo") {
+      if (auto r = undo_patches(pid, injected->patched); !r) answer = r.error().message();
+    } else if (auto r = redo_patches(pid, injected->patched); !r) {
+      answer = r.error().message();
+    }
+    std::printf("%s\n", answer.c_str());
+    std::fflush(stdout);
+  }
   if (argc == 5) {
     std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[4])));
     if (auto r = undo_patches(pid, injected->patched); !r) {

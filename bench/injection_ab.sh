@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Live injection's effect on mariadbd under sysbench oltp_read_only, measured
+# side by side on one process: dyni-inject profiles and injects once, then
+# the entries are undone and redone in ABBA blocks while sysbench runs. Per
+# block: queries per second and mariadbd's CPU time per query; printed as
+# ratios dynimized/original per AB pair, then their mean.
+#
+#   bench/injection_ab.sh [GROUPS=6] [BLOCK_SECONDS=10] [BUILD_DIR=build]
+# Needs a private mariadbd (bench/mariadb.sh start && bench/mariadb.sh prepare).
+set -euo pipefail
+GROUPS_N=${1:-6}
+BLOCK=${2:-10}
+BUILD=${3:-build}
+HERE=$(cd "$(dirname "$0")" && pwd)
+DIR=${DYNI_MARIADB_DIR:-/var/tmp/dyni-mariadb}
+PORT=${DYNI_MARIADB_PORT:-3307}
+PID=$(cat "$DIR/mysqld.pid")
+INJECT=$HERE/../$BUILD/tools/dyni-inject/dyni-inject
+[ -x "$INJECT" ] || INJECT=$BUILD/tools/dyni-inject/dyni-inject
+TICKS=$(getconf CLK_TCK)
+
+questions() { mariadb --socket="$DIR/mysqld.sock" -uroot -N -e "show global status like 'Questions'" | awk '{print $2}'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+
+total=$(( (GROUPS_N * 4 + 3) * BLOCK + 30 ))
+sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$PORT" --mysql-user=sbtest \
+  --mysql-password=sbtest --mysql-db=sbtest --tables=4 --table-size=100000 --threads=2 --time="$total" run \
+  >/tmp/injection_ab.sysbench 2>&1 &
+SB=$!
+trap 'kill $SB 2>/dev/null || true' EXIT
+sleep 3
+coproc INJ { "$INJECT" "$PID" 8 --commands; }
+read -r summary <&"${INJ[0]}"
+echo "$summary"
+[[ "$summary" == *patched* ]] || { echo "injection failed"; exit 1; }
+
+# One block in state $1 (A: original, B: dynimized): "qps cpu_us_per_query".
+block() {
+  echo "$([ "$1" = A ] && echo undo || echo redo)" >&"${INJ[1]}"
+  read -r answer <&"${INJ[0]}"
+  [ "$answer" = ok ] || { echo "dyni-inject: $answer" >&2; exit 1; }
+  sleep 1
+  local q0 c0 q1 c1
+  q0=$(questions); c0=$(cpu_ticks)
+  sleep "$BLOCK"
+  q1=$(questions); c1=$(cpu_ticks)
+  awk -v q=$((q1 - q0)) -v c=$((c1 - c0)) -v s="$BLOCK" -v t="$TICKS" \
+    'BEGIN { printf "%.1f %.1f\n", q / s, (q > 0 ? c / t * 1e6 / q : 0) }'
+}
+
+echo "group  qps B/A  cpu-per-query B/A"
+sum_q=0; sum_c=0
+for g in $(seq 1 "$GROUPS_N"); do
+  order=$([ $((g % 2)) -eq 1 ] && echo "A B B A" || echo "B A A B")
+  qa=0; qb=0; ca=0; cb=0
+  for s in $order; do
+    read -r q c < <(block "$s")
+    if [ "$s" = A ]; then qa=$(echo "$qa + $q" | bc -l); ca=$(echo "$ca + $c" | bc -l)
+    else qb=$(echo "$qb + $q" | bc -l); cb=$(echo "$cb + $c" | bc -l); fi
+  done
+  rq=$(echo "$qb / $qa" | bc -l); rc=$(echo "$cb / $ca" | bc -l)
+  printf "%5d  %7.3f  %7.3f\n" "$g" "$rq" "$rc"
+  sum_q=$(echo "$sum_q + $rq" | bc -l); sum_c=$(echo "$sum_c + $rc" | bc -l)
+done
+printf "mean   %7.3f  %7.3f   (B = dynimized, A = original; CPU per query below 1 is better)\n" \
+  "$(echo "$sum_q / $GROUPS_N" | bc -l)" "$(echo "$sum_c / $GROUPS_N" | bc -l)"
+echo quit >&"${INJ[1]}"
