@@ -2,6 +2,7 @@
 // live process's executable for SECONDS the way dynid does, then injects its
 // hot set (99 % of the executable's samples) with dynid/injector.h, prints
 // what it did, and with --undo-after puts the entries back after that long.
+// DYNI_HOT_FRACTION=0.5 injects the functions that cover half the samples.
 // With --commands it then reads "undo", "redo" and "quit" lines on stdin and
 // answers each with "ok" (bench/injection_ab.sh alternates with it). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
@@ -54,7 +55,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   jit::ModuleProfile mp = profile.module_profile(module);
-  InjectRequest request{pid, mp.hot_set(0.99), &mp};
+  // DYNI_HOT_FRACTION (default 0.99): the share of the executable's samples
+  // the injected functions cover (benchmarks vary it).
+  const char* fraction = std::getenv("DYNI_HOT_FRACTION");
+  InjectRequest request{pid, mp.hot_set(fraction ? std::atof(fraction) : 0.99), &mp};
   auto t0 = std::chrono::steady_clock::now();
   auto injected = inject_executable(request);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
