@@ -28,14 +28,24 @@ Result<ThreadStack> StackReader::unwind(pid_t tid, std::size_t max_frames) const
   unw_cursor_t cursor;
   int r = unw_init_remote(&cursor, space_->as, upt);
   if (r < 0) stack.incomplete_why = fmt::format("unw_init_remote: {}", unw_strerror(r));
+  uint64_t guessed = 0;  // a frame stepped from without unwind information
   while (r >= 0 && stack.frames.size() < max_frames) {
     unw_word_t ip = 0;
     unw_get_reg(&cursor, UNW_REG_IP, &ip);
-    stack.frames.push_back({static_cast<uint64_t>(ip), unw_is_signal_frame(&cursor) > 0});
+    bool signal = unw_is_signal_frame(&cursor) > 0;
+    stack.frames.push_back({static_cast<uint64_t>(ip), signal});
+    // Without CFI, libunwind guesses the caller from the frame pointer, and
+    // may end the stack there (unw_step returns 0) where it does not end.
+    // (For a PC without DWARF info, x86-64 libunwind's unw_get_proc_info
+    // still succeeds, with a made-up range of one byte.)
+    unw_proc_info_t info{};
+    if (!guessed && !signal && (unw_get_proc_info(&cursor, &info) < 0 || info.end_ip <= info.start_ip + 1)) guessed = ip;
     r = unw_step(&cursor);
-    if (r == 0) stack.complete = true;
+    if (r == 0) stack.complete = guessed == 0;
     if (r <= 0) break;
   }
+  if (r == 0 && guessed)
+    stack.incomplete_why = fmt::format("no unwind information at {:#x}: the rest of the stack is a guess", guessed);
   if (r < 0 && stack.incomplete_why.empty())
     stack.incomplete_why = fmt::format("no unwind information past {:#x} ({})",
                                        stack.frames.empty() ? 0 : stack.frames.back().pc, unw_strerror(r));

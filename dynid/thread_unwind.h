@@ -4,9 +4,11 @@
 // checks before a patch (I4), before running code in a thread, and before a
 // cache is freed (I8) stand on.
 //
-// An unwind that ends anywhere but the stack's outermost frame (code without
-// unwind information: a JIT's, or dyni's cache before libunwind is given its
-// rows) is reported incomplete: such a stack proves nothing.
+// An unwind that ends anywhere but the stack's outermost frame, or that
+// passed through a frame without unwind information (a JIT's code, or dyni's
+// cache before libunwind is given its rows: libunwind then guesses from the
+// frame pointer, and may even report the stack's end), is reported
+// incomplete: such a stack proves nothing.
 #pragma once
 
 #include <sys/types.h>

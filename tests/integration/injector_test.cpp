@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "dynid/target_memory.h"
+#include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
 #include "elf/function_table.h"
 #include "tests/integration/stoppable_target.h"
@@ -34,17 +35,22 @@ std::array<uint8_t, 5> bytes_at(pid_t pid, uint64_t addr) {
   return a;
 }
 
-// Stop windows in which some thread's PC lies in [lo, hi).
+// Stop windows in which some thread's PC lies in [lo, hi). Such a thread's
+// stack cannot be proven (libunwind has no rows for the cache yet): its
+// unwind must say so, never claim a complete stack.
 int windows_in(pid_t pid, uint64_t lo, uint64_t hi, int windows) {
   int in = 0;
+  StackReader reader(pid);
   for (int i = 0; i < windows; ++i) {
     auto w = WorldStop::stop(pid, 1000ms);
     if (!w) continue;
-    for (const auto& [tid, t] : w->threads())
-      if (t.regs.rip >= lo && t.regs.rip < hi) {
-        ++in;
-        break;
-      }
+    for (const auto& [tid, t] : w->threads()) {
+      if (t.regs.rip < lo || t.regs.rip >= hi) continue;
+      auto stack = reader.unwind(tid);
+      EXPECT_TRUE(stack && !stack->complete) << "a stack through the cache claimed to be complete";
+      ++in;
+      break;
+    }
     w->resume();
     std::this_thread::sleep_for(5ms);
   }
