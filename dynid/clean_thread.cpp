@@ -5,10 +5,10 @@
 
 #include <fmt/format.h>
 
+#include "dynid/remote_syscall.h"
+
 namespace dyni {
 namespace {
-
-constexpr long kErestartsys = -512, kErestartnointr = -513, kErestartnohand = -514;
 
 constexpr std::array<std::string_view, 22> kLockHolders = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc", "valloc",
@@ -19,12 +19,6 @@ constexpr std::array<std::string_view, 6> kLockHolderPrefixes = {"_Unwind_",    
                                                                  "__libc_free",       "_dl_"};
 
 std::string_view basename(std::string_view path) { return path.substr(path.rfind('/') + 1); }
-
-bool parked_in_call(const user_regs_struct& regs) {
-  long ret = static_cast<long>(regs.rax);
-  return static_cast<long>(regs.orig_rax) >= 0 &&
-         (ret == kErestartsys || ret == kErestartnointr || ret == kErestartnohand);
-}
 
 }  // namespace
 
@@ -42,7 +36,7 @@ bool module_holds_call_locks(std::string_view path) {
 }
 
 Status clean_for_calls(const StoppedThread& thread, const ThreadStack& stack, const profiler::Symbolizer& symbols) {
-  if (!parked_in_call(thread.regs)) return fail("not parked in a restartable system call");
+  if (!in_restartable_call(thread.regs)) return fail("not parked in a restartable system call");
   if (!stack.complete) return fail("stack not known to its end: " + stack.incomplete_why);
   for (std::size_t i = 0; i < stack.frames.size(); ++i) {
     const StackFrame& f = stack.frames[i];

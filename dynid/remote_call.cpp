@@ -18,12 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Status set_regs(pid_t tid, const user_regs_struct& regs) {
-  if (::ptrace(PTRACE_SETREGS, tid, nullptr, &regs) != 0)
-    return fail(sys_error(fmt::format("PTRACE_SETREGS of thread {}", tid)));
-  return ok();
-}
-
 // Waits for `tid`'s next stop until `deadline`; 0 on timeout.
 Result<int> wait_stop(pid_t tid, Clock::time_point deadline) {
   for (;;) {
@@ -74,7 +68,9 @@ Result<uint64_t> run_to_stub(WorldStop& world, pid_t tid, uint64_t stub, Clock::
 }  // namespace
 
 Result<uint64_t> remote_call(WorldStop& world, pid_t tid, const RemoteCall& call, std::chrono::milliseconds timeout) {
-  if (auto fit = can_take_call(world, tid, FrameAlignment::FunctionEntry); !fit) return std::unexpected(fit.error());
+  // Both refuse before anything is written: a thread not held, with a signal
+  // to take or in a restart_block call; a stack without room for the frame
+  // and the function's own 64 KiB (kCallHeadroom).
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());
   auto frame = write_restore_frame(world, *armed, call.return_stub, FrameAlignment::FunctionEntry);

@@ -68,12 +68,6 @@ std::size_t xstate_offset(uint64_t frame_addr) {
   return static_cast<std::size_t>(((min + 63) & ~uint64_t{63}) - frame_addr);
 }
 
-bool in_restartable_call(const user_regs_struct& regs) {
-  long ret = static_cast<long>(regs.rax);
-  return static_cast<long>(regs.orig_rax) >= 0 &&
-         (ret == kErestartsys || ret == kErestartnointr || ret == kErestartnohand);
-}
-
 Result<std::vector<uint8_t>> read_xstate(pid_t tid) {
   std::vector<uint8_t> buf(1 << 16);  // the kernel fills what the CPU has (11 KB with AMX)
   iovec iov{buf.data(), buf.size()};
@@ -86,12 +80,6 @@ Result<std::vector<uint8_t>> read_xstate(pid_t tid) {
 Status set_mask(pid_t tid, uint64_t mask) {
   if (::ptrace(PTRACE_SETSIGMASK, tid, sizeof mask, &mask) != 0)
     return fail(sys_error(fmt::format("PTRACE_SETSIGMASK of thread {}", tid)));
-  return ok();
-}
-
-Status set_regs(pid_t tid, const user_regs_struct& regs) {
-  if (::ptrace(PTRACE_SETREGS, tid, nullptr, &regs) != 0)
-    return fail(sys_error(fmt::format("PTRACE_SETREGS of thread {}", tid)));
   return ok();
 }
 
@@ -122,6 +110,18 @@ std::string refusal_from_status(pid_t pid) {
 }
 
 }  // namespace
+
+bool in_restartable_call(const user_regs_struct& regs) {
+  long ret = static_cast<long>(regs.rax);
+  return static_cast<long>(regs.orig_rax) >= 0 &&
+         (ret == kErestartsys || ret == kErestartnointr || ret == kErestartnohand);
+}
+
+Status set_regs(pid_t tid, const user_regs_struct& regs) {
+  if (::ptrace(PTRACE_SETREGS, tid, nullptr, &regs) != 0)
+    return fail(sys_error(fmt::format("PTRACE_SETREGS of thread {}", tid)));
+  return ok();
+}
 
 user_regs_struct after_restart_rule(const user_regs_struct& regs) {
   user_regs_struct r = regs;

@@ -86,6 +86,12 @@ Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSi
 Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
                             const std::array<uint64_t, 6>& args);
 
+// A thread stopped inside a blocking system call the kernel will restart
+// (rax -ERESTARTSYS, -ERESTARTNOINTR or -ERESTARTNOHAND).
+bool in_restartable_call(const user_regs_struct& regs);
+// PTRACE_SETREGS of a held thread.
+Status set_regs(pid_t tid, const user_regs_struct& regs);
+
 // The registers the thread resumes with after `regs` (a ptrace stop), as the
 // kernel's syscall-restart rule makes them: an interrupted call that restarts
 // goes back to its `syscall` instruction. Pure; unit-tested.
