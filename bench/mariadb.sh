@@ -35,6 +35,16 @@ log-error=$DIR/error.log
 CNF
 }
 
+# Stops the server and waits until it has exited (a start right after must not
+# find the old pid file).
+stop() {
+  running || return 0
+  local pid; pid=$(cat "$DIR/mysqld.pid")
+  kill "$pid"
+  for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || { echo "mariadbd stopped"; return 0; }; sleep 0.1; done
+  echo "mariadbd $pid did not exit within 60 s" >&2; return 1
+}
+
 running() { [ -f "$DIR/mysqld.pid" ] && kill -0 "$(cat "$DIR/mysqld.pid")" 2>/dev/null; }
 
 start() {
@@ -65,6 +75,6 @@ case "$cmd" in
   prepare) "${SYSBENCH[@]}" cleanup >/dev/null 2>&1 || true
            "${SYSBENCH[@]}" prepare >/dev/null && echo "sbtest prepared" ;;
   run) "${SYSBENCH[@]}" --threads="${3:-2}" --time="${2:-10}" run | awk '/transactions:/ {gsub("\\(","",$3); print $3 " TPS"}' ;;
-  stop) [ -f "$DIR/mysqld.pid" ] && kill "$(cat "$DIR/mysqld.pid")" && echo "mariadbd stopped" || true ;;
+  stop) stop ;;
   *) sed -n '2,9p' "$0"; exit 2 ;;
 esac

@@ -66,7 +66,7 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
   put_bytes(out, id.data(), id.size());
   while (out.size() % 8) out.push_back(0);
   for (uint64_t v : {r.module_bias, r.cache_addr, r.cache_length, r.code_offset, r.code_size, r.eh_frame_offset,
-                     r.eh_frame_size})
+                     r.eh_frame_size, r.search_table_offset, r.search_table_size})
     put<uint64_t>(out, v);
   put<uint32_t>(out, static_cast<uint32_t>(r.patches.size()));
   put<uint32_t>(out, 0);
@@ -101,7 +101,8 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
   rec.build_id = hex(bytes.subspan(r.pos(), *id_len));
   r.seek((r.pos() + *id_len + 7) & ~std::size_t{7});
   uint64_t* fields[] = {&rec.module_bias, &rec.cache_addr, &rec.cache_length, &rec.code_offset, &rec.code_size,
-                        &rec.eh_frame_offset, &rec.eh_frame_size};
+                        &rec.eh_frame_offset, &rec.eh_frame_size, &rec.search_table_offset,
+                        &rec.search_table_size};
   for (uint64_t* f : fields) {
     auto v = r.read<uint64_t>();
     if (!v) return fail("cache record: truncated");
@@ -113,7 +114,8 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     return fail("cache record: bad patch count");
   if (rec.cache_addr != mapping_addr || rec.cache_length != mapping_length ||
       !inside(rec.code_offset, rec.code_size, rec.cache_length) ||
-      !inside(rec.eh_frame_offset, rec.eh_frame_size, rec.cache_length))
+      !inside(rec.eh_frame_offset, rec.eh_frame_size, rec.cache_length) ||
+      !inside(rec.search_table_offset, rec.search_table_size, rec.cache_length) || rec.search_table_size % 8)
     return fail("cache record: ranges do not match its mapping");
   for (uint32_t i = 0; i < *count; ++i) {
     PatchRecord p;

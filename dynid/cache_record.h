@@ -27,12 +27,15 @@ struct PatchRecord {
 };
 
 struct CacheRecord {
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;  // 2: the search table
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;
   uint64_t cache_addr = 0, cache_length = 0;  // the whole mapping
   uint64_t code_offset = 0, code_size = 0;    // within the mapping
   uint64_t eh_frame_offset = 0, eh_frame_size = 0;
+  // .eh_frame_hdr's binary-search table for the frames (cache_eh_frame.h),
+  // which a remote unwinder reads (thread_unwind.h).
+  uint64_t search_table_offset = 0, search_table_size = 0;
   std::vector<PatchRecord> patches;
 };
 

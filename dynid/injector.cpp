@@ -165,7 +165,7 @@ Result<PlanWithFrames> plan_with_frames(const Executable& exe, InjectRequest req
 // The cache's layout: record at 0, return stub just below the code, code on
 // a page of its own, then the .eh_frame blob.
 struct Layout {
-  uint64_t code_offset = 0, stub_offset = 0, blob_offset = 0, total = 0;
+  uint64_t code_offset = 0, stub_offset = 0, blob_offset = 0, table_offset = 0, total = 0;
 };
 
 Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size) {
@@ -173,7 +173,8 @@ Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size)
   l.code_offset = align_up(256 + 24 * (functions + 64), 4096);
   l.stub_offset = l.code_offset - 16;
   l.blob_offset = align_up(l.code_offset + code_size, 64);
-  l.total = l.blob_offset + blob_size;
+  l.table_offset = align_up(l.blob_offset + blob_size, 8);
+  l.total = l.table_offset + jit::kSearchEntryBytes * functions;
   return l;
 }
 
@@ -240,13 +241,13 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches) {
 
 // One stop window: the sites that are safe now are written, one write each.
 Result<std::vector<SiteCheck>> patch_window(pid_t pid, const std::vector<PatchRecord>& patches,
-                                            std::chrono::microseconds& longest) {
+                                            const UnwindTable& frames, std::chrono::microseconds& longest) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   auto t0 = std::chrono::steady_clock::now();
   auto w = WorldStop::stop(pid, kStopTimeout);
   if (!w) return std::unexpected(w.error());
-  StackReader reader(pid);
+  StackReader reader(pid, {frames});
   std::map<pid_t, ThreadStack> stacks;
   for (const auto& [tid, t] : w->threads()) {
     auto s = reader.unwind(tid);
@@ -284,7 +285,7 @@ Result<std::vector<SiteCheck>> patch_window(pid_t pid, const std::vector<PatchRe
 // Up to kPatchWindows windows: sites that must wait are tried again.
 Status patch_all(pid_t pid, std::vector<PatchRecord> pending, Injection& out) {
   for (int window = 0; window < kPatchWindows && !pending.empty(); ++window) {
-    auto checks = patch_window(pid, pending, out.longest_stop);
+    auto checks = patch_window(pid, pending, out.frames, out.longest_stop);
     if (!checks) return std::unexpected(checks.error());
     std::vector<PatchRecord> again;
     for (std::size_t i = 0; i < pending.size(); ++i) {
@@ -311,6 +312,7 @@ struct Prepared {
   CachePlacement place;
   Layout layout;
   PlanWithFrames planned;
+  std::vector<uint8_t> search_table;  // for the frames in planned.frames.blob
   CacheRecord record;
 };
 
@@ -348,9 +350,14 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   p.planned = std::move(*planned);
   const jit::CodeCache& cache = p.planned.plan.cache;
   p.layout.blob_offset = align_up(p.layout.code_offset + cache.bytes.size(), 64);
-  if (p.layout.blob_offset + p.planned.frames.blob.size() > place->length) return fail("the cache outgrew its place");
+  p.layout.table_offset = align_up(p.layout.blob_offset + p.planned.frames.blob.size(), 8);
+  auto table = jit::eh_frame_search_table(p.planned.frames.blob, place->addr + p.layout.blob_offset,
+                                          place->addr + p.layout.table_offset);
+  if (!table) return std::unexpected(table.error());
+  p.search_table = std::move(*table);
+  if (p.layout.table_offset + p.search_table.size() > place->length) return fail("the cache outgrew its place");
   p.record = {p.exe.file->build_id(), bias, place->addr, place->length, p.layout.code_offset, cache.bytes.size(),
-              p.layout.blob_offset, p.planned.frames.blob.size(), {}};
+              p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {}};
   for (const jit::CachedFunction* f : p.planned.frames.copies)
     for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
   return p;
@@ -363,9 +370,21 @@ Status write_all(pid_t pid, const Prepared& p, const MappedCache& cache) {
   for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(head), uint64_t{0}},
                                std::pair{std::span<const uint8_t>(kReturnStub), p.layout.stub_offset},
                                std::pair{std::span<const uint8_t>(p.planned.plan.cache.bytes), p.layout.code_offset},
-                               std::pair{std::span<const uint8_t>(p.planned.frames.blob), p.layout.blob_offset}})
+                               std::pair{std::span<const uint8_t>(p.planned.frames.blob), p.layout.blob_offset},
+                               std::pair{std::span<const uint8_t>(p.search_table), p.layout.table_offset}})
     if (auto r = write_cache(pid, cache, bytes, offset); !r) return r;
   return ok();
+}
+
+std::vector<CopyRange> copy_ranges(const Prepared& p) {
+  std::vector<CopyRange> out;
+  const uint64_t bias = p.exe.module->bias;
+  for (const jit::CachedFunction& f : p.planned.plan.cache.functions) {
+    const elf::Function* fn = p.exe.module->functions->find(f.original_entry);
+    out.push_back({f.code.base + bias, f.code.bytes.size(), f.original_entry + bias,
+                   fn ? elf::display_name(*fn) : fmt::format("func_{:x}", f.original_entry)});
+  }
+  return out;
 }
 
 }  // namespace
@@ -386,6 +405,9 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   out.code_addr = p->place.addr + p->layout.code_offset;
   out.code_size = p->planned.plan.cache.bytes.size();
   out.eh_frame_addr = p->place.addr + p->layout.blob_offset;
+  out.copies = copy_ranges(*p);
+  out.frames = {out.code_addr, out.code_addr + out.code_size, p->place.addr + p->layout.table_offset,
+                p->search_table.size() / jit::kSearchEntryBytes};
   if (auto r = write_all(req.pid, *p, out.cache); !r) {
     out.error = r.error().message();
     return out;
@@ -420,8 +442,9 @@ Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
 
 namespace dyni {
 
-Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
+Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames) {
   Injection again;
+  again.frames = frames;
   if (auto r = patch_all(pid, patched, again); !r) return std::unexpected(r.error());
   return again.patched.size();
 }

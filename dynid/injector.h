@@ -24,6 +24,7 @@
 #include "common/result.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_record.h"
+#include "dynid/thread_unwind.h"
 
 namespace dyni {
 
@@ -38,10 +39,19 @@ struct InjectRequest {
   std::chrono::milliseconds call_timeout{2000};
 };
 
+// One function's copy in the cache, run-time addresses (perf maps, status).
+struct CopyRange {
+  uint64_t cache_addr = 0, size = 0;
+  uint64_t original_entry = 0;
+  std::string name;  // for people: demangled, or func_<hex link-time address>
+};
+
 struct Injection {
   MappedCache cache;
+  std::vector<CopyRange> copies;
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;
+  UnwindTable frames;  // the cache's frames, for dynid's own stack proofs
   std::vector<PatchRecord> patched;
   std::vector<std::string> skipped;  // "func_<addr>: reason"
   std::chrono::microseconds longest_stop{0};
@@ -59,6 +69,7 @@ Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched);
 // Writes dyni's jump again where the live bytes are the original ones, after
 // the same live checks as the first time (A/B benchmarks on one process).
 // Returns how many entries were patched again.
-Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched);
+// `frames`: the cache's, so that threads running in it can be unwound.
+Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames);
 
 }  // namespace dyni

@@ -5,19 +5,65 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
+#include <optional>
+
+// Exported by libunwind, not declared in its headers: the binary search of a
+// remote .eh_frame_hdr table that _UPT_find_proc_info itself uses.
+extern "C" int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t, unw_word_t, unw_dyn_info_t*, unw_proc_info_t*,
+                                                  int, void*);
+
 namespace dyni {
+namespace {
+
+// The extra tables of each address space: libunwind hands find_proc_info
+// the address space, and the ptrace state as its argument.
+std::mutex tables_mutex;
+std::map<unw_addr_space_t, std::vector<UnwindTable>> tables_by_space;
+
+int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int need_unwind_info, void* arg) {
+  std::optional<UnwindTable> table;
+  {
+    std::lock_guard lock(tables_mutex);
+    for (const UnwindTable& t : tables_by_space[as])
+      if (ip >= t.code_lo && ip < t.code_hi) table = t;
+  }
+  if (!table) return _UPT_find_proc_info(as, ip, pi, need_unwind_info, arg);
+  unw_dyn_info_t di{};
+  di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+  di.start_ip = table->code_lo;
+  di.end_ip = table->code_hi;
+  di.u.rti.segbase = table->table_addr;
+  di.u.rti.table_data = table->table_addr;
+  di.u.rti.table_len = table->entries * 8 / sizeof(unw_word_t);  // in words: entries are 8 bytes
+  return _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+}
+
+}  // namespace
 
 struct StackReader::Space {
   unw_addr_space_t as = nullptr;
+  unw_accessors_t accessors{};
 };
 
-StackReader::StackReader(pid_t) : space_(std::make_unique<Space>()) {
-  space_->as = unw_create_addr_space(&_UPT_accessors, 0);
-  if (space_->as) unw_set_caching_policy(space_->as, UNW_CACHE_GLOBAL);
+StackReader::StackReader(pid_t, std::vector<UnwindTable> tables) : space_(std::make_unique<Space>()) {
+  space_->accessors = _UPT_accessors;
+  space_->accessors.find_proc_info = find_proc_info;
+  space_->as = unw_create_addr_space(&space_->accessors, 0);
+  if (!space_->as) return;
+  unw_set_caching_policy(space_->as, UNW_CACHE_GLOBAL);
+  std::lock_guard lock(tables_mutex);
+  tables_by_space[space_->as] = std::move(tables);
 }
 
 StackReader::~StackReader() {
-  if (space_->as) unw_destroy_addr_space(space_->as);
+  if (!space_->as) return;
+  {
+    std::lock_guard lock(tables_mutex);
+    tables_by_space.erase(space_->as);
+  }
+  unw_destroy_addr_space(space_->as);
 }
 
 Result<ThreadStack> StackReader::unwind(pid_t tid, std::size_t max_frames) const {

@@ -33,11 +33,22 @@ struct ThreadStack {
   std::string incomplete_why;  // when not
 };
 
+// Code whose unwind information no file in /proc/PID/maps holds: dyni's
+// cache. libunwind-ptrace finds a PC's frame only through the files mapped
+// at it, so the cache's frames are found through their .eh_frame_hdr-style
+// search table (cache_eh_frame.h), which the cache carries in the target's
+// memory (cache_record.h).
+struct UnwindTable {
+  uint64_t code_lo = 0, code_hi = 0;  // run-time
+  uint64_t table_addr = 0;            // run-time; pairs of int32 relative to it
+  uint64_t entries = 0;
+};
+
 // Unwinds threads of one process; keeps libunwind's caches between threads.
 // Every thread passed must be held (ptrace-stopped) by the caller.
 class StackReader {
  public:
-  explicit StackReader(pid_t pid);
+  explicit StackReader(pid_t pid, std::vector<UnwindTable> tables = {});
   ~StackReader();
   StackReader(const StackReader&) = delete;
   StackReader& operator=(const StackReader&) = delete;

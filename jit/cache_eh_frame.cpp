@@ -1,6 +1,7 @@
 // .eh_frame (CIEs, FDEs, translated LSDAs) for a code cache.
 #include "jit/cache_eh_frame.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -180,6 +181,27 @@ Result<std::vector<uint8_t>> write_cache_eh_frame(std::span<const CopyFrames> co
     while (out.size() % 4) out.push_back(0);
     put_at<uint64_t>(out, lsda_fields[i], blob_addr + out.size());
     out.insert(out.end(), lsdas[i].begin(), lsdas[i].end());
+  }
+  return out;
+}
+
+Result<std::vector<uint8_t>> eh_frame_search_table(std::span<const uint8_t> blob, uint64_t blob_addr,
+                                                   uint64_t table_addr) {
+  auto fdes = elf::parse_eh_frame(blob, blob_addr);
+  if (!fdes) return std::unexpected(fdes.error());
+  std::vector<std::pair<int64_t, int64_t>> rows;
+  for (const elf::Fde& f : *fdes) {
+    int64_t start = static_cast<int64_t>(f.begin - table_addr);
+    int64_t fde = static_cast<int64_t>(blob_addr + f.offset - table_addr);
+    if (start != static_cast<int32_t>(start) || fde != static_cast<int32_t>(fde))
+      return fail(fmt::format("FDE for {:#x} is too far from the search table at {:#x}", f.begin, table_addr));
+    rows.emplace_back(start, fde);
+  }
+  std::sort(rows.begin(), rows.end());
+  std::vector<uint8_t> out;
+  for (auto [start, fde] : rows) {
+    put<int32_t>(out, static_cast<int32_t>(start));
+    put<int32_t>(out, static_cast<int32_t>(fde));
   }
   return out;
 }

@@ -42,4 +42,14 @@ struct UnwindSources {
 Result<std::vector<uint8_t>> write_cache_eh_frame(std::span<const CopyFrames> copies, const UnwindSources& sources,
                                                   uint64_t blob_addr);
 
+// The binary-search table of .eh_frame_hdr for `blob` (placed at
+// `blob_addr`), to be placed at `table_addr`: one pair of int32 per FDE,
+// (first code address, FDE address), both relative to `table_addr`, sorted
+// by code address (DW_EH_PE_datarel | DW_EH_PE_sdata4). An unwinder that
+// reads process memory (libunwind-ptrace, dynid's stack proofs) finds the
+// cache's frames through it: kSearchEntryBytes per FDE.
+constexpr std::size_t kSearchEntryBytes = 8;
+Result<std::vector<uint8_t>> eh_frame_search_table(std::span<const uint8_t> blob, uint64_t blob_addr,
+                                                   uint64_t table_addr);
+
 }  // namespace dyni::jit

@@ -35,19 +35,28 @@ std::array<uint8_t, 5> bytes_at(pid_t pid, uint64_t addr) {
   return a;
 }
 
-// Stop windows in which some thread's PC lies in [lo, hi). Such a thread's
-// stack cannot be proven (libunwind has no rows for the cache yet): its
-// unwind must say so, never claim a complete stack.
-int windows_in(pid_t pid, uint64_t lo, uint64_t hi, int windows) {
+// Stop windows in which some thread's PC lies in the cache's code. Given the
+// cache's search table, its stack unwinds to the end, the way it does from
+// the original code; without it, libunwind can only guess, and the unwind
+// must say so, never claim a complete stack.
+int windows_in(pid_t pid, const UnwindTable& frames, int windows) {
   int in = 0;
-  StackReader reader(pid);
+  StackReader reader(pid, {frames});
+  StackReader blind(pid);
   for (int i = 0; i < windows; ++i) {
     auto w = WorldStop::stop(pid, 1000ms);
     if (!w) continue;
     for (const auto& [tid, t] : w->threads()) {
-      if (t.regs.rip < lo || t.regs.rip >= hi) continue;
+      if (t.regs.rip < frames.code_lo || t.regs.rip >= frames.code_hi) continue;
       auto stack = reader.unwind(tid);
-      EXPECT_TRUE(stack && !stack->complete) << "a stack through the cache claimed to be complete";
+      if (!stack) {
+        ADD_FAILURE() << stack.error().message();
+        break;
+      }
+      EXPECT_TRUE(stack->complete) << "a stack through the cache: " << stack->incomplete_why;
+      EXPECT_GE(stack->frames.size(), 3u);
+      auto guess = blind.unwind(tid);
+      EXPECT_TRUE(guess && !guess->complete) << "a stack through the cache claimed to be complete without its rows";
       ++in;
       break;
     }
@@ -82,16 +91,32 @@ TEST_F(InjectorTest, HotCodeRunsFromTheCacheWithTheSameResultsAndUndoRestoresIt)
   // runtime's throws, outside it); its results and ours are unchanged (the
   // worker prints WRONG and exits on any difference, and a throw through a
   // copy whose frames were not registered would terminate it).
-  int in_cache = windows_in(target.pid(), injected->code_addr, injected->code_addr + injected->code_size, 40);
+  EXPECT_EQ(injected->frames.code_lo, injected->code_addr);
+  int in_cache = windows_in(target.pid(), injected->frames, 40);
   std::printf("a thread was in the cache in %d of 40 stop windows\n", in_cache);
   EXPECT_GE(in_cache, 2);
   EXPECT_EQ(target.ask("run 300"), before);
   std::this_thread::sleep_for(300ms);
   ASSERT_TRUE(target.running()) << target.read_line(100ms);
 
-  ASSERT_TRUE(undo_patches(target.pid(), injected->patched));
-  for (const PatchRecord& p : injected->patched) EXPECT_EQ(bytes_at(target.pid(), p.addr), p.original);
-  EXPECT_EQ(target.ask("run 300"), before);
+  // Undo, redo, undo: a redo must prove the stacks of threads still running
+  // in the cache, so it needs the cache's frames; every entry goes back in.
+  // The worker's calls of inject_session last 300 rounds: once it has begun
+  // one after the patch, it runs in that copy for seconds, undone or not.
+  uint64_t rounds = std::stoull(target.ask("ping").substr(5));
+  uint64_t next_session = (rounds / 300 + 1) * 300;
+  while (std::stoull(target.ask("ping").substr(5)) < next_session + 3) std::this_thread::sleep_for(20ms);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(undo_patches(target.pid(), injected->patched));
+    for (const PatchRecord& p : injected->patched) EXPECT_EQ(bytes_at(target.pid(), p.addr), p.original);
+    EXPECT_EQ(target.ask("run 300"), before);
+    if (round == 2) break;
+    auto redone = redo_patches(target.pid(), injected->patched, injected->frames);
+    ASSERT_TRUE(redone) << redone.error().message();
+    EXPECT_EQ(*redone, injected->patched.size());
+    for (const PatchRecord& p : injected->patched) EXPECT_EQ(bytes_at(target.pid(), p.addr), p.replacement);
+    EXPECT_EQ(target.ask("run 300"), before);
+  }
   std::this_thread::sleep_for(100ms);
   EXPECT_TRUE(target.running()) << target.read_line(100ms);
   EXPECT_EQ(target.finish(), 0);

@@ -17,6 +17,8 @@
 extern "C" {
 
 std::atomic<uint64_t> inject_rounds{0};
+// Rounds of the worker's one call (about 3 s): "pong" answers the rounds done.
+constexpr int kSessionRounds = 300;
 
 [[gnu::noinline]] uint64_t inject_mix(uint64_t x, int k) {
   switch (k & 7) {
@@ -80,15 +82,24 @@ static uint64_t work(int rounds) {
   return x;
 }
 
+extern "C" {
+// A long call, like a server's session loop: once patched, the worker stays
+// in its copy for many rounds, also after an undo (a redo must then prove a
+// stack that passes through the cache).
+[[gnu::noinline]] void inject_session(uint64_t expected, int repeats) {
+  for (int i = 0; i < repeats; ++i, inject_rounds.fetch_add(1, std::memory_order_relaxed))
+    if (work(200) != expected) {
+      std::printf("WRONG sum\n");
+      std::fflush(stdout);
+      std::_Exit(1);
+    }
+}
+}
+
 int main() {
   const uint64_t expected = work(200);
   std::thread([expected] {
-    for (;; inject_rounds.fetch_add(1, std::memory_order_relaxed))
-      if (work(200) != expected) {
-        std::printf("WRONG sum\n");
-        std::fflush(stdout);
-        std::_Exit(1);
-      }
+    for (;;) inject_session(expected, kSessionRounds);
   }).detach();
   std::printf("ready\n");
   std::fflush(stdout);

@@ -29,6 +29,7 @@ CacheRecord sample() {
   r.cache_addr = kCache, r.cache_length = kLength;
   r.code_offset = 4096, r.code_size = 600000;
   r.eh_frame_offset = 604160, r.eh_frame_size = 90000;
+  r.search_table_offset = 694160, r.search_table_size = 50 * 8;
   for (uint64_t i = 0; i < 50; ++i) r.patches.push_back(jump_to(0x55d3a1300000 + i * 0x140, kCache + 4096 + i * 64));
   return r;
 }
@@ -43,6 +44,8 @@ TEST(CacheRecord, RoundTrips) {
   EXPECT_EQ(back->module_bias, r.module_bias);
   EXPECT_EQ(back->code_size, r.code_size);
   EXPECT_EQ(back->eh_frame_offset, r.eh_frame_offset);
+  EXPECT_EQ(back->search_table_offset, r.search_table_offset);
+  EXPECT_EQ(back->search_table_size, r.search_table_size);
   ASSERT_EQ(back->patches.size(), r.patches.size());
   EXPECT_EQ(back->patches[7].addr, r.patches[7].addr);
   EXPECT_EQ(back->patches[7].original, r.patches[7].original);
@@ -64,6 +67,9 @@ TEST(CacheRecord, RefusesDamageAndForgery) {
   CacheRecord outside = sample();
   outside.eh_frame_size = kLength;  // past the mapping's end
   EXPECT_FALSE(decode_record(encode_record(outside), kCache, kLength));
+  CacheRecord ragged = sample();
+  ragged.search_table_size = 50 * 8 + 3;  // not whole entries
+  EXPECT_FALSE(decode_record(encode_record(ragged), kCache, kLength));
   std::vector<uint8_t> none(64, 0);
   EXPECT_FALSE(decode_record(none, kCache, kLength));
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "dynid/injector.h"
 #include "dynid/proc_reader.h"
 #include "profiler/profile.h"
@@ -33,6 +35,18 @@ int executable_module(const profiler::Symbolizer& symbols, pid_t pid) {
 }
 
 }  // namespace
+
+// perf's map for JIT code (/tmp/perf-PID.map), so that `perf report` names
+// the copies: "dyni:<function>".
+void write_perf_map(pid_t pid, const std::vector<dyni::CopyRange>& copies) {
+  std::string path = "/tmp/perf-" + std::to_string(pid) + ".map";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return;
+  for (const dyni::CopyRange& c : copies)
+    std::fprintf(f, "%llx %llx dyni:%s\n", static_cast<unsigned long long>(c.cache_addr),
+                 static_cast<unsigned long long>(c.size), c.name.c_str());
+  std::fclose(f);
+}
 
 int main(int argc, char** argv) {
   bool commands = argc == 4 && std::string(argv[3]) == "--commands";
@@ -73,14 +87,17 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(injected->code_size),
               static_cast<long long>(injected->longest_stop.count()), seconds);
   for (const std::string& s : injected->skipped) std::printf("  skipped %s\n", s.c_str());
+  write_perf_map(pid, injected->copies);
   if (!injected->error.empty()) std::printf("stopped early: %s\n", injected->error.c_str());
   std::fflush(stdout);
   for (std::string line; commands && std::getline(std::cin, line) && line != "quit";) {
     std::string answer = "ok";
     if (line == "undo") {
       if (auto r = undo_patches(pid, injected->patched); !r) answer = r.error().message();
-    } else if (auto r = redo_patches(pid, injected->patched); !r) {
+    } else if (auto r = redo_patches(pid, injected->patched, injected->frames); !r) {
       answer = r.error().message();
+    } else if (*r != injected->patched.size()) {
+      answer = fmt::format("redo patched {} of {} entries", *r, injected->patched.size());
     }
     std::printf("%s\n", answer.c_str());
     std::fflush(stdout);
