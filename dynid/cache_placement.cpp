@@ -18,7 +18,14 @@ struct Range {
   uint64_t lo = 0, hi = 0;  // [lo, hi)
 };
 
-// Addresses no mapping covers (and, below [stack], not its growth gap).
+// A free page kept between the cache and an anonymous neighbour: the kernel
+// merges adjacent anonymous mappings with the same permissions (an earlier
+// cache, a JIT's code) into one, and the cache would no longer be a mapping
+// of its own. A file's mapping never merges with it.
+constexpr uint64_t kGuard = 4096;
+
+// Addresses no mapping covers, less a guard page next to anonymous mappings
+// (and, below [stack], not its growth gap).
 std::vector<Range> holes(const std::vector<profiler::Mapping>& maps, uint64_t min_addr) {
   std::vector<profiler::Mapping> sorted = maps;
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
@@ -27,8 +34,9 @@ std::vector<Range> holes(const std::vector<profiler::Mapping>& maps, uint64_t mi
   for (const auto& m : sorted) {
     if (m.start >= kUserTop) break;  // [vsyscall] and the like: not user space
     uint64_t start = m.path == "[stack]" && m.start > kStackGap ? m.start - kStackGap : m.start;
+    if (!m.file_backed() && start >= kGuard) start -= kGuard;
     if (start > from) out.push_back({from, start});
-    from = std::max(from, m.end);
+    if (m.end > from) from = m.file_backed() ? m.end : m.end + kGuard;
   }
   if (kUserTop > from) out.push_back({from, kUserTop});
   return out;

@@ -442,11 +442,11 @@ Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
 
 namespace dyni {
 
-Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames) {
+Result<Injection> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames) {
   Injection again;
   again.frames = frames;
   if (auto r = patch_all(pid, patched, again); !r) return std::unexpected(r.error());
-  return again.patched.size();
+  return again;
 }
 
 }  // namespace dyni

@@ -68,8 +68,8 @@ Result<Injection> inject_executable(const InjectRequest& request);
 Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched);
 // Writes dyni's jump again where the live bytes are the original ones, after
 // the same live checks as the first time (A/B benchmarks on one process).
-// Returns how many entries were patched again.
+// Returns what was patched again and what was skipped, with reasons.
 // `frames`: the cache's, so that threads running in it can be unwound.
-Result<std::size_t> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames);
+Result<Injection> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames);
 
 }  // namespace dyni

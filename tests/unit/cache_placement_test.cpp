@@ -12,6 +12,7 @@ namespace {
 profiler::Mapping mapping(uint64_t start, uint64_t end, std::string path = "") {
   profiler::Mapping m;
   m.start = start, m.end = end, m.readable = true, m.path = std::move(path);
+  if (!m.path.empty() && m.path[0] == '/') m.inode = 42;  // a file's
   return m;
 }
 
@@ -71,6 +72,23 @@ TEST(CachePlacement, SkipsOccupiedMemoryAndTheStacksGrowthGap) {
   EXPECT_FALSE(overlaps_any(maps, *p));
   EXPECT_TRUE(p->addr + p->length <= lo - 40 * kMiB - kStackGap || p->addr >= hi) << std::hex << p->addr;
   expect_reachable(*p, lo, hi);
+}
+
+// An anonymous neighbour (an earlier cache, a JIT's code) keeps a free page
+// between itself and the cache: the kernel would merge two adjacent
+// anonymous r-x mappings into one. A file's mapping may touch it.
+TEST(CachePlacement, KeepsAPageFromAnonymousNeighbours) {
+  const uint64_t lo = 0x55d3a1200000, hi = lo + 27 * kMiB;
+  profiler::Mapping earlier = mapping(lo - 2 * kMiB, lo);  // a cache right below the module
+  std::vector<profiler::Mapping> maps = {mapping(lo, hi, "/usr/sbin/mariadbd"), earlier};
+  auto p = place_cache(maps, {lo, hi, 600 * 1024, 0});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_LT(p->addr + p->length, earlier.start);  // not adjacent
+  EXPECT_FALSE(overlaps_any(maps, *p));
+  std::vector<profiler::Mapping> file_only = {maps[0]};
+  auto q = place_cache(file_only, {lo, hi, 600 * 1024, 0});
+  ASSERT_TRUE(q) << q.error().message();
+  EXPECT_EQ(q->addr + q->length, lo);  // next to the file's mapping
 }
 
 // The gap below [vsyscall] is not user space (47-bit addresses end at

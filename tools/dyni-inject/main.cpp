@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
       if (auto r = undo_patches(pid, injected->patched); !r) answer = r.error().message();
     } else if (auto r = redo_patches(pid, injected->patched, injected->frames); !r) {
       answer = r.error().message();
-    } else if (*r != injected->patched.size()) {
-      answer = fmt::format("redo patched {} of {} entries", *r, injected->patched.size());
+    } else if (r->patched.size() != injected->patched.size()) {
+      answer = fmt::format("redo patched {} of {} entries; first skipped: {}", r->patched.size(),
+                           injected->patched.size(), r->skipped.empty() ? "" : r->skipped.front());
     }
     std::printf("%s\n", answer.c_str());
     std::fflush(stdout);
