@@ -141,6 +141,7 @@ const std::map<std::string, Setter>& option_setters() {
        [](Config& c, const std::string& v) { return parse_int(v, 100, 10000000, c.profile_min_samples); }},
       {"log_file", [](Config& c, const std::string& v) { return parse_path(v, c.log_file); }},
       {"log_debug", [](Config& c, const std::string& v) { return parse_bool(v, c.log_debug); }},
+      {"dynimize", [](Config& c, const std::string& v) { return parse_bool(v, c.dynimize); }},
   };
   return setters;
 }

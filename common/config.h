@@ -26,6 +26,7 @@ struct Config {
   int profile_min_samples = 1500;        // before the hot set may be called stable
   std::string log_file = "/var/log/dyni/dynid.log";
   bool log_debug = false;
+  bool dynimize = true;  // false: profile and plan only, never write to a target
 
   // [license]
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key

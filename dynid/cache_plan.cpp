@@ -32,24 +32,32 @@ nlohmann::json summary(const jit::ModulePlan& plan, const std::string& module, d
 
 }  // namespace
 
-Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder) {
-  auto t0 = std::chrono::steady_clock::now();
+Result<ExecutableProfile> executable_profile(pid_t pid, const profiler::Recorder& recorder) {
   auto exe = read_exe("/proc", pid);
   if (!exe) return std::unexpected(exe.error());
   const auto& modules = recorder.symbolizer().modules();
-  int index = -1;
   for (std::size_t i = 0; i < modules.size(); ++i)
-    if (modules[i].path == exe->path && modules[i].functions) index = static_cast<int>(i);
-  if (index < 0) return fail("executable " + exe->path + " has no function table");
+    if (modules[i].path == exe->path && modules[i].functions)
+      return ExecutableProfile{exe->path, recorder.profile().module_profile(static_cast<int>(i))};
+  return fail("executable " + exe->path + " has no function table");
+}
+
+Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto exe = executable_profile(pid, recorder);
+  if (!exe) return std::unexpected(exe.error());
+  const profiler::Module* module = nullptr;
+  for (const auto& m : recorder.symbolizer().modules())
+    if (m.path == exe->path && m.functions) module = &m;
   // The file as the process maps it, even if replaced or deleted on disk.
   auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid));
   if (!file) return std::unexpected(file.error());
-  jit::ModuleProfile profile = recorder.profile().module_profile(index);
-  const elf::FunctionTable& functions = *modules[static_cast<std::size_t>(index)].functions;
+  const jit::ModuleProfile& profile = exe->profile;
+  const elf::FunctionTable& functions = *module->functions;
   jit::ModuleImage image(*file);
-  jit::ModuleInput input{&functions, &image, &profile, profile.hot_set(0.99), jit::provisional_cache_base(functions), {}, {}, 0};
+  jit::ModuleInput input{&functions, &image, &profile, profile.hot_set(kHotSetShare), jit::provisional_cache_base(functions), {}, {}, 0};
   jit::use_unwind_info(input, *file);
-  auto plan = jit::optimize_module(input);  // the verifier stays on: this is a dry run
+  auto plan = jit::optimize_module(input);  // the verifier stays on
   if (!plan) return std::unexpected(plan.error());
   return summary(*plan, exe->path,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -144,7 +144,7 @@ void Daemon::sync_lifecycles() {
   }
   for (const auto& [pid, t] : live)
     if (t.state == TargetState::Profiling && !lifecycles_.count(pid))
-      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options()));
+      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), config_.dynimize));
 }
 
 profiler::RecorderOptions Daemon::recorder_options() const {
@@ -244,8 +244,13 @@ protocol::Response Daemon::status() const {
                            {"exe_symlinks", symlinks_json(exe_matcher_)},
                            {"busy_threshold_percent", config_.busy_threshold_percent},
                            {"busy_window_ms", config_.busy_window_ms}};
-  return {true, "dyni is running",
-          {{"daemon", daemon}, {"license", license}, {"targets", targets_.to_json()}}};
+  nlohmann::json targets = targets_.to_json();
+  for (nlohmann::json& t : targets) {
+    auto lc = lifecycles_.find(t["pid"].get<pid_t>());
+    if (lc != lifecycles_.end() && lc->second->start_time() == t["start_time_ticks"].get<uint64_t>())
+      t["dynimized"] = lc->second->injection_json();
+  }
+  return {true, "dyni is running", {{"daemon", daemon}, {"license", license}, {"targets", targets}}};
 }
 
 protocol::Response Daemon::profile(const protocol::Request& request) const {
@@ -266,16 +271,32 @@ protocol::Response Daemon::profile(const protocol::Request& request) const {
   return protocol::error_response(fmt::format("pid {} is not a dyni target (see dyni -status)", pid));
 }
 
-// Undo and redo act on dynimized (resp. undone) targets. Until injection lands
-// (issue: live injection) no target can reach those states, so the honest
-// answer names what there is to act on.
-protocol::Response Daemon::undo_or_redo(bool undo) const {
+// Undo and redo act on dynimized (resp. undone) targets, one stop window
+// each; every target is answered for.
+protocol::Response Daemon::undo_or_redo(bool undo) {
   TargetState from = undo ? TargetState::Dynimized : TargetState::Undone;
-  std::size_t n = targets_.count_in(from);
-  if (n == 0)
+  std::vector<std::string> done, failed;
+  for (const Target& t : targets_.snapshot()) {
+    if (t.state != from) continue;
+    auto lc = lifecycles_.find(t.pid);
+    if (lc == lifecycles_.end() || lc->second->start_time() != t.start_time) continue;
+    auto r = undo ? lc->second->undo() : lc->second->redo();
+    if (r) {
+      done.push_back(*r);
+    } else {
+      failed.push_back(fmt::format("{} (pid {}): {}", t.name, t.pid, r.error().message()));
+      log::warn("target {} pid {}: {}", t.name, t.pid, r.error().message());
+    }
+  }
+  if (done.empty() && failed.empty())
     return {true, undo ? "nothing to undo: no target is dynimized"
                        : "nothing to redo: no target has been undone", {}};
-  return protocol::error_response("this dynid cannot undo or redo yet");
+  std::string text;
+  for (const std::string& line : done) text += (text.empty() ? "" : "\n") + line;
+  for (const std::string& line : failed) text += (text.empty() ? "" : "\n") + line;
+  nlohmann::json data = {{"done", done}, {"failed", failed}};
+  if (!failed.empty()) return {false, text, data};
+  return {true, text, data};
 }
 
 }  // namespace dyni

@@ -54,7 +54,7 @@ class Daemon {
   Status reload(const std::string& why);
   protocol::Response handle(const protocol::Request& request);
   protocol::Response status() const;
-  protocol::Response undo_or_redo(bool undo) const;
+  protocol::Response undo_or_redo(bool undo);
   int poll_timeout_ms(int64_t now);
 
   DaemonOptions options_;

@@ -2,6 +2,7 @@
 #include "dynid/injector.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <thread>
@@ -28,6 +29,7 @@ namespace {
 using namespace std::chrono_literals;
 constexpr auto kStopTimeout = 1000ms;
 constexpr int kPatchWindows = 5;  // windows a site may wait for, then it is skipped
+constexpr int kRegisterAttempts = 10;  // windows in which to look for a thread to run __register_frame
 
 // The executable as the jit and the checks see it.
 struct Executable {
@@ -117,6 +119,19 @@ Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, ui
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
+// Called with every thread held, before anything is written: the process is
+// the one dyni prepared for (its start time: not a reused pid) and, once
+// there is a cache, still holds it (an exec drops every mapping).
+Status same_target(pid_t pid, uint64_t start_time, uint64_t cache_addr) {
+  auto stat = read_proc_stat("/proc", pid);
+  if (!stat || stat->start_time != start_time) return fail(fmt::format("process {} is gone or was replaced", pid));
+  if (!cache_addr) return ok();
+  auto head = read_target(pid, cache_addr, kRecordMagic.size());
+  if (!head || !std::equal(kRecordMagic.begin(), kRecordMagic.end(), head->begin()))
+    return fail(fmt::format("the cache at {:#x} is gone from process {} (exec?)", cache_addr, pid));
+  return ok();
+}
+
 // The hot functions whose code in the target is still the file's: a copy is
 // made from the file, so a function changed in memory (a uprobe, a
 // breakpoint, another patcher) is left alone, whole.
@@ -131,6 +146,42 @@ std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, cons
       out.push_back(addr);
     else
       skipped.push_back(fmt::format("func_{:x}: its code in memory differs from the file", addr));
+  }
+  return out;
+}
+
+// Hot functions that hold an rseq critical section are left alone: the
+// kernel aborts a preempted section only at its original addresses, so a
+// copy would run it unprotected. Sections are found by their descriptors in
+// `__rseq_cs` (struct rseq_cs: version, flags, start_ip, post_commit_offset,
+// abort_ip), read from the process, where they are relocated. A descriptor
+// kept elsewhere is not seen (docs/injection.md).
+Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const Executable& exe, const std::vector<uint64_t>& hot,
+                                                    std::vector<std::string>& skipped) {
+  const elf::Section* section = exe.file->find_section("__rseq_cs");
+  if (!section || section->size == 0) return hot;
+  const uint64_t bias = exe.module->bias;
+  auto bytes = read_target(pid, section->addr + bias, section->size);
+  if (!bytes) return fail("cannot read the executable's rseq descriptors: " + bytes.error().message());
+  struct Range { uint64_t lo, hi; };
+  std::vector<Range> held;
+  for (std::size_t at = 0; at + 32 <= bytes->size(); at += 32) {
+    uint64_t start = 0, length = 0, abort_ip = 0;
+    std::memcpy(&start, bytes->data() + at + 8, 8);
+    std::memcpy(&length, bytes->data() + at + 16, 8);
+    std::memcpy(&abort_ip, bytes->data() + at + 24, 8);
+    held.push_back({start, start + std::max<uint64_t>(length, 1)});
+    held.push_back({abort_ip, abort_ip + 1});
+  }
+  std::vector<uint64_t> out;
+  for (uint64_t addr : hot) {
+    const elf::Function* f = exe.module->functions->find(addr);
+    uint64_t lo = addr + bias, hi = lo + (f ? f->size : 1);
+    bool holds = std::any_of(held.begin(), held.end(), [&](const Range& r) { return r.lo < hi && lo < r.hi; });
+    if (holds)
+      skipped.push_back(fmt::format("func_{:x}: holds an rseq critical section", addr));
+    else
+      out.push_back(addr);
   }
   return out;
 }
@@ -188,7 +239,8 @@ std::string mapped_file(pid_t pid, const std::vector<profiler::Mapping>& maps, c
 }
 
 // The run-time address of __register_frame in the libgcc that serves the
-// target's throws, or why there is none.
+// target's throws; 0 when the process has no unwinder loaded (checked
+// below); fails when its unwinder is one dyni cannot give the frames to.
 Result<uint64_t> register_frame_function(pid_t pid, const std::vector<profiler::Mapping>& maps,
                                          const profiler::Symbolizer& symbols) {
   uint64_t found = 0;
@@ -209,15 +261,16 @@ Result<uint64_t> register_frame_function(pid_t pid, const std::vector<profiler::
       return fail(fmt::format("the target's unwinder is in {}, not libgcc_s: its frames cannot be registered", base));
     found = reg;
   }
-  if (!found) return fail("no libgcc_s in the target to register the cache's frames with");
-  return found;
+  return found;  // 0: no unwinder is loaded at all
 }
 
 // Registers the blob through a remote call in a clean thread.
-Status register_frames(pid_t pid, const profiler::Symbolizer& symbols, uint64_t register_frame, uint64_t blob,
+Status register_frames(const Injection& in, const profiler::Symbolizer& symbols, uint64_t register_frame, uint64_t blob,
                        uint64_t stub, std::chrono::milliseconds timeout) {
+  const pid_t pid = in.pid;
   auto w = WorldStop::stop(pid, kStopTimeout);
   if (!w) return std::unexpected(w.error());
+  if (auto same = same_target(pid, in.start_time, in.cache.addr); !same) return same;
   StackReader reader(pid);
   std::string why;
   for (const auto& [tid, t] : w->threads()) {
@@ -240,14 +293,16 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches) {
 }
 
 // One stop window: the sites that are safe now are written, one write each.
-Result<std::vector<SiteCheck>> patch_window(pid_t pid, const std::vector<PatchRecord>& patches,
-                                            const UnwindTable& frames, std::chrono::microseconds& longest) {
-  auto maps = profiler::read_maps(pid);
-  if (!maps) return std::unexpected(maps.error());
+Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vector<PatchRecord>& patches,
+                                            std::chrono::microseconds& longest) {
+  const pid_t pid = in.pid;
   auto t0 = std::chrono::steady_clock::now();
   auto w = WorldStop::stop(pid, kStopTimeout);
   if (!w) return std::unexpected(w.error());
-  StackReader reader(pid, {frames});
+  if (auto same = same_target(pid, in.start_time, in.cache.addr); !same) return std::unexpected(same.error());
+  auto maps = profiler::read_maps(pid);  // held: no thread can map or unmap meanwhile
+  if (!maps) return std::unexpected(maps.error());
+  StackReader reader(pid, {in.frames});
   std::map<pid_t, ThreadStack> stacks;
   for (const auto& [tid, t] : w->threads()) {
     auto s = reader.unwind(tid);
@@ -283,9 +338,9 @@ Result<std::vector<SiteCheck>> patch_window(pid_t pid, const std::vector<PatchRe
 }
 
 // Up to kPatchWindows windows: sites that must wait are tried again.
-Status patch_all(pid_t pid, std::vector<PatchRecord> pending, Injection& out) {
+Status patch_all(std::vector<PatchRecord> pending, Injection& out) {
   for (int window = 0; window < kPatchWindows && !pending.empty(); ++window) {
-    auto checks = patch_window(pid, pending, out.frames, out.longest_stop);
+    auto checks = patch_window(out, pending, out.longest_stop);
     if (!checks) return std::unexpected(checks.error());
     std::vector<PatchRecord> again;
     for (std::size_t i = 0; i < pending.size(); ++i) {
@@ -329,11 +384,21 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto register_frame = register_frame_function(req.pid, *maps, *p.symbols);
   if (!register_frame) return std::unexpected(register_frame.error());
   p.register_frame = *register_frame;
+  // No unwinder in the process: a C program (python3, php). Nothing can throw
+  // through the copies then; glibc loads libgcc_s later only for backtrace()
+  // and thread cancellation, which stop at a copy's frame (a shorter
+  // backtrace; cancellation still runs the thread's cleanup buffers). A
+  // program with exception tables must have its unwinder told.
+  if (!p.register_frame && p.exe.file->find_section(".gcc_except_table"))
+    return fail("the executable has exception tables but no libgcc_s is loaded to register the cache's frames with");
   auto sites = find_syscall_sites(req.pid);  // also refuses seccomp and shadow stacks
   if (!sites) return std::unexpected(sites.error());
   p.sites = *sites;
   module_range(*maps, p.exe);
   req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, skipped);
+  auto outside_rseq = without_rseq_sections(req.pid, p.exe, req.hot, skipped);
+  if (!outside_rseq) return std::unexpected(outside_rseq.error());
+  req.hot = std::move(*outside_rseq);
   const uint64_t bias = p.exe.module->bias;
   // The size first (at a provisional address), then the plan at the real place.
   std::vector<std::string> ignored;
@@ -376,6 +441,19 @@ Status write_all(pid_t pid, const Prepared& p, const MappedCache& cache) {
   return ok();
 }
 
+// A window may find no thread parked where it can run a call (every thread
+// busy, or in malloc): a few more are tried, 100 ms apart.
+Status register_frames_retrying(const Injection& out, const Prepared& p, std::chrono::milliseconds timeout) {
+  Status r = ok();
+  for (int attempt = 0; attempt < kRegisterAttempts; ++attempt) {
+    if (attempt) std::this_thread::sleep_for(100ms);
+    r = register_frames(out, *p.symbols, p.register_frame, out.eh_frame_addr, p.place.addr + p.layout.stub_offset,
+                        timeout);
+    if (r || r.error().message().find("no thread is parked") == std::string::npos) return r;
+  }
+  return r;
+}
+
 std::vector<CopyRange> copy_ranges(const Prepared& p) {
   std::vector<CopyRange> out;
   const uint64_t bias = p.exe.module->bias;
@@ -391,11 +469,16 @@ std::vector<CopyRange> copy_ranges(const Prepared& p) {
 
 Result<Injection> inject_executable(const InjectRequest& req) {
   Injection out;
+  out.pid = req.pid;
+  auto stat = read_proc_stat("/proc", req.pid);
+  if (!stat) return std::unexpected(stat.error());
+  out.start_time = stat->start_time;
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
   {  // A short window, for the mmap alone.
     auto w = WorldStop::stop(req.pid, kStopTimeout);
     if (!w) return std::unexpected(w.error());
+    if (auto same = same_target(req.pid, out.start_time, 0); !same) return std::unexpected(same.error());
     auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
@@ -413,22 +496,26 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     return out;
   }
   // Unwind information first: no copy runs before it is registered.
-  if (auto r = register_frames(req.pid, *p->symbols, p->register_frame, out.eh_frame_addr,
-                               p->place.addr + p->layout.stub_offset, req.call_timeout);
-      !r) {
+  if (!p->register_frame) {
+    out.frames_registered = "no: no unwinder is loaded in the target";
+  } else if (auto r = register_frames_retrying(out, *p, req.call_timeout); !r) {
     out.error = r.error().message();
     return out;
+  } else {
+    out.frames_registered = "yes: __register_frame of libgcc_s";
   }
-  if (auto r = patch_all(req.pid, p->record.patches, out); !r) out.error = r.error().message();
+  if (auto r = patch_all(p->record.patches, out); !r) out.error = r.error().message();
   return out;
 }
 
-Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
-  auto maps = profiler::read_maps(pid);
-  if (!maps) return std::unexpected(maps.error());
+Status undo_patches(const Injection& in) {
+  const pid_t pid = in.pid;
   auto w = WorldStop::stop(pid, kStopTimeout);
   if (!w) return std::unexpected(w.error());
-  for (const PatchRecord& p : patched) {
+  if (auto same = same_target(pid, in.start_time, in.cache.addr); !same) return same;
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  for (const PatchRecord& p : in.patched) {
     auto live = read_target(pid, p.addr, kPatchBytes);
     if (!live || !std::equal(live->begin(), live->end(), p.replacement.begin())) continue;  // not ours any more
     const profiler::Mapping* text = mapping_at(*maps, p.addr);
@@ -438,15 +525,32 @@ Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched) {
   return ok();
 }
 
-}  // namespace dyni
-
-namespace dyni {
-
-Result<Injection> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames) {
+Result<Injection> redo_patches(const Injection& in) {
   Injection again;
-  again.frames = frames;
-  if (auto r = patch_all(pid, patched, again); !r) return std::unexpected(r.error());
+  again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
+  std::vector<PatchRecord> pending;
+  for (const PatchRecord& p : in.patched) {  // entries still patched need nothing
+    auto live = read_target(in.pid, p.addr, kPatchBytes);
+    if (live && std::equal(live->begin(), live->end(), p.replacement.begin()))
+      again.patched.push_back(p);
+    else
+      pending.push_back(p);
+  }
+  if (auto r = patch_all(pending, again); !r) return std::unexpected(r.error());
   return again;
+}
+
+Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record) {
+  Injection in;
+  in.pid = pid, in.start_time = start_time;
+  in.cache = {record.cache_addr, record.cache_length, 0, false};
+  in.code_addr = record.cache_addr + record.code_offset;
+  in.code_size = record.code_size;
+  in.eh_frame_addr = record.cache_addr + record.eh_frame_offset;
+  in.frames = {in.code_addr, in.code_addr + in.code_size, record.cache_addr + record.search_table_offset,
+               record.search_table_size / jit::kSearchEntryBytes};
+  in.patched = record.patches;
+  return in;
 }
 
 }  // namespace dyni

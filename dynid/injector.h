@@ -7,11 +7,12 @@
 //  4. register the .eh_frame with the target's own unwinder through a
 //           function call in a clean thread (remote_call.h, clean_thread.h,
 //           I7); a target whose unwinder is not the libgcc that provides
-//           __register_frame is refused;
+//           __register_frame is refused; a C program with no unwinder
+//           loaded needs none;
 //  5. patch each entry in a stop window after the live checks
 //           (patch_safety.h, I4): one 5-byte write per entry (I2).
-// Only functions with unwind information are patched. Nothing here is run
-// by dynid's lifecycle yet: tests and tools drive it.
+// Only functions with unwind information are patched. dynid's lifecycle
+// (lifecycle.h) runs it; tools and tests drive it too.
 #pragma once
 
 #include <sys/types.h>
@@ -47,11 +48,14 @@ struct CopyRange {
 };
 
 struct Injection {
+  pid_t pid = 0;
+  uint64_t start_time = 0;  // with pid, names the process (checked in every stop window)
   MappedCache cache;
   std::vector<CopyRange> copies;
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;
   UnwindTable frames;  // the cache's frames, for dynid's own stack proofs
+  std::string frames_registered;  // with the target's unwinder: "yes: …" or "no: why"
   std::vector<PatchRecord> patched;
   std::vector<std::string> skipped;  // "func_<addr>: reason"
   std::chrono::microseconds longest_stop{0};
@@ -65,11 +69,15 @@ Result<Injection> inject_executable(const InjectRequest& request);
 
 // Puts back the original bytes of every patched entry whose live bytes are
 // still dyni's jump, in one stop window. The cache stays mapped (I8).
-Status undo_patches(pid_t pid, const std::vector<PatchRecord>& patched);
+Status undo_patches(const Injection& injection);
 // Writes dyni's jump again where the live bytes are the original ones, after
-// the same live checks as the first time (A/B benchmarks on one process).
-// Returns what was patched again and what was skipped, with reasons.
-// `frames`: the cache's, so that threads running in it can be unwound.
-Result<Injection> redo_patches(pid_t pid, const std::vector<PatchRecord>& patched, const UnwindTable& frames);
+// the same live checks as the first time (A/B benchmarks on one process);
+// entries still patched count as patched. Returns what is patched and what
+// was skipped, with reasons.
+Result<Injection> redo_patches(const Injection& injection);
+
+// The Injection a cache's record describes (a cache found in the target by
+// cache_scan.h): undo and redo work from it alone.
+Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record);
 
 }  // namespace dyni

@@ -4,18 +4,36 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "dynid/cache_mapping.h"
 #include "dynid/cache_plan.h"
+#include "dynid/cache_scan.h"
 #include "dynid/proc_reader.h"
+#include "elf/elf_file.h"
 
 namespace dyni {
 namespace {
 constexpr auto kStepInterval = std::chrono::milliseconds(100);
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// "func_1234: its code in memory differs from the file" → "its code in memory differs from the file"
+std::string skip_kind(const std::string& skipped) {
+  auto colon = skipped.find(": ");
+  std::string kind = colon == std::string::npos ? skipped : skipped.substr(colon + 2);
+  auto at = kind.find(" at 0x");
+  return at == std::string::npos ? kind : kind.substr(0, at);
+}
+
+std::string first_or_none(const std::vector<std::string>& v) { return v.empty() ? "none" : v.front(); }
+
+}  // namespace
+
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
-                                 profiler::RecorderOptions options)
+                                 profiler::RecorderOptions options, bool dynimize)
     : pid_(target.pid), start_time_(target.start_time), name_(target.name), table_(table),
-      options_(options), thread_([this] { run(); }) {}
+      options_(options), dynimize_(dynimize), thread_([this] { run(); }) {}
 
 TargetLifecycle::~TargetLifecycle() {
   stop_ = true;
@@ -23,6 +41,8 @@ TargetLifecycle::~TargetLifecycle() {
 }
 
 void TargetLifecycle::run() {
+  if (adopt_existing_cache()) return;
+  auto t0 = std::chrono::steady_clock::now();
   if (auto r = start_profiling(); !r) {
     fail_with(TargetState::Failed, "profiling: " + r.error().message());
     return;
@@ -36,10 +56,156 @@ void TargetLifecycle::run() {
     return;
   }
   if (stop_) return;
+  seconds_profiling_ = seconds_since(t0);
   table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Dynimizing,
                     "hot set found");
   plan_cache();
-  // Injection (write the cache, patch the entries) arrives with its issue.
+  if (!dynimize_) {
+    log::info("target {} pid {}: dynimize = false in the config: the plan is not injected", name_, pid_);
+    return;
+  }
+  dynimize();
+}
+
+// A target that holds a cache with a record for its executable was dynimized
+// before (an earlier dynid, or its parent before a fork): it is adopted, not
+// profiled and injected again. Returns true when the lifecycle ends here.
+bool TargetLifecycle::adopt_existing_cache() {
+  auto maps = profiler::read_maps(pid_);
+  if (!maps) return false;  // gone: the next scan drops it
+  std::vector<CacheRecord> records = find_cache_records(pid_, *maps);
+  if (records.empty()) return false;
+  auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid_));
+  std::string build_id = file ? file->build_id() : "";
+  const CacheRecord* best = nullptr;
+  std::size_t best_live = 0;
+  for (const CacheRecord& r : records) {
+    if (r.build_id != build_id) continue;
+    std::size_t live = live_patches(pid_, r);
+    if (!best || live > best_live) best = &r, best_live = live;
+  }
+  if (!best) {
+    fail_with(TargetState::Failed, fmt::format("it holds a dyni cache at {:#x} for another build ({}), not for its "
+                                               "executable ({}): left alone", records[0].cache_addr,
+                                               records[0].build_id, build_id));
+    return true;
+  }
+  {
+    std::lock_guard lock(injection_mutex_);
+    injection_ = from_record(pid_, start_time_, *best);
+    adopted_ = true;
+  }
+  TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
+  std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of {} entries patched",
+                                best->cache_addr, best_live, best->patches.size());
+  log::info("target {} pid {}: {}", name_, pid_, why);
+  table_.transition(pid_, start_time_, TargetState::Profiling, to, why);
+  return true;
+}
+
+// Injects the hot set (injector.h). Any failure leaves the target running its
+// original code: entries already patched are restored; a mapped cache stays
+// (I8: no proof yet that no thread is in it) and -status -json says where.
+void TargetLifecycle::dynimize() {
+  auto t0 = std::chrono::steady_clock::now();
+  const profiler::Recorder* recorder = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    recorder = recorder_.get();
+  }
+  Result<Injection> injected = fail("not injected");
+  try {
+    auto exe = executable_profile(pid_, *recorder);
+    if (!exe) {
+      fail_injection(exe.error().message());
+      return;
+    }
+    injected = inject_executable({pid_, exe->profile.hot_set(kHotSetShare), &exe->profile});
+  } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
+    injected = fail(std::string("internal error: ") + e.what());
+  }
+  seconds_optimizing_ = seconds_since(t0);
+  if (!injected) {
+    fail_injection(injected.error().message());
+    return;
+  }
+  std::string error = injected->error;
+  if (!error.empty() && !injected->patched.empty()) {
+    if (auto undone = undo_patches(*injected); !undone) error += "; undo failed too: " + undone.error().message();
+  }
+  if (error.empty() && injected->patched.empty())
+    error = "no entry could be patched (first reason: " + first_or_none(injected->skipped) + ")";
+  Injection& kept = *injected;
+  {
+    std::lock_guard lock(injection_mutex_);
+    injection_ = std::move(kept);
+  }
+  if (!error.empty()) {
+    fail_injection(fmt::format("{}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
+    return;
+  }
+  std::string why = fmt::format("{} functions patched, {} skipped, {} bytes of code at {:#x}; longest stop {:.1f} ms",
+                                injection_->patched.size(), injection_->skipped.size(), injection_->code_size,
+                                injection_->code_addr, injection_->longest_stop.count() / 1000.0);
+  log::info("target {} pid {}: dynimized: {}", name_, pid_, why);
+  table_.transition(pid_, start_time_, TargetState::Dynimizing, TargetState::Dynimized, why);
+}
+
+void TargetLifecycle::fail_injection(const std::string& reason) {
+  log::warn("target {} pid {}: failed: injection: {} (the target runs its original code)", name_, pid_, reason);
+  table_.transition(pid_, start_time_, TargetState::Dynimizing, TargetState::Failed, "injection: " + reason);
+}
+
+Result<std::string> TargetLifecycle::undo() {
+  std::lock_guard lock(injection_mutex_);
+  if (!injection_) return fail("nothing was injected");
+  if (auto r = undo_patches(*injection_); !r) return fail("undo: " + r.error().message());
+  ++undo_count_;
+  table_.transition(pid_, start_time_, TargetState::Dynimized, TargetState::Undone, "dyni -undo");
+  log::info("target {} pid {}: undone: {} entries have their original bytes", name_, pid_, injection_->patched.size());
+  return fmt::format("{} (pid {}): original code restored ({} entries)", name_, pid_, injection_->patched.size());
+}
+
+Result<std::string> TargetLifecycle::redo() {
+  std::lock_guard lock(injection_mutex_);
+  if (!injection_) return fail("nothing was injected");
+  auto again = redo_patches(*injection_);
+  if (!again) return fail("redo: " + again.error().message());
+  if (again->patched.empty())
+    return fail("redo: no entry could be patched (first reason: " + first_or_none(again->skipped) + ")");
+  ++redo_count_;
+  injection_->longest_stop = std::max(injection_->longest_stop, again->longest_stop);
+  std::string what = fmt::format("{} of {} entries patched", again->patched.size(), injection_->patched.size());
+  table_.transition(pid_, start_time_, TargetState::Undone, TargetState::Dynimized, "dyni -redo: " + what);
+  log::info("target {} pid {}: redone: {}", name_, pid_, what);
+  return fmt::format("{} (pid {}): optimized code back in ({})", name_, pid_, what);
+}
+
+nlohmann::json TargetLifecycle::injection_json() const {
+  std::lock_guard lock(injection_mutex_);
+  if (!injection_) return nullptr;
+  const Injection& in = *injection_;
+  std::map<std::string, std::size_t> skipped;
+  for (const std::string& s : in.skipped) skipped[skip_kind(s)]++;
+  auto huge = huge_page_bytes(pid_, in.cache);
+  return {{"adopted", adopted_},
+          {"functions_patched", in.patched.size()},
+          {"functions_copied", in.copies.size()},
+          {"skipped", skipped},
+          {"skipped_examples", std::vector<std::string>(in.skipped.begin(),
+                                                        in.skipped.begin() + std::min<std::size_t>(5, in.skipped.size()))},
+          {"cache", {{"addr", fmt::format("{:#x}", in.cache.addr)},
+                     {"bytes", in.cache.length},
+                     {"code_bytes", in.code_size},
+                     {"huge_page_bytes", huge ? nlohmann::json(*huge) : nlohmann::json(nullptr)},
+                     {"huge_page_advised", in.cache.huge_advised}}},
+          {"frames_registered", in.frames_registered},
+          {"longest_stop_ms", in.longest_stop.count() / 1000.0},
+          {"seconds_profiling", seconds_profiling_},
+          {"seconds_optimizing", seconds_optimizing_},
+          {"undo_count", undo_count_},
+          {"redo_count", redo_count_},
+          {"error", in.error}};
 }
 
 // Lays out the hot code (jit/pipeline.h). Only reported for now: a plan that

@@ -5,10 +5,16 @@
 //   check     the executable parses completely             else profiling → unsupported
 //             (sampling is stopped on every way out)
 //   profile   ... until the hot set is stable             profiling → dynimizing
-//   dynimize  lay out and inject the hot code              (jit/ and injection: later issues)
+//   dynimize  lay out and inject the hot code              dynimizing → dynimized
+//             (injector.h)                                 else → failed, original code
 //
-// The lifecycle never touches the target's memory or threads yet: profiling
-// reads /proc and perf ring buffers only.
+// A target that already holds a dyni cache (an earlier dynid's, or its
+// parent's before a fork) is adopted from the cache's record instead:
+// profiling → dynimized (or undone), never injected twice (cache_scan.h).
+// With `dynimize = false` the plan is only logged, nothing is written.
+//
+// -undo and -redo come from the daemon's thread (undo(), redo()); they act
+// only once the lifecycle's own thread has finished.
 #pragma once
 
 #include <sys/types.h>
@@ -16,9 +22,11 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "dynid/injector.h"
 #include "dynid/target_table.h"
 #include "profiler/recorder.h"
 
@@ -26,16 +34,27 @@ namespace dyni {
 
 class TargetLifecycle {
  public:
-  TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options);
+  TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options, bool dynimize);
   ~TargetLifecycle();  // stops the thread and waits for it (≤ one step, ~100 ms)
 
   pid_t pid() const { return pid_; }
   uint64_t start_time() const { return start_time_; }
   // The profile so far (or final); null before sampling started.
   nlohmann::json profile_json(std::size_t top_n) const;
+  // What was injected (-status -json); null when nothing was.
+  nlohmann::json injection_json() const;
+
+  // dynimized → undone: every patched entry gets its original bytes back.
+  // undone → dynimized: the entries are patched again, after the same checks.
+  // Each returns a line for the operator, or why it could not.
+  Result<std::string> undo();
+  Result<std::string> redo();
 
  private:
   void run();
+  bool adopt_existing_cache();
+  void dynimize();
+  void fail_injection(const std::string& reason);
   Status start_profiling();
   Status check_executable();
   Status profile_until_stable();
@@ -50,7 +69,17 @@ class TargetLifecycle {
   std::atomic<bool> stop_{false};
   mutable std::mutex mutex_;  // guards recorder_ between this thread and status requests
   std::unique_ptr<profiler::Recorder> recorder_;
-  nlohmann::json plan_;  // the jit's plan for the cache (a dry run until injection lands)
+  nlohmann::json plan_;  // the jit's plan for the cache
+  bool dynimize_;        // [options] dynimize: inject, or only plan
+  double seconds_profiling_ = 0, seconds_optimizing_ = 0;
+
+  // What is injected; undo/redo and status requests come from the daemon's
+  // thread. Set once by this lifecycle's thread, before its last transition.
+  mutable std::mutex injection_mutex_;
+  std::optional<Injection> injection_;
+  bool adopted_ = false;  // found in the target, not made by this dynid
+  std::size_t redo_count_ = 0, undo_count_ = 0;
+
   std::thread thread_;
 };
 

@@ -92,8 +92,9 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
   std::lock_guard lock(mutex_);
   for (auto& [pid, t] : targets_) {
     t.cpu_percent = t.cpu.percent(rule.window_ms);
-    if (!licensed && (t.state == TargetState::Waiting || t.state == TargetState::Profiling ||
-                      t.state == TargetState::Dynimizing))
+    // A target being injected finishes (seconds): its lifecycle must keep what
+    // it patched, for -undo.
+    if (!licensed && (t.state == TargetState::Waiting || t.state == TargetState::Profiling))
       set_state(t, TargetState::Unlicensed, "no active license");
     if (licensed && t.state == TargetState::Unlicensed)
       set_state(t, TargetState::Waiting, "license active");

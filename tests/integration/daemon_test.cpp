@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -26,6 +27,55 @@ int perf_events_open(pid_t pid) {
     if (std::filesystem::read_symlink(e.path(), ec).string() == "anon_inode:[perf_event]") ++n;
   }
   return n;
+}
+
+// The executable's code as the process runs it equals the file's, byte for
+// byte (every r-x mapping of `exe`).
+bool text_equals_file(pid_t pid, const std::string& exe) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::ifstream file(exe, std::ios::binary);
+  std::ifstream mem("/proc/" + std::to_string(pid) + "/mem", std::ios::binary);
+  int compared = 0;
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0, offset = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx", &lo, &hi, perms, &offset) != 4) continue;
+    if (std::string(perms).substr(0, 3) != "r-x" || line.find(exe) == std::string::npos) continue;
+    std::string live(hi - lo, '\0'), disk(hi - lo, '\0');
+    mem.seekg(static_cast<std::streamoff>(lo));
+    mem.read(live.data(), static_cast<std::streamsize>(live.size()));
+    file.seekg(static_cast<std::streamoff>(offset));
+    file.read(disk.data(), static_cast<std::streamsize>(disk.size()));
+    std::size_t n = static_cast<std::size_t>(file.gcount());  // the last page may run past the file
+    if (!mem || n == 0 || live.compare(0, n, disk, 0, n) != 0) return false;
+    ++compared;
+  }
+  return compared > 0;
+}
+
+// Anonymous r-x mappings of `pid` that start with dyni's cache record.
+int caches_in(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::ifstream mem("/proc/" + std::to_string(pid) + "/mem", std::ios::binary);
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
+    char perms[8] = {}, dev[16] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %15s %lu", &lo, &hi, perms, &offset, dev, &inode) != 6) continue;
+    if (std::string(perms) != "r-xp" || inode != 0) continue;
+    char magic[8] = {};
+    mem.clear();
+    mem.seekg(static_cast<std::streamoff>(lo));
+    mem.read(magic, 8);
+    n += mem && std::string(magic, 8) == "DYNICACH";
+  }
+  return n;
+}
+
+nlohmann::json target_json(const DyniHost& host, pid_t pid) {
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
+    if (t["pid"] == pid) return t;
+  return nullptr;
 }
 
 class Daemon : public ::testing::Test {
@@ -339,8 +389,9 @@ TEST_F(Daemon, ReloadAndSighupRereadTheConfigKeepingState) {
 }
 
 TEST_F(Daemon, ProfilesABusyTargetUntilItsHotSetIsStable) {
+  // dynimize = false: the jit's plan is made and shown, nothing is injected.
   host.write_config({"dyni-hot", "dyni-idle-p"},
-                    std::string(kFastOptions) + "profile_min_samples = 1000\nprofile_max_seconds = 20\n");
+                    std::string(kFastOptions) + "profile_min_samples = 1000\nprofile_max_seconds = 20\ndynimize = false\n");
   host.license_this_host();
   ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
   pid_t idle = host.spawn({host.install_program(DYNI_TEST_IDLE, "dyni-idle-p"), "30"});
@@ -365,7 +416,8 @@ TEST_F(Daemon, ProfilesABusyTargetUntilItsHotSetIsStable) {
   EXPECT_EQ(stranger.err, "dyni: pid 1 is not a dyni target (see dyni -status)\n");
   EXPECT_NE(host.log().find("profiling -> dynimizing (hot set found)"), std::string::npos);
   EXPECT_EQ(perf_events_open(host.daemon_pid()), 0) << "sampling must stop once profiled";
-  // The jit plans the cache for the hot set (a dry run until injection lands).
+  EXPECT_TRUE(text_equals_file(hot, host.dir() + "/dyni-hot")) << "dynimize = false must not write";
+  // The jit plans the cache for the hot set.
   nlohmann::json plan;
   for (int i = 0; i < 100 && plan.is_null(); ++i, std::this_thread::sleep_for(100ms))
     plan = nlohmann::json::parse(host.dyni({"-profile=" + std::to_string(hot), "-json"}).out)["profile"].value("jit", nlohmann::json());
@@ -399,8 +451,62 @@ TEST_F(Daemon, AMalformedExecutableMakesItsTargetUnsupported) {
   EXPECT_NE(status.find("unsupported: "), std::string::npos);
   EXPECT_NE(status.find("bad section header table"), std::string::npos) << status;
   EXPECT_TRUE(DyniHost::alive(bad));
-  ASSERT_TRUE(host.wait_for_state(good, "dynimizing", 25s)) << host.state_of(good);
+  ASSERT_TRUE(host.wait_for_state(good, "dynimized", 30s)) << host.state_of(good) << host.log();
   EXPECT_EQ(perf_events_open(host.daemon_pid()), 0) << "no sampling left behind";
+}
+
+// The whole pipeline on a real target: profiled, injected, undone, redone;
+// a new dynid finds the cache's record and adopts the target instead of
+// injecting it twice, and undoes it from the record alone. The target checks
+// every result it computes (WRONG and exit 3 on a difference).
+TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
+  const std::string options = std::string(kFastOptions) + "profile_min_samples = 1000\nprofile_max_seconds = 20\n";
+  start({"dyni-hot-inj"}, options);
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-inj");
+  pid_t hot = host.spawn({exe, "120", "2"});
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  nlohmann::json d = target_json(host, hot)["dynimized"];
+  ASSERT_TRUE(d.is_object()) << target_json(host, hot).dump();
+  EXPECT_GE(d["functions_patched"].get<int>(), 15) << d.dump();
+  EXPECT_EQ(d["adopted"], false);
+  EXPECT_GT(d["cache"]["code_bytes"].get<int>(), 0);
+  EXPECT_GT(d["longest_stop_ms"].get<double>(), 0.0);
+  EXPECT_GT(d["seconds_profiling"].get<double>(), 0.5);
+  EXPECT_GT(d["seconds_optimizing"].get<double>(), 0.0);
+  EXPECT_EQ(d["frames_registered"].get<std::string>().rfind("yes", 0), 0u) << d.dump();
+  EXPECT_FALSE(text_equals_file(hot, exe)) << "dynimized, yet the code is the file's";
+  EXPECT_EQ(caches_in(hot), 1);
+  EXPECT_NE(host.dyni({"-status"}).out.find(", dynimized\n"), std::string::npos);
+
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.err;
+  EXPECT_NE(undo.out.find("original code restored"), std::string::npos) << undo.out;
+  EXPECT_EQ(host.state_of(hot), "undone");
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "undo must restore every byte";
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.err << redo.out;
+  EXPECT_EQ(host.state_of(hot), "dynimized");
+  EXPECT_FALSE(text_equals_file(hot, exe));
+
+  // A new dynid: the record in the cache says the target is dynimized.
+  host.dyni({"-stop"});
+  ASSERT_TRUE(DyniHost::alive(hot));
+  EXPECT_FALSE(text_equals_file(hot, exe)) << "stopping dynid must leave targets as they are";
+  start({"dyni-hot-inj"}, options);
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 20s)) << host.state_of(hot) << host.log();
+  d = target_json(host, hot)["dynimized"];
+  EXPECT_EQ(d["adopted"], true) << d.dump();
+  EXPECT_EQ(caches_in(hot), 1) << "injected twice";
+  undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.err;
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "undo from the record must restore every byte";
+  EXPECT_EQ(host.state_of(hot), "undone");
+
+  // The target ran its whole time with right results.
+  kill(hot, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
 TEST_F(Daemon, ATargetExitingWhileProfiledIsDropped) {

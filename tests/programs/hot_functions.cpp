@@ -1,8 +1,11 @@
 // A target with a known profile: 24 functions, function k doing (24 - k) units
 // of work per round, so function k gets (24-k)/300 of the CPU (8 % down to 0.3 %).
-// usage: dyni-test-hot [SECONDS=30] [THREADS=2]
+// Every round's result is checked against the first one's: a wrong result
+// (dyni's copies computing differently) prints WRONG and exits 3.
+// usage: dyni-test-hot [SECONDS=30] [THREADS=2]   (THREADS workers; main waits)
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -22,11 +25,18 @@ unsigned long one_round(unsigned long x, std::integer_sequence<int, K...>) {
   return x;
 }
 
-static void run(std::chrono::steady_clock::time_point until) {
-  unsigned long x = 1;
-  while (std::chrono::steady_clock::now() < until)
-    x = one_round(x, std::make_integer_sequence<int, 24>{});
-  sink += x;
+static unsigned long round_from_one() { return one_round(1, std::make_integer_sequence<int, 24>{}); }
+
+static void run(std::chrono::steady_clock::time_point until, unsigned long expected) {
+  while (std::chrono::steady_clock::now() < until) {
+    unsigned long x = round_from_one();
+    if (x != expected) {
+      std::printf("WRONG round: %lu, not %lu\n", x, expected);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+    sink += x;
+  }
 }
 
 int main(int argc, char** argv) {
@@ -34,8 +44,9 @@ int main(int argc, char** argv) {
   int threads = argc > 2 ? std::atoi(argv[2]) : 2;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(run, until);
-  run(until);
+  const unsigned long expected = round_from_one();
+  // The main thread waits, parked in a system call, as a server's threads do.
+  for (int i = 0; i < threads; ++i) pool.emplace_back(run, until, expected);
   for (auto& t : pool) t.join();
   return 0;
 }

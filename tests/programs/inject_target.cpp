@@ -67,11 +67,32 @@ struct Counter {
   }
 }
 
+uint64_t inject_rseq_section(uint64_t x);
+
 [[gnu::noinline]] uint64_t inject_round(uint64_t x) {
   uint64_t (*step)(uint64_t, int) = inject_loop;
   uint64_t cleanups = 0;
   for (int i = 0; i < 50; ++i) x = inject_guarded(step(x, 40 + i % 5), cleanups);
-  return x + inject_fib(12) + cleanups;
+  return inject_rseq_section(x + inject_fib(12) + cleanups);
+}
+
+// An rseq critical section (only its descriptor matters here: the process
+// never arms it): the injector must leave this function in place.
+[[gnu::noinline]] uint64_t inject_rseq_section(uint64_t x) {
+  asm volatile(
+      ".pushsection __rseq_cs, \"aw\"\n"
+      ".balign 32\n"
+      ".long 0, 0\n"
+      ".quad 1f, 2f - 1f, 3f\n"
+      ".popsection\n"
+      "1: add $1, %0\n"
+      "2:\n"
+      ".pushsection .text.unlikely, \"ax\"\n"
+      ".long 0x53053053\n"
+      "3: ud2\n"
+      ".popsection\n"
+      : "+r"(x));
+  return x;
 }
 
 }  // extern "C"

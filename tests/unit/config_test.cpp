@@ -21,7 +21,7 @@ TEST(Config, ParsesExeListOptionsAndLicense) {
   auto c = parse_config(
       "; comment\n[exeList]\nmysqld\n  mariadbd ; inline comment\n/opt/app/bin/srv\n"
       "# another comment\n[options]\nbusy_threshold_percent = 75\nbusy_window_ms=1500\n"
-      "scan_interval_ms = 200\nlog_file = /tmp/x.log\nlog_debug = yes\n"
+      "scan_interval_ms = 200\nlog_file = /tmp/x.log\nlog_debug = yes\ndynimize = no\n"
       "[license]\npublic_key = /etc/dyni/k.pem\n",
       "test.conf");
   ASSERT_TRUE(c) << c.error().message();
@@ -31,6 +31,7 @@ TEST(Config, ParsesExeListOptionsAndLicense) {
   EXPECT_EQ(c->scan_interval_ms, 200);
   EXPECT_EQ(c->log_file, "/tmp/x.log");
   EXPECT_TRUE(c->log_debug);
+  EXPECT_FALSE(c->dynimize);
   EXPECT_EQ(c->license_public_key, "/etc/dyni/k.pem");
 }
 

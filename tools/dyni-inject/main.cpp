@@ -2,7 +2,9 @@
 // live process's executable for SECONDS the way dynid does, then injects its
 // hot set (99 % of the executable's samples) with dynid/injector.h, prints
 // what it did, and with --undo-after puts the entries back after that long.
-// DYNI_HOT_FRACTION=0.5 injects the functions that cover half the samples.
+// DYNI_HOT_FRACTION=0.5 injects the functions that cover half the samples;
+// DYNI_ORIGINAL_ORDER=1 copies every function's blocks in their original
+// order (no profile layout), to tell the layout's effect from the copy's.
 // With --commands it then reads "undo", "redo" and "quit" lines on stdin and
 // answers each with "ok" (bench/injection_ab.sh alternates with it). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
@@ -73,6 +75,8 @@ int main(int argc, char** argv) {
   // the injected functions cover (benchmarks vary it).
   const char* fraction = std::getenv("DYNI_HOT_FRACTION");
   InjectRequest request{pid, mp.hot_set(fraction ? std::atof(fraction) : 0.99), &mp};
+  if (const char* original = std::getenv("DYNI_ORIGINAL_ORDER"); original && std::string(original) == "1")
+    request.profile = nullptr;
   auto t0 = std::chrono::steady_clock::now();
   auto injected = inject_executable(request);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -93,8 +97,8 @@ int main(int argc, char** argv) {
   for (std::string line; commands && std::getline(std::cin, line) && line != "quit";) {
     std::string answer = "ok";
     if (line == "undo") {
-      if (auto r = undo_patches(pid, injected->patched); !r) answer = r.error().message();
-    } else if (auto r = redo_patches(pid, injected->patched, injected->frames); !r) {
+      if (auto r = undo_patches(*injected); !r) answer = r.error().message();
+    } else if (auto r = redo_patches(*injected); !r) {
       answer = r.error().message();
     } else if (r->patched.size() != injected->patched.size()) {
       answer = fmt::format("redo patched {} of {} entries; first skipped: {}", r->patched.size(),
@@ -105,7 +109,7 @@ int main(int argc, char** argv) {
   }
   if (argc == 5) {
     std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[4])));
-    if (auto r = undo_patches(pid, injected->patched); !r) {
+    if (auto r = undo_patches(*injected); !r) {
       std::fprintf(stderr, "dyni-inject: undo: %s\n", r.error().message().c_str());
       return 1;
     }

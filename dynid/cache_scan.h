@@ -1,0 +1,28 @@
+// Finding the dyni caches a target already holds (issue 11 item 4): one made
+// by an earlier dynid (after dyni -stop or a crash), or inherited from a
+// parent it was forked from, which keeps the parent's cache and patches. Each
+// is recognised by the record at its start (cache_record.h), so a target is
+// never injected twice and can be undone from its own memory alone.
+//
+// Reads the target's memory only; what it reads is untrusted (I9): a mapping
+// whose record does not decode is not dyni's and is left alone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+#include "common/result.h"
+#include "dynid/cache_record.h"
+#include "profiler/process_maps.h"
+
+namespace dyni {
+
+// Records of every anonymous, private, read-execute mapping that starts with
+// a valid one.
+std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps);
+
+// How many of `record`'s patches are live (the entry holds dyni's jump).
+std::size_t live_patches(pid_t pid, const CacheRecord& record);
+
+}  // namespace dyni
