@@ -36,7 +36,7 @@ std::vector<Range> holes(const std::vector<profiler::Mapping>& maps, uint64_t mi
     uint64_t start = m.path == "[stack]" && m.start > kStackGap ? m.start - kStackGap : m.start;
     if (!m.file_backed() && start >= kGuard) start -= kGuard;
     if (start > from) out.push_back({from, start});
-    if (m.end > from) from = m.file_backed() ? m.end : m.end + kGuard;
+    from = std::max(from, m.file_backed() ? m.end : m.end + kGuard);
   }
   if (kUserTop > from) out.push_back({from, kUserTop});
   return out;

@@ -32,9 +32,9 @@ std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profile
   return out;
 }
 
-std::size_t live_patches(pid_t pid, const CacheRecord& record) {
+std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches) {
   std::size_t live = 0;
-  for (const PatchRecord& p : record.patches) {
+  for (const PatchRecord& p : patches) {
     auto bytes = read_target(pid, p.addr, p.replacement.size());
     live += bytes && std::equal(bytes->begin(), bytes->end(), p.replacement.begin());
   }

@@ -22,7 +22,7 @@ namespace dyni {
 // a valid one.
 std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps);
 
-// How many of `record`'s patches are live (the entry holds dyni's jump).
-std::size_t live_patches(pid_t pid, const CacheRecord& record);
+// How many of the patches are live (the entry holds dyni's jump).
+std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches);
 
 }  // namespace dyni

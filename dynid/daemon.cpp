@@ -138,13 +138,26 @@ void Daemon::sync_lifecycles() {
     auto t = live.find(it->first);
     // Unsupported/failed targets keep their lifecycle (finished) so that
     // -profile still answers; only departure or the license gate ends it.
-    bool keep = t != live.end() && t->second.start_time == it->second->start_time() &&
-                t->second.state != TargetState::Waiting && t->second.state != TargetState::Unlicensed;
+    // A waiting target's adoption check runs to its end.
+    bool same = t != live.end() && t->second.start_time == it->second->start_time();
+    bool keep = same && ((t->second.state != TargetState::Waiting && t->second.state != TargetState::Unlicensed) ||
+                         (it->second->adopt_only() && !it->second->finished()));
     it = keep ? std::next(it) : lifecycles_.erase(it);
   }
-  for (const auto& [pid, t] : live)
-    if (t.state == TargetState::Profiling && !lifecycles_.count(pid))
+  std::erase_if(adoption_checked_, [&](const auto& id) {
+    auto t = live.find(id.first);
+    return t == live.end() || t->second.start_time != id.second;
+  });
+  for (const auto& [pid, t] : live) {
+    if (lifecycles_.count(pid)) continue;
+    if (t.state == TargetState::Profiling) {
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), config_.dynimize));
+    } else if (t.state == TargetState::Waiting && adoption_checked_.insert({pid, t.start_time}).second) {
+      // Idle, but maybe dynimized by an earlier dynid: -undo must reach it.
+      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), config_.dynimize,
+                                                                 /*adopt_only=*/true));
+    }
+  }
 }
 
 profiler::RecorderOptions Daemon::recorder_options() const {
@@ -203,7 +216,18 @@ Status Daemon::reload(const std::string& why) {
   return ok();
 }
 
+// A bug in answering one request must not end dynid (its targets would
+// lose -undo): it is answered as an error.
 protocol::Response Daemon::handle(const protocol::Request& request) {
+  try {
+    return answer(request);
+  } catch (const std::exception& e) {
+    log::error("control request {}: internal error: {}", request.command, e.what());
+    return protocol::error_response(std::string("internal error: ") + e.what());
+  }
+}
+
+protocol::Response Daemon::answer(const protocol::Request& request) {
   namespace cmd = protocol::cmd;
   const std::string& c = request.command;
   log::debug("control request: {}", c);
@@ -277,6 +301,8 @@ protocol::Response Daemon::undo_or_redo(bool undo) {
   TargetState from = undo ? TargetState::Dynimized : TargetState::Undone;
   std::vector<std::string> done, failed;
   for (const Target& t : targets_.snapshot()) {
+    if (undo && t.state == TargetState::Dynimizing)
+      failed.push_back(fmt::format("{} (pid {}): being dynimized; run dyni -undo again in a few seconds", t.name, t.pid));
     if (t.state != from) continue;
     auto lc = lifecycles_.find(t.pid);
     if (lc == lifecycles_.end() || lc->second->start_time() != t.start_time) continue;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,7 @@ class Daemon {
   void on_signal();
   Status reload(const std::string& why);
   protocol::Response handle(const protocol::Request& request);
+  protocol::Response answer(const protocol::Request& request);
   protocol::Response status() const;
   protocol::Response undo_or_redo(bool undo);
   int poll_timeout_ms(int64_t now);
@@ -67,6 +69,8 @@ class Daemon {
   // One per target past `waiting`; declared after targets_ so it is destroyed
   // (threads joined) before the table they update.
   std::map<pid_t, std::unique_ptr<TargetLifecycle>> lifecycles_;
+  // Waiting targets already checked for a cache of dyni's (pid, start time).
+  std::set<std::pair<pid_t, uint64_t>> adoption_checked_;
   license::LicenseState license_;
   bool stopping_ = false;
   int64_t started_unix_ms_;

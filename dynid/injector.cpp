@@ -27,7 +27,11 @@ namespace dyni {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr auto kStopTimeout = 1000ms;
+// A window whose threads do not all stop within this (a thread in
+// uninterruptible sleep: fsync, a vfork parent) is given up and tried again
+// later: the stopped threads must not wait long.
+constexpr auto kStopTimeout = 100ms;
+constexpr int kStopAttempts = 5;  // for the windows that must happen (map, register, undo)
 constexpr int kPatchWindows = 5;  // windows a site may wait for, then it is skipped
 constexpr int kRegisterAttempts = 10;  // windows in which to look for a thread to run __register_frame
 
@@ -121,15 +125,31 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
 // Called with every thread held, before anything is written: the process is
 // the one dyni prepared for (its start time: not a reused pid) and, once
-// there is a cache, still holds it (an exec drops every mapping).
-Status same_target(pid_t pid, uint64_t start_time, uint64_t cache_addr) {
+// there is a cache, still holds it (an exec drops every mapping): `mark`,
+// bytes dyni wrote, are still at `at`.
+Status same_target(pid_t pid, uint64_t start_time, uint64_t at = 0, std::span<const uint8_t> mark = {}) {
   auto stat = read_proc_stat("/proc", pid);
   if (!stat || stat->start_time != start_time) return fail(fmt::format("process {} is gone or was replaced", pid));
-  if (!cache_addr) return ok();
-  auto head = read_target(pid, cache_addr, kRecordMagic.size());
-  if (!head || !std::equal(kRecordMagic.begin(), kRecordMagic.end(), head->begin()))
-    return fail(fmt::format("the cache at {:#x} is gone from process {} (exec?)", cache_addr, pid));
+  if (mark.empty()) return ok();
+  auto head = read_target(pid, at, mark.size());
+  if (!head || !std::equal(mark.begin(), mark.end(), head->begin()))
+    return fail(fmt::format("the cache at {:#x} is gone from process {} (exec?)", at, pid));
   return ok();
+}
+
+// The same, once the cache's record is written.
+Status same_target_with_record(const Injection& in) {
+  return same_target(in.pid, in.start_time, in.cache.addr, kRecordMagic);
+}
+
+// Stops every thread, trying a few times: a thread may be in uninterruptible
+// sleep at one moment and not the next.
+Result<WorldStop> stop_world(pid_t pid) {
+  for (int attempt = 1;; ++attempt) {
+    auto w = WorldStop::stop(pid, kStopTimeout);
+    if (w || attempt == kStopAttempts) return w;
+    std::this_thread::sleep_for(200ms);
+  }
 }
 
 // The hot functions whose code in the target is still the file's: a copy is
@@ -268,9 +288,10 @@ Result<uint64_t> register_frame_function(pid_t pid, const std::vector<profiler::
 Status register_frames(const Injection& in, const profiler::Symbolizer& symbols, uint64_t register_frame, uint64_t blob,
                        uint64_t stub, std::chrono::milliseconds timeout) {
   const pid_t pid = in.pid;
-  auto w = WorldStop::stop(pid, kStopTimeout);
+  auto w = stop_world(pid);
   if (!w) return std::unexpected(w.error());
-  if (auto same = same_target(pid, in.start_time, in.cache.addr); !same) return same;
+  // The record is not written yet: the return stub marks the cache.
+  if (auto same = same_target(pid, in.start_time, stub, kReturnStub); !same) return same;
   StackReader reader(pid);
   std::string why;
   for (const auto& [tid, t] : w->threads()) {
@@ -293,15 +314,22 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches) {
 }
 
 // One stop window: the sites that are safe now are written, one write each.
+// A window whose threads did not all stop in time is missed: every site waits.
 Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vector<PatchRecord>& patches,
-                                            std::chrono::microseconds& longest) {
+                                            WindowTiming& timing) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t); };
   const pid_t pid = in.pid;
-  auto t0 = std::chrono::steady_clock::now();
+  WindowTiming now;
+  auto t0 = Clock::now();
   auto w = WorldStop::stop(pid, kStopTimeout);
-  if (!w) return std::unexpected(w.error());
-  if (auto same = same_target(pid, in.start_time, in.cache.addr); !same) return std::unexpected(same.error());
+  if (!w) return std::vector<SiteCheck>(patches.size(), {SiteVerdict::Wait, "no window: " + w.error().message()});
+  now.stop = since(t0);
+  now.threads = w->threads().size();
+  if (auto same = same_target_with_record(in); !same) return std::unexpected(same.error());
   auto maps = profiler::read_maps(pid);  // held: no thread can map or unmap meanwhile
   if (!maps) return std::unexpected(maps.error());
+  auto t1 = Clock::now();
   StackReader reader(pid, {in.frames});
   std::map<pid_t, ThreadStack> stacks;
   for (const auto& [tid, t] : w->threads()) {
@@ -311,6 +339,8 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
     // instruction to restart it: that PC must not be inside an entry either.
     if (static_cast<long>(t.regs.orig_rax) >= 0) stacks[tid].frames.push_back({t.regs.rip - 2, false});
   }
+  now.unwind = since(t1);
+  auto t2 = Clock::now();
   auto live = [&](uint64_t addr) -> Result<std::array<uint8_t, kPatchBytes>> {
     auto bytes = read_target(pid, addr, kPatchBytes);
     if (!bytes) return std::unexpected(bytes.error());
@@ -320,6 +350,8 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   };
   std::vector<PatchSite> sites = sites_of(patches);
   std::vector<SiteCheck> checks = check_patch_sites(sites, stacks, live);
+  now.check = since(t2);
+  auto t3 = Clock::now();
   for (std::size_t i = 0; i < patches.size(); ++i) {
     if (checks[i].verdict != SiteVerdict::Patch) continue;
     const profiler::Mapping* text = mapping_at(*maps, patches[i].addr);
@@ -331,16 +363,21 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
     }
     if (auto r = write_in_mapping(pid, *text, patches[i].addr, patches[i].replacement); !r)
       checks[i] = {SiteVerdict::LeaveAlone, r.error().message()};
+    else
+      ++now.writes;
   }
+  now.write = since(t3);
   w->resume();
-  longest = std::max(longest, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0));
+  now.total = since(t0);
+  if (now.total > timing.total) timing = now;
   return checks;
 }
 
 // Up to kPatchWindows windows: sites that must wait are tried again.
 Status patch_all(std::vector<PatchRecord> pending, Injection& out) {
   for (int window = 0; window < kPatchWindows && !pending.empty(); ++window) {
-    auto checks = patch_window(out, pending, out.longest_stop);
+    auto checks = patch_window(out, pending, out.longest_window);
+    out.longest_stop = std::max(out.longest_stop, out.longest_window.total);
     if (!checks) return std::unexpected(checks.error());
     std::vector<PatchRecord> again;
     for (std::size_t i = 0; i < pending.size(); ++i) {
@@ -353,7 +390,7 @@ Status patch_all(std::vector<PatchRecord> pending, Injection& out) {
       }
     }
     pending = std::move(again);
-    if (!pending.empty()) std::this_thread::sleep_for(20ms);
+    if (!pending.empty()) std::this_thread::sleep_for(50ms);
   }
   return ok();
 }
@@ -428,12 +465,18 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   return p;
 }
 
-// Writes record, stub, code and frames into the mapped cache.
-Status write_all(pid_t pid, const Prepared& p, const MappedCache& cache) {
+// Writes the record into the mapped cache: last, once everything it
+// describes is in place.
+Status write_record(pid_t pid, const Prepared& p, const MappedCache& cache) {
   std::vector<uint8_t> head = encode_record(p.record);
   if (head.size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
-  for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(head), uint64_t{0}},
-                               std::pair{std::span<const uint8_t>(kReturnStub), p.layout.stub_offset},
+  return write_cache(pid, cache, head, 0);
+}
+
+// Writes stub, code, frames and their search table into the mapped cache.
+Status write_code(pid_t pid, const Prepared& p, const MappedCache& cache) {
+  if (encode_record(p.record).size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
+  for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(kReturnStub), p.layout.stub_offset},
                                std::pair{std::span<const uint8_t>(p.planned.plan.cache.bytes), p.layout.code_offset},
                                std::pair{std::span<const uint8_t>(p.planned.frames.blob), p.layout.blob_offset},
                                std::pair{std::span<const uint8_t>(p.search_table), p.layout.table_offset}})
@@ -476,9 +519,9 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
   {  // A short window, for the mmap alone.
-    auto w = WorldStop::stop(req.pid, kStopTimeout);
+    auto w = stop_world(req.pid);
     if (!w) return std::unexpected(w.error());
-    if (auto same = same_target(req.pid, out.start_time, 0); !same) return std::unexpected(same.error());
+    if (auto same = same_target(req.pid, out.start_time); !same) return std::unexpected(same.error());
     auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
@@ -491,7 +534,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   out.copies = copy_ranges(*p);
   out.frames = {out.code_addr, out.code_addr + out.code_size, p->place.addr + p->layout.table_offset,
                 p->search_table.size() / jit::kSearchEntryBytes};
-  if (auto r = write_all(req.pid, *p, out.cache); !r) {
+  if (auto r = write_code(req.pid, *p, out.cache); !r) {
     out.error = r.error().message();
     return out;
   }
@@ -504,22 +547,30 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   } else {
     out.frames_registered = "yes: __register_frame of libgcc_s";
   }
+  // The record last, before any patch: a cache with a record is complete and
+  // its frames registered, so a new dynid (or a forked child's) may redo it.
+  if (auto r = write_record(req.pid, *p, out.cache); !r) {
+    out.error = r.error().message();
+    return out;
+  }
   if (auto r = patch_all(p->record.patches, out); !r) out.error = r.error().message();
   return out;
 }
 
 Status undo_patches(const Injection& in) {
   const pid_t pid = in.pid;
-  auto w = WorldStop::stop(pid, kStopTimeout);
+  auto w = stop_world(pid);
   if (!w) return std::unexpected(w.error());
-  if (auto same = same_target(pid, in.start_time, in.cache.addr); !same) return same;
+  if (auto same = same_target_with_record(in); !same) return same;
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   for (const PatchRecord& p : in.patched) {
     auto live = read_target(pid, p.addr, kPatchBytes);
     if (!live || !std::equal(live->begin(), live->end(), p.replacement.begin())) continue;  // not ours any more
+    // Only where a patch can be (a record read from the target is
+    // untrusted): a file's executable code, the 5 bytes within one page.
     const profiler::Mapping* text = mapping_at(*maps, p.addr);
-    if (!text) continue;
+    if (!text || !text->executable || !text->file_backed() || p.addr % 4096 > 4096 - kPatchBytes) continue;
     if (auto r = write_in_mapping(pid, *text, p.addr, p.original); !r) return r;
   }
   return ok();
@@ -536,7 +587,7 @@ Result<Injection> redo_patches(const Injection& in) {
     else
       pending.push_back(p);
   }
-  if (auto r = patch_all(pending, again); !r) return std::unexpected(r.error());
+  if (auto r = patch_all(pending, again); !r) again.error = r.error().message();
   return again;
 }
 

@@ -47,6 +47,12 @@ struct CopyRange {
   std::string name;  // for people: demangled, or func_<hex link-time address>
 };
 
+// Where a patch window's time went (the longest one is kept).
+struct WindowTiming {
+  std::chrono::microseconds total{0}, stop{0}, unwind{0}, check{0}, write{0};
+  std::size_t threads = 0, writes = 0;
+};
+
 struct Injection {
   pid_t pid = 0;
   uint64_t start_time = 0;  // with pid, names the process (checked in every stop window)
@@ -59,6 +65,7 @@ struct Injection {
   std::vector<PatchRecord> patched;
   std::vector<std::string> skipped;  // "func_<addr>: reason"
   std::chrono::microseconds longest_stop{0};
+  WindowTiming longest_window;  // of the patch windows
   std::string error;  // set when a step failed after the cache was mapped
 };
 
@@ -73,7 +80,8 @@ Status undo_patches(const Injection& injection);
 // Writes dyni's jump again where the live bytes are the original ones, after
 // the same live checks as the first time (A/B benchmarks on one process);
 // entries still patched count as patched. Returns what is patched and what
-// was skipped, with reasons.
+// was skipped, with reasons; `error` when it stopped early (some entries
+// may be patched).
 Result<Injection> redo_patches(const Injection& injection);
 
 // The Injection a cache's record describes (a cache found in the target by

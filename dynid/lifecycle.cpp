@@ -31,17 +31,29 @@ std::string first_or_none(const std::vector<std::string>& v) { return v.empty() 
 }  // namespace
 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
-                                 profiler::RecorderOptions options, bool dynimize)
+                                 profiler::RecorderOptions options, bool dynimize, bool adopt_only)
     : pid_(target.pid), start_time_(target.start_time), name_(target.name), table_(table),
-      options_(options), dynimize_(dynimize), thread_([this] { run(); }) {}
+      options_(options), dynimize_(dynimize), adopt_only_(adopt_only), started_in_(target.state),
+      thread_([this] { run(); }) {}
 
 TargetLifecycle::~TargetLifecycle() {
   stop_ = true;
   thread_.join();
 }
 
+// A bug must cost this target its optimization, never dynid its life.
 void TargetLifecycle::run() {
-  if (adopt_existing_cache()) return;
+  try {
+    if (!adopt_existing_cache() && !adopt_only_) run_pipeline();
+  } catch (const std::exception& e) {
+    log::error("target {} pid {}: internal error: {}", name_, pid_, e.what());
+    for (TargetState from : {TargetState::Profiling, TargetState::Dynimizing})
+      table_.transition(pid_, start_time_, from, TargetState::Failed, std::string("internal error: ") + e.what());
+  }
+  finished_ = true;
+}
+
+void TargetLifecycle::run_pipeline() {
   auto t0 = std::chrono::steady_clock::now();
   if (auto r = start_profiling(); !r) {
     fail_with(TargetState::Failed, "profiling: " + r.error().message());
@@ -57,9 +69,10 @@ void TargetLifecycle::run() {
   }
   if (stop_) return;
   seconds_profiling_ = seconds_since(t0);
-  table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Dynimizing,
-                    "hot set found");
+  // Not moved on (license gone, target replaced): nothing more to do.
+  if (!table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Dynimizing, "hot set found")) return;
   plan_cache();
+  if (stop_) return;
   if (!dynimize_) {
     log::info("target {} pid {}: dynimize = false in the config: the plan is not injected", name_, pid_);
     return;
@@ -81,25 +94,27 @@ bool TargetLifecycle::adopt_existing_cache() {
   std::size_t best_live = 0;
   for (const CacheRecord& r : records) {
     if (r.build_id != build_id) continue;
-    std::size_t live = live_patches(pid_, r);
+    std::size_t live = live_patches(pid_, r.patches);
     if (!best || live > best_live) best = &r, best_live = live;
   }
   if (!best) {
-    fail_with(TargetState::Failed, fmt::format("it holds a dyni cache at {:#x} for another build ({}), not for its "
-                                               "executable ({}): left alone", records[0].cache_addr,
-                                               records[0].build_id, build_id));
+    std::string why = fmt::format("it holds a dyni cache at {:#x} for another build ({}), not for its executable ({}): "
+                                  "left alone", records[0].cache_addr, records[0].build_id, build_id);
+    log::warn("target {} pid {}: {}", name_, pid_, why);
+    table_.transition(pid_, start_time_, started_in_, TargetState::Failed, why);
     return true;
   }
   {
     std::lock_guard lock(injection_mutex_);
     injection_ = from_record(pid_, start_time_, *best);
     adopted_ = true;
+    if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
   std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of {} entries patched",
                                 best->cache_addr, best_live, best->patches.size());
   log::info("target {} pid {}: {}", name_, pid_, why);
-  table_.transition(pid_, start_time_, TargetState::Profiling, to, why);
+  table_.transition(pid_, start_time_, started_in_, to, why);
   return true;
 }
 
@@ -139,9 +154,11 @@ void TargetLifecycle::dynimize() {
   {
     std::lock_guard lock(injection_mutex_);
     injection_ = std::move(kept);
+    if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
   if (!error.empty()) {
-    fail_injection(fmt::format("{}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
+    settle_after_failure(TargetState::Dynimizing,
+                         fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
     return;
   }
   std::string why = fmt::format("{} functions patched, {} skipped, {} bytes of code at {:#x}; longest stop {:.1f} ms",
@@ -154,6 +171,21 @@ void TargetLifecycle::dynimize() {
 void TargetLifecycle::fail_injection(const std::string& reason) {
   log::warn("target {} pid {}: failed: injection: {} (the target runs its original code)", name_, pid_, reason);
   table_.transition(pid_, start_time_, TargetState::Dynimizing, TargetState::Failed, "injection: " + reason);
+}
+
+// After a failure with entries patched, the state says what is live: failed
+// only when every entry has its original bytes; else dynimized (partly), so
+// that -undo reaches it.
+void TargetLifecycle::settle_after_failure(TargetState from, const std::string& reason) {
+  std::size_t live = live_patches(pid_, injection_->patched);
+  if (live == 0) {
+    log::warn("target {} pid {}: failed: {} (the target runs its original code)", name_, pid_, reason);
+    table_.transition(pid_, start_time_, from, TargetState::Failed, reason);
+    return;
+  }
+  std::string why = fmt::format("partly: {} entries patched after an error: {}; dyni -undo restores them", live, reason);
+  log::warn("target {} pid {}: {}", name_, pid_, why);
+  table_.transition(pid_, start_time_, from, TargetState::Dynimized, why);
 }
 
 Result<std::string> TargetLifecycle::undo() {
@@ -172,10 +204,13 @@ Result<std::string> TargetLifecycle::redo() {
   auto again = redo_patches(*injection_);
   if (!again) return fail("redo: " + again.error().message());
   if (again->patched.empty())
-    return fail("redo: no entry could be patched (first reason: " + first_or_none(again->skipped) + ")");
+    return fail("redo: no entry could be patched (first reason: " +
+                (again->error.empty() ? first_or_none(again->skipped) : again->error) + ")");
   ++redo_count_;
-  injection_->longest_stop = std::max(injection_->longest_stop, again->longest_stop);
-  std::string what = fmt::format("{} of {} entries patched", again->patched.size(), injection_->patched.size());
+  if (again->longest_stop > injection_->longest_stop)
+    injection_->longest_stop = again->longest_stop, injection_->longest_window = again->longest_window;
+  std::string what = fmt::format("{} of {} entries patched{}", again->patched.size(), injection_->patched.size(),
+                                 again->error.empty() ? "" : " (stopped early: " + again->error + ")");
   table_.transition(pid_, start_time_, TargetState::Undone, TargetState::Dynimized, "dyni -redo: " + what);
   log::info("target {} pid {}: redone: {}", name_, pid_, what);
   return fmt::format("{} (pid {}): optimized code back in ({})", name_, pid_, what);
@@ -187,7 +222,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
   const Injection& in = *injection_;
   std::map<std::string, std::size_t> skipped;
   for (const std::string& s : in.skipped) skipped[skip_kind(s)]++;
-  auto huge = huge_page_bytes(pid_, in.cache);
+
   return {{"adopted", adopted_},
           {"functions_patched", in.patched.size()},
           {"functions_copied", in.copies.size()},
@@ -197,10 +232,16 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"cache", {{"addr", fmt::format("{:#x}", in.cache.addr)},
                      {"bytes", in.cache.length},
                      {"code_bytes", in.code_size},
-                     {"huge_page_bytes", huge ? nlohmann::json(*huge) : nlohmann::json(nullptr)},
+                     {"huge_page_bytes", huge_page_bytes_ ? nlohmann::json(*huge_page_bytes_) : nlohmann::json(nullptr)},
                      {"huge_page_advised", in.cache.huge_advised}}},
           {"frames_registered", in.frames_registered},
           {"longest_stop_ms", in.longest_stop.count() / 1000.0},
+          {"longest_patch_window", {{"threads", in.longest_window.threads},
+                                    {"entries_written", in.longest_window.writes},
+                                    {"stop_ms", in.longest_window.stop.count() / 1000.0},
+                                    {"unwind_ms", in.longest_window.unwind.count() / 1000.0},
+                                    {"check_ms", in.longest_window.check.count() / 1000.0},
+                                    {"write_ms", in.longest_window.write.count() / 1000.0}}},
           {"seconds_profiling", seconds_profiling_},
           {"seconds_optimizing", seconds_optimizing_},
           {"undo_count", undo_count_},

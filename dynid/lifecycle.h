@@ -34,10 +34,16 @@ namespace dyni {
 
 class TargetLifecycle {
  public:
-  TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options, bool dynimize);
+  // `adopt_only`: for a target that is not busy: only look for a cache of
+  // dyni's in it (a restarted dynid must see an idle dynimized target, so
+  // that -undo reaches it); the lifecycle ends when there is none.
+  TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options, bool dynimize,
+                  bool adopt_only = false);
   ~TargetLifecycle();  // stops the thread and waits for it (≤ one step, ~100 ms)
 
   pid_t pid() const { return pid_; }
+  bool adopt_only() const { return adopt_only_; }
+  bool finished() const { return finished_; }  // its thread has nothing more to do
   uint64_t start_time() const { return start_time_; }
   // The profile so far (or final); null before sampling started.
   nlohmann::json profile_json(std::size_t top_n) const;
@@ -52,7 +58,9 @@ class TargetLifecycle {
 
  private:
   void run();
+  void run_pipeline();
   bool adopt_existing_cache();
+  void settle_after_failure(TargetState from, const std::string& reason);
   void dynimize();
   void fail_injection(const std::string& reason);
   Status start_profiling();
@@ -67,10 +75,13 @@ class TargetLifecycle {
   TargetTable& table_;
   profiler::RecorderOptions options_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
   mutable std::mutex mutex_;  // guards recorder_ between this thread and status requests
   std::unique_ptr<profiler::Recorder> recorder_;
   nlohmann::json plan_;  // the jit's plan for the cache
   bool dynimize_;        // [options] dynimize: inject, or only plan
+  bool adopt_only_;
+  TargetState started_in_;  // the target's state when this lifecycle began
   double seconds_profiling_ = 0, seconds_optimizing_ = 0;
 
   // What is injected; undo/redo and status requests come from the daemon's
@@ -78,6 +89,7 @@ class TargetLifecycle {
   mutable std::mutex injection_mutex_;
   std::optional<Injection> injection_;
   bool adopted_ = false;  // found in the target, not made by this dynid
+  std::optional<uint64_t> huge_page_bytes_;  // of the cache, measured once after injection
   std::size_t redo_count_ = 0, undo_count_ = 0;
 
   std::thread thread_;

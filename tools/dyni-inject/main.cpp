@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   }
   profiler::Profile profile(&*symbols);
   (void)profiler::sample_for(*sampler, profile, std::chrono::seconds(std::atoi(argv[2])));
+  sampler->stop();  // no sampling while the benchmarks run
   int module = executable_module(*symbols, pid);
   if (module < 0) {
     std::fprintf(stderr, "dyni-inject: the executable was not sampled\n");
@@ -90,9 +91,15 @@ int main(int argc, char** argv) {
               injected->patched.size(), injected->skipped.size(), static_cast<unsigned long long>(injected->code_addr),
               static_cast<unsigned long long>(injected->code_size),
               static_cast<long long>(injected->longest_stop.count()), seconds);
-  for (const std::string& s : injected->skipped) std::printf("  skipped %s\n", s.c_str());
+  const WindowTiming& w = injected->longest_window;
+  // Details go to stderr: stdout carries one summary line, then answers.
+  std::fprintf(stderr, "longest patch window: %zu threads, %zu entries written; stop %lld us, unwind %lld us, checks %lld us, "
+              "writes %lld us\n", w.threads, w.writes, static_cast<long long>(w.stop.count()),
+              static_cast<long long>(w.unwind.count()), static_cast<long long>(w.check.count()),
+              static_cast<long long>(w.write.count()));
+  for (const std::string& s : injected->skipped) std::fprintf(stderr, "  skipped %s\n", s.c_str());
   write_perf_map(pid, injected->copies);
-  if (!injected->error.empty()) std::printf("stopped early: %s\n", injected->error.c_str());
+  if (!injected->error.empty()) std::fprintf(stderr, "stopped early: %s\n", injected->error.c_str());
   std::fflush(stdout);
   for (std::string line; commands && std::getline(std::cin, line) && line != "quit";) {
     std::string answer = "ok";
