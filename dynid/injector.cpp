@@ -341,8 +341,9 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   }
   now.unwind = since(t1);
   auto t2 = Clock::now();
+  WindowMemory memory(pid);
   auto live = [&](uint64_t addr) -> Result<std::array<uint8_t, kPatchBytes>> {
-    auto bytes = read_target(pid, addr, kPatchBytes);
+    auto bytes = memory.read(addr, kPatchBytes);
     if (!bytes) return std::unexpected(bytes.error());
     std::array<uint8_t, kPatchBytes> a{};
     std::copy(bytes->begin(), bytes->end(), a.begin());
@@ -361,7 +362,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
       checks[i] = {SiteVerdict::LeaveAlone, "entry bytes cross a page boundary or lie outside the module's code"};
       continue;
     }
-    if (auto r = write_in_mapping(pid, *text, patches[i].addr, patches[i].replacement); !r)
+    if (auto r = memory.write_in_mapping(*text, patches[i].addr, patches[i].replacement); !r)
       checks[i] = {SiteVerdict::LeaveAlone, r.error().message()};
     else
       ++now.writes;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.h"
@@ -20,6 +21,28 @@ Result<std::vector<uint8_t>> read_target(pid_t pid, uint64_t addr, std::size_t l
 // Writes `bytes` at `addr` if [addr, addr + size) lies inside `within` (a
 // mapping the caller read from /proc/PID/maps and checked is the right one).
 Status write_in_mapping(pid_t pid, const profiler::Mapping& within, uint64_t addr, std::span<const uint8_t> bytes);
+
+// A held target's memory for one stop window: one descriptor of
+// /proc/PID/mem, pages read once and kept (many small reads: live entry
+// bytes, stack words), writes bounded like write_in_mapping. Never keep one
+// across windows: the target changes its memory whenever it runs.
+class WindowMemory {
+ public:
+  explicit WindowMemory(pid_t pid);
+  ~WindowMemory();
+  WindowMemory(const WindowMemory&) = delete;
+  WindowMemory& operator=(const WindowMemory&) = delete;
+
+  Result<std::vector<uint8_t>> read(uint64_t addr, std::size_t length);
+  Status write_in_mapping(const profiler::Mapping& within, uint64_t addr, std::span<const uint8_t> bytes);
+
+ private:
+  const uint8_t* page(uint64_t base);  // null: unreadable
+
+  pid_t pid_;
+  int fd_;
+  std::unordered_map<uint64_t, std::vector<uint8_t>> pages_;  // empty: unreadable
+};
 
 // The mapping that holds `addr`, or null.
 const profiler::Mapping* mapping_at(const std::vector<profiler::Mapping>& maps, uint64_t addr);

@@ -45,7 +45,9 @@ struct UnwindTable {
 };
 
 // Unwinds threads of one process; keeps libunwind's caches between threads.
-// Every thread passed must be held (ptrace-stopped) by the caller.
+// Every thread passed must be held (ptrace-stopped) by the caller. Memory is
+// read a page at a time during one unwind() (never cached across calls).
+// One thread at a time per reader.
 class StackReader {
  public:
   explicit StackReader(pid_t pid, std::vector<UnwindTable> tables = {});

@@ -43,6 +43,34 @@ TEST(TargetMemory, RefusesAWriteThatLeavesItsMapping) {
   EXPECT_NE(refused.error().message().find("leaves the mapping"), std::string::npos);
 }
 
+// One window's reads and writes through one descriptor (this process stands
+// in for a held target): reads across a page boundary, a write seen by the
+// next read (its page is not kept stale), the same bounds as write_in_mapping.
+TEST(TargetMemory, WindowMemoryReadsPagesOnceAndSeesItsOwnWrites) {
+  const std::size_t page = 4096;
+  auto* area = static_cast<uint8_t*>(::mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(area, MAP_FAILED);
+  ASSERT_EQ(::munmap(area + 2 * page, page), 0);  // the third page is unmapped
+  std::iota(area, area + 2 * page, uint8_t{0});
+  const uint64_t at = reinterpret_cast<uint64_t>(area);
+  profiler::Mapping m;
+  m.start = at, m.end = at + 2 * page;
+
+  WindowMemory memory(::getpid());
+  auto across = memory.read(at + page - 3, 6);
+  ASSERT_TRUE(across) << across.error().message();
+  EXPECT_EQ(std::vector<uint8_t>(area + page - 3, area + page + 3), *across);
+  std::vector<uint8_t> five = {0xe9, 1, 2, 3, 4};
+  ASSERT_TRUE(memory.write_in_mapping(m, at + 100, five));
+  EXPECT_EQ(std::vector<uint8_t>(area + 100, area + 105), five);
+  auto back = memory.read(at + 100, 5);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, five) << "a page read before the write must not be served stale";
+  EXPECT_FALSE(memory.write_in_mapping(m, at + 2 * page - 2, five));  // leaves the mapping
+  EXPECT_FALSE(memory.read(at + 2 * page - 2, 4));                    // runs into the unmapped page
+  ::munmap(area, 2 * page);
+}
+
 using CacheMappingTest = test::PtraceTest;
 
 TEST_F(CacheMappingTest, MapsWritesAndUnmapsACacheInALiveTarget) {
