@@ -36,7 +36,12 @@ bool module_holds_call_locks(std::string_view path) {
 }
 
 Status clean_for_calls(const StoppedThread& thread, const ThreadStack& stack, const profiler::Symbolizer& symbols) {
-  if (!in_restartable_call(thread.regs)) return fail("not parked in a restartable system call");
+  // Parked in a system call the kernel restarts, or stopped in user code
+  // (a CPU-bound thread, maybe the only one): the call then runs as a signal
+  // handler would at that instruction, so what matters is the stack below.
+  bool in_user_code = static_cast<long>(thread.regs.orig_rax) < 0;
+  if (!in_user_code && !in_restartable_call(thread.regs))
+    return fail("in a system call that is not restarted");
   if (!stack.complete) return fail("stack not known to its end: " + stack.incomplete_why);
   for (std::size_t i = 0; i < stack.frames.size(); ++i) {
     const StackFrame& f = stack.frames[i];

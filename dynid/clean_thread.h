@@ -2,9 +2,11 @@
 // without deadlocking on a lock it holds itself or corrupting state it was
 // in the middle of changing (DESIGN.md §7 "Calling code in the target").
 //
-// The thread must be parked: stopped inside a blocking system call that the
-// kernel will restart, with a stack unwound to its end, no signal handler on
-// it, and no frame in code that holds the locks such a call may take:
+// The thread must be parked in a blocking system call that the kernel will
+// restart, or stopped in user code (a CPU-bound program's only thread: the
+// call then runs as a signal handler would there), with a stack unwound to
+// its end, no signal handler on it, every frame in a file's code, and no
+// frame in code that holds the locks such a call may take:
 // malloc and its family (any allocator's, by name), the unwinder's frame
 // registry (_Unwind_*, __register_frame*, __deregister_frame*, all of
 // libgcc_s), the dynamic linker (all of ld.so: dl_iterate_phdr's lock), and

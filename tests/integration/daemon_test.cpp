@@ -511,6 +511,22 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
+// A CPU-bound program with one thread that never makes a system call: the
+// cache's frames are registered through that thread, stopped in its own
+// code; its results stay right.
+TEST_F(Daemon, AProgramWhoseOnlyThreadIsBusyIsDynimized) {
+  start({"dyni-hot-one"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-one");
+  pid_t hot = host.spawn({exe, "12", "0"});
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 30s)) << host.state_of(hot) << host.log();
+  nlohmann::json d = target_json(host, hot)["dynimized"];
+  EXPECT_EQ(d["frames_registered"].get<std::string>().rfind("yes", 0), 0u) << d.dump();
+  EXPECT_FALSE(text_equals_file(hot, exe));
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+}
+
 TEST_F(Daemon, ATargetExitingWhileProfiledIsDropped) {
   start({"dyni-hot-brief"});
   pid_t hot = host.spawn({host.install_program(DYNI_TEST_HOT, "dyni-hot-brief"), "3", "2"});

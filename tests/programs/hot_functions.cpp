@@ -2,7 +2,7 @@
 // of work per round, so function k gets (24-k)/300 of the CPU (8 % down to 0.3 %).
 // Every round's result is checked against the first one's: a wrong result
 // (dyni's copies computing differently) prints WRONG and exits 3.
-// usage: dyni-test-hot [SECONDS=30] [THREADS=2]   (THREADS workers; main waits)
+// usage: dyni-test-hot [SECONDS=30] [THREADS=2]   (THREADS workers; main waits; 0: main works)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   std::vector<std::thread> pool;
   const unsigned long expected = round_from_one();
-  // The main thread waits, parked in a system call, as a server's threads do.
+  // The main thread waits, parked in a system call, as a server's threads do;
+  // with THREADS=0 it does the work alone (a CPU-bound program).
+  if (threads == 0) run(until, expected);
   for (int i = 0; i < threads; ++i) pool.emplace_back(run, until, expected);
   for (auto& t : pool) t.join();
   return 0;
