@@ -78,7 +78,8 @@ Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t>
 Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache) {
   auto smaps = read_file(fmt::format("/proc/{}/smaps", pid), 64 << 20);
   if (!smaps) return std::unexpected(smaps.error());
-  std::string head = fmt::format("{:x}-{:x} ", cache.addr, cache.addr + cache.length);
+  // As the kernel prints them: at least 8 hex digits (a cache at 0x200000 is 00200000).
+  std::string head = fmt::format("{:08x}-{:08x} ", cache.addr, cache.addr + cache.length);
   std::size_t at = smaps->find(head);
   if (at == std::string::npos || (at != 0 && (*smaps)[at - 1] != '\n'))
     return fail(fmt::format("no mapping {}in smaps", head));

@@ -11,7 +11,8 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${DYNI_BUILD_DIR:-$SRC/build}
 PACKAGES=(build-essential cmake pkg-config libzydis-dev llvm-16-dev libunwind-dev libinih-dev
           libssl-dev nlohmann-json3-dev libfmt-dev googletest util-linux
-          linux-perf mariadb-server sysbench libclang-rt-16-dev libc6-dbg)
+          linux-perf mariadb-server sysbench libclang-rt-16-dev libc6-dbg
+          python3.11 php8.2-cli gawk)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "run_all.sh: must run as root (integration tests start dynid); use sudo" >&2
