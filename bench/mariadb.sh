@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A private mariadbd for benchmarks and live tests (own datadir; port
-# $DYNI_MARIADB_PORT, default 3307; datadir $DYNI_MARIADB_DIR),
+# $DYNI_MARIADB_PORT, default 3307; datadir $DYNI_MARIADB_DIR; the server
+# binary $DYNI_MARIADBD, default mariadbd from PATH),
 # with the settings measured in shared/MEASUREMENTS.md, and sysbench on it.
 #
 #   bench/mariadb.sh start [DIR]      create (first time) and start the server
@@ -58,7 +59,7 @@ start() {
     mariadb-install-db --defaults-file="$DIR/my.cnf" --auth-root-authentication-method=normal \
       --skip-test-db >/dev/null
   fi
-  mariadbd --defaults-file="$DIR/my.cnf" >/dev/null 2>&1 &
+  "${DYNI_MARIADBD:-mariadbd}" --defaults-file="$DIR/my.cnf" >/dev/null 2>&1 &
   for _ in $(seq 1 100); do
     mariadb --socket="$SOCK" -uroot -e "select 1" >/dev/null 2>&1 && break
     sleep 0.2

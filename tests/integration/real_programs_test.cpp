@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "tests/integration/dyni_host.h"
@@ -101,6 +103,79 @@ INSTANTIATE_TEST_SUITE_P(
                       Program{"php", "/usr/bin/php8.2", "php8.2-cli", {script("work.php"), "ROUNDS"}},
                       Program{"gawk", "/usr/bin/gawk", "gawk", {"-v", "rounds=ROUNDS", "-f", script("work.awk")}}),
     [](const ::testing::TestParamInfo<Program>& info) { return std::string(info.param.name); });
+
+// mariadbd (a copy, under a test-only name) serving sysbench oltp_read_only
+// becomes dynimized; a fixed set of queries answers the same before, while
+// dynimized, after -undo and after -redo; sysbench sees no error.
+class Mariadb : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+    for (const char* tool : {"mariadbd --version", "sysbench --version"})
+      if (std::system((std::string(tool) + " >/dev/null 2>&1").c_str()) != 0)
+        GTEST_SKIP() << "'" << tool << "' failed: install mariadb-server, sysbench";
+    env_ = "DYNI_MARIADB_DIR=" + host.dir() + "/mariadb DYNI_MARIADB_PORT=3317 DYNI_MARIADBD=" +
+           host.install_program("/usr/sbin/mariadbd", "dyni-mariadbd") + " ";
+    std::string script = std::string(DYNI_SOURCE_DIR) + "/bench/mariadb.sh";
+    ASSERT_EQ(std::system((env_ + script + " start >/dev/null && " + env_ + script + " prepare >/dev/null").c_str()), 0);
+    std::ifstream pid_file(host.dir() + "/mariadb/mysqld.pid");
+    pid_file >> pid_;
+    ASSERT_GT(pid_, 0);
+  }
+  void TearDown() override {
+    if (!env_.empty()) std::system((env_ + DYNI_SOURCE_DIR + "/bench/mariadb.sh stop >/dev/null").c_str());
+  }
+  // The answers to a fixed set of queries over the sysbench tables.
+  std::string answers() const {
+    const std::string queries =
+        "SELECT SUM(k), COUNT(*), MIN(c), MAX(pad) FROM sbtest1 WHERE id BETWEEN 100 AND 5000;"
+        "SELECT id, k, LEFT(c, 20) FROM sbtest2 ORDER BY k, id LIMIT 25;"
+        "SELECT k % 13 AS g, COUNT(*), SUM(id) FROM sbtest3 GROUP BY g ORDER BY g;"
+        "SELECT DISTINCT LEFT(pad, 3) AS p FROM sbtest4 WHERE id < 3000 ORDER BY p LIMIT 40;"
+        "SELECT a.id, b.k FROM sbtest1 a JOIN sbtest2 b ON a.id = b.id WHERE a.id BETWEEN 700 AND 760 ORDER BY a.id;";
+    return host.run({"/usr/bin/mariadb", "--socket=" + host.dir() + "/mariadb/mysqld.sock", "-uroot", "-N", "sbtest",
+                     "-e", queries}).out;
+  }
+
+  DyniHost host;
+  std::string env_;
+  pid_t pid_ = 0;
+};
+
+TEST_F(Mariadb, UnderSysbenchIsDynimizedAndAnswersTheSame) {
+  std::string before = answers();
+  ASSERT_GT(before.size(), 1000u) << before;
+  std::string sysbench_out = host.dir() + "/sysbench.out";
+  pid_t sysbench = host.spawn({"/bin/sh", "-c",
+                               "exec sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port=3317 "
+                               "--mysql-user=sbtest --mysql-password=sbtest --mysql-db=sbtest --tables=4 "
+                               "--table-size=100000 --threads=2 --time=60 run > '" + sysbench_out + "' 2>&1"});
+  host.write_config({"dyni-mariadbd"}, std::string(kFastOptions) + "profile_max_seconds = 15\n");
+  host.license_this_host();
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  ASSERT_TRUE(host.wait_for_state(pid_, "dynimized", 80s)) << host.state_of(pid_) << host.log();
+  nlohmann::json d;
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
+    if (t["pid"] == pid_) d = t["dynimized"];
+  std::printf("mariadbd: %s\n", d.dump().c_str());
+  EXPECT_GE(d["functions_patched"].get<int>(), 100) << d.dump();
+  EXPECT_EQ(answers(), before) << "dynimized";
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_EQ(answers(), before) << "undone";
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  EXPECT_EQ(host.state_of(pid_), "dynimized");
+  EXPECT_EQ(answers(), before) << "redone";
+  ::kill(sysbench, SIGINT);
+  int status = 0;
+  ::waitpid(sysbench, &status, 0);
+  std::ifstream in(sysbench_out);
+  std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(report.find("FATAL"), std::string::npos) << report;
+  EXPECT_NE(report.find("Threads started!"), std::string::npos) << report;
+  EXPECT_TRUE(DyniHost::alive(pid_)) << "mariadbd died";
+}
 
 }  // namespace
 }  // namespace dyni::test
