@@ -5,7 +5,12 @@
 
 #include <fmt/format.h>
 
+#include <sys/ptrace.h>
+
+#include <algorithm>
+
 #include "dynid/remote_syscall.h"
+#include "dynid/target_memory.h"
 
 namespace dyni {
 namespace {
@@ -14,9 +19,13 @@ constexpr std::array<std::string_view, 22> kLockHolders = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc", "valloc",
     "pvalloc", "malloc_trim", "malloc_info", "malloc_stats", "mallinfo", "mallinfo2", "cfree", "fork", "_Fork",
     "__libc_fork", "dl_iterate_phdr", "_dl_find_object", "__frame_state_for"};
-constexpr std::array<std::string_view, 6> kLockHolderPrefixes = {"_Unwind_",          "__register_frame",
-                                                                 "__deregister_frame", "__libc_malloc",
-                                                                 "__libc_free",       "_dl_"};
+// glibc's allocator is __libc_malloc, __libc_calloc, __libc_memalign, ...
+// (the public names are weak aliases, and a symbolizer may show either) over
+// _int_malloc and friends.
+constexpr std::array<std::string_view, 15> kLockHolderPrefixes = {
+    "_Unwind_",       "__register_frame", "__deregister_frame", "_dl_",          "__libc_malloc",
+    "__libc_free",    "__libc_calloc",    "__libc_realloc",     "__libc_memalign", "__libc_valloc",
+    "__libc_pvalloc", "__libc_mallopt",   "__libc_mallinfo",    "__libc_fork",     "_int_"};
 
 std::string_view basename(std::string_view path) { return path.substr(path.rfind('/') + 1); }
 
@@ -32,16 +41,45 @@ bool holds_call_locks(std::string_view name) {
 
 bool module_holds_call_locks(std::string_view path) {
   std::string_view base = basename(path);
-  return base.starts_with("libgcc_s.so") || base.starts_with("ld-linux") || base.starts_with("libunwind");
+  for (std::string_view m : {"libgcc_s.so", "ld-linux", "libunwind", "libjemalloc", "libtcmalloc", "libmimalloc"})
+    if (base.starts_with(m)) return true;
+  return false;
 }
 
-Status clean_for_calls(const StoppedThread& thread, const ThreadStack& stack, const profiler::Symbolizer& symbols) {
-  // Parked in a system call the kernel restarts, or stopped in user code
-  // (a CPU-bound thread, maybe the only one): the call then runs as a signal
-  // handler would at that instruction, so what matters is the stack below.
+// Whether the thread may be inside an rseq critical section: its rseq area's
+// rseq_cs is set (the kernel clears it lazily, so this may be a moment after
+// one; another moment is found). Unknown (no PTRACE_GET_RSEQ_CONFIGURATION,
+// kernels before 5.13) counts as inside.
+bool maybe_in_rseq_section(pid_t tid) {
+  struct {
+    uint64_t rseq_abi_pointer;
+    uint32_t rseq_abi_size, signature, flags, pad;
+  } config{};
+  constexpr long kGetRseqConfiguration = 0x420f;
+  if (::ptrace(static_cast<__ptrace_request>(kGetRseqConfiguration), tid, sizeof config, &config) !=
+      static_cast<long>(sizeof config))
+    return true;
+  if (config.rseq_abi_pointer == 0) return false;  // not registered
+  auto rseq_cs = read_target(tid, config.rseq_abi_pointer + 8, 8);
+  return !rseq_cs || std::any_of(rseq_cs->begin(), rseq_cs->end(), [](uint8_t b) { return b != 0; });
+}
+
+Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack& stack,
+                       const profiler::Symbolizer& symbols, std::string_view executable) {
+  // Parked in a system call the kernel restarts, or stopped in the
+  // executable's own code (a CPU-bound thread, maybe the only one): the call
+  // then runs as a signal handler would at that instruction. Only there: a
+  // library's code may hold a lock its callers' frames do not show (an
+  // allocator's tail calls, an inlined lock).
   bool in_user_code = static_cast<long>(thread.regs.orig_rax) < 0;
   if (!in_user_code && !in_restartable_call(thread.regs))
     return fail("in a system call that is not restarted");
+  if (in_user_code) {
+    profiler::Location at = symbols.locate(thread.regs.rip);
+    if (executable.empty() || at.module < 0 || symbols.modules()[static_cast<std::size_t>(at.module)].path != executable)
+      return fail("stopped in code outside the executable");
+    if (maybe_in_rseq_section(tid)) return fail("maybe inside an rseq critical section");
+  }
   if (!stack.complete) return fail("stack not known to its end: " + stack.incomplete_why);
   for (std::size_t i = 0; i < stack.frames.size(); ++i) {
     const StackFrame& f = stack.frames[i];

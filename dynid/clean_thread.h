@@ -3,10 +3,11 @@
 // in the middle of changing (DESIGN.md §7 "Calling code in the target").
 //
 // The thread must be parked in a blocking system call that the kernel will
-// restart, or stopped in user code (a CPU-bound program's only thread: the
-// call then runs as a signal handler would there), with a stack unwound to
-// its end, no signal handler on it, every frame in a file's code, and no
-// frame in code that holds the locks such a call may take:
+// restart, or stopped in the executable's own code outside any rseq critical
+// section (a CPU-bound program's only thread: the call then runs as a signal
+// handler would there), with a stack unwound to its end, no signal handler on
+// it, every frame in a file's code, and no frame in code that holds the locks
+// such a call may take:
 // malloc and its family (any allocator's, by name), the unwinder's frame
 // registry (_Unwind_*, __register_frame*, __deregister_frame*, all of
 // libgcc_s), the dynamic linker (all of ld.so: dl_iterate_phdr's lock), and
@@ -30,6 +31,9 @@ bool holds_call_locks(std::string_view function_name);
 // A module all of whose code may (libgcc_s, ld.so, libunwind).
 bool module_holds_call_locks(std::string_view path);
 
-Status clean_for_calls(const StoppedThread& thread, const ThreadStack& stack, const profiler::Symbolizer& symbols);
+// `executable`: the path of the target's executable as the symbolizer names
+// it (a thread stopped in user code must be there); empty: parked only.
+Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack& stack,
+                       const profiler::Symbolizer& symbols, std::string_view executable);
 
 }  // namespace dyni

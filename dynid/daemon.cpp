@@ -140,8 +140,10 @@ void Daemon::sync_lifecycles() {
     // -profile still answers; only departure or the license gate ends it.
     // A waiting target's adoption check runs to its end.
     bool same = t != live.end() && t->second.start_time == it->second->start_time();
-    bool keep = same && ((t->second.state != TargetState::Waiting && t->second.state != TargetState::Unlicensed) ||
-                         (it->second->adopt_only() && !it->second->finished()));
+    bool in_pipeline = t != live.end() && t->second.state != TargetState::Waiting && t->second.state != TargetState::Unlicensed;
+    // An adopt-only lifecycle runs to its end; then it stays only if it found
+    // a cache (else a busy target gets a full lifecycle at the next scan).
+    bool keep = same && (it->second->adopt_only() ? !it->second->finished() || it->second->adopted() : in_pipeline);
     it = keep ? std::next(it) : lifecycles_.erase(it);
   }
   std::erase_if(adoption_checked_, [&](const auto& id) {

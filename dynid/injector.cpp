@@ -285,8 +285,8 @@ Result<uint64_t> register_frame_function(pid_t pid, const std::vector<profiler::
 }
 
 // Registers the blob through a remote call in a clean thread.
-Status register_frames(const Injection& in, const profiler::Symbolizer& symbols, uint64_t register_frame, uint64_t blob,
-                       uint64_t stub, std::chrono::milliseconds timeout) {
+Status register_frames(const Injection& in, const profiler::Symbolizer& symbols, std::string_view in_executable,
+                       uint64_t register_frame, uint64_t blob, uint64_t stub, std::chrono::milliseconds timeout) {
   const pid_t pid = in.pid;
   auto w = stop_world(pid);
   if (!w) return std::unexpected(w.error());
@@ -297,7 +297,7 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
   for (const auto& [tid, t] : w->threads()) {
     auto stack = reader.unwind(tid);
     if (!stack) continue;
-    if (auto clean = clean_for_calls(t, *stack, symbols); !clean) {
+    if (auto clean = clean_for_calls(tid, t, *stack, symbols, in_executable); !clean) {
       why = clean.error().message();
       continue;
     }
@@ -491,8 +491,8 @@ Status register_frames_retrying(const Injection& out, const Prepared& p, std::ch
   Status r = ok();
   for (int attempt = 0; attempt < kRegisterAttempts; ++attempt) {
     if (attempt) std::this_thread::sleep_for(100ms);
-    r = register_frames(out, *p.symbols, p.register_frame, out.eh_frame_addr, p.place.addr + p.layout.stub_offset,
-                        timeout);
+    r = register_frames(out, *p.symbols, p.exe.module->path, p.register_frame, out.eh_frame_addr,
+                        p.place.addr + p.layout.stub_offset, timeout);
     if (r || r.error().message().find("no thread is parked") == std::string::npos) return r;
   }
   return r;

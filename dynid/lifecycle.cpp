@@ -47,8 +47,17 @@ void TargetLifecycle::run() {
     if (!adopt_existing_cache() && !adopt_only_) run_pipeline();
   } catch (const std::exception& e) {
     log::error("target {} pid {}: internal error: {}", name_, pid_, e.what());
-    for (TargetState from : {TargetState::Profiling, TargetState::Dynimizing})
-      table_.transition(pid_, start_time_, from, TargetState::Failed, std::string("internal error: ") + e.what());
+    std::string why = std::string("internal error: ") + e.what();
+    table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Failed, why);
+    bool injected = false;
+    {
+      std::lock_guard lock(injection_mutex_);
+      injected = injection_.has_value();
+    }
+    if (injected)
+      settle_after_failure(TargetState::Dynimizing, why);  // live entries: dynimized (partly), -undo reaches them
+    else
+      table_.transition(pid_, start_time_, TargetState::Dynimizing, TargetState::Failed, why);
   }
   finished_ = true;
 }
@@ -101,7 +110,9 @@ bool TargetLifecycle::adopt_existing_cache() {
     std::string why = fmt::format("it holds a dyni cache at {:#x} for another build ({}), not for its executable ({}): "
                                   "left alone", records[0].cache_addr, records[0].build_id, build_id);
     log::warn("target {} pid {}: {}", name_, pid_, why);
-    table_.transition(pid_, start_time_, started_in_, TargetState::Failed, why);
+    adopted_ = true;  // the lifecycle's end: the target is not injected
+    if (!table_.transition(pid_, start_time_, TargetState::Waiting, TargetState::Failed, why))
+      table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Failed, why);
     return true;
   }
   {
@@ -114,7 +125,9 @@ bool TargetLifecycle::adopt_existing_cache() {
   std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of {} entries patched",
                                 best->cache_addr, best_live, best->patches.size());
   log::info("target {} pid {}: {}", name_, pid_, why);
-  table_.transition(pid_, start_time_, started_in_, to, why);
+  // It may have turned busy meanwhile.
+  if (!table_.transition(pid_, start_time_, TargetState::Waiting, to, why))
+    table_.transition(pid_, start_time_, TargetState::Profiling, to, why);
   return true;
 }
 

@@ -44,6 +44,9 @@ class TargetLifecycle {
   pid_t pid() const { return pid_; }
   bool adopt_only() const { return adopt_only_; }
   bool finished() const { return finished_; }  // its thread has nothing more to do
+  // An adopt-only lifecycle that found a cache (and so must be kept: it
+  // holds what -undo needs); read once finished().
+  bool adopted() const { return adopted_; }
   uint64_t start_time() const { return start_time_; }
   // The profile so far (or final); null before sampling started.
   nlohmann::json profile_json(std::size_t top_n) const;

@@ -65,6 +65,8 @@ Result<uint64_t> run_to_stub(WorldStop& world, pid_t tid, uint64_t stub, Clock::
   }
 }
 
+constexpr unsigned long long kHandlerClearedFlags = (1ULL << 8) | (1ULL << 10) | (1ULL << 16) | (1ULL << 18);  // TF DF RF AC
+
 }  // namespace
 
 Result<uint64_t> remote_call(WorldStop& world, pid_t tid, const RemoteCall& call, std::chrono::milliseconds timeout) {
@@ -80,6 +82,11 @@ Result<uint64_t> remote_call(WorldStop& world, pid_t tid, const RemoteCall& call
   regs.rsp = *frame;
   regs.rax = 0;  // no vector arguments (varargs convention)
   regs.orig_rax = static_cast<unsigned long long>(-1);
+  // The flags a signal handler starts with: the ABI wants the direction flag
+  // clear at a call (a thread stopped in its own code may be inside a
+  // backward string copy); no trap, resume or alignment-check flag. The
+  // frame restores the thread's own flags.
+  regs.eflags &= ~kHandlerClearedFlags;
   regs.rdi = call.args[0], regs.rsi = call.args[1], regs.rdx = call.args[2];
   regs.rcx = call.args[3], regs.r8 = call.args[4], regs.r9 = call.args[5];
   if (auto r = set_regs(tid, regs); !r) return std::unexpected(r.error());

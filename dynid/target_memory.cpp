@@ -80,6 +80,7 @@ const uint8_t* WindowMemory::page(uint64_t base) {
 }
 
 Result<std::vector<uint8_t>> WindowMemory::read(uint64_t addr, std::size_t length) {
+  if (length == 0 || addr + length < addr) return fail(fmt::format("read of {} bytes at {:#x}: out of range", length, addr));
   std::vector<uint8_t> out;
   out.reserve(length);
   for (uint64_t at = addr; at < addr + length;) {

@@ -52,12 +52,16 @@ int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int 
 
 int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t* val, int write, void* arg) {
   if (!write) {
-    std::lock_guard lock(spaces_mutex);
-    auto it = spaces.find(as);
+    WindowMemory* memory = nullptr;
+    {
+      std::lock_guard lock(spaces_mutex);
+      auto it = spaces.find(as);
+      if (it != spaces.end()) memory = it->second.memory;  // this unwind's, on this thread
+    }
     // Pages read once per unwind instead of a PTRACE_PEEKDATA per word: an
     // unwind reads hundreds of words (mariadbd's 15 threads: 37-45 ms, then 15).
-    if (it != spaces.end() && it->second.memory)
-      if (auto word = it->second.memory->read(addr, sizeof *val)) {
+    if (memory)
+      if (auto word = memory->read(addr, sizeof *val); word && word->size() == sizeof *val) {
         std::memcpy(val, word->data(), sizeof *val);
         return 0;
       }

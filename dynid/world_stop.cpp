@@ -168,9 +168,12 @@ pid_t WorldStop::first_unstopped() const {
 void WorldStop::resume() { release_all_but(0); }
 
 void WorldStop::release_all_but(pid_t keep) {
+  // The stopped threads first: one that has not stopped yet (uninterruptible
+  // sleep: fsync, a vfork parent) must not keep the others waiting.
+  detach_stopped(keep);
   // A thread seized but not yet stopped cannot be detached: wait for its stop
   // (its interrupt is pending). Its report may name a clone, which is then
-  // waited for and detached like the others.
+  // waited for and detached like the others. Only dynid waits meanwhile.
   for (pid_t tid = first_unstopped(); tid > 0; tid = first_unstopped()) {
     int status = 0;
     pid_t r = ::waitpid(tid, &status, __WALL);
@@ -178,11 +181,20 @@ void WorldStop::release_all_but(pid_t keep) {
       on_wait_status(tid, status);
     else if (r < 0 && errno != EINTR)
       threads_.erase(tid);  // gone
+    detach_stopped(keep);
   }
+}
+
+void WorldStop::detach_stopped(pid_t keep) {
   for (auto it = threads_.begin(); it != threads_.end();) {
     auto& [tid, t] = *it;
+    if (!t.stopped) {
+      ++it;
+      continue;
+    }
     if (tid == keep) {
-      ::ptrace(PTRACE_SETOPTIONS, tid, nullptr, 0);
+      if (!t.kept) ::ptrace(PTRACE_SETOPTIONS, tid, nullptr, 0);
+      t.kept = true;
       ++it;
       continue;
     }

@@ -32,6 +32,7 @@ struct StoppedThread {
   bool stopped = false;     // reported a ptrace stop (else: seized, stop pending)
   int pending_signal = 0;   // arrived in the window; delivered at detach
   bool group_stop = false;  // stopped by job control (SIGSTOP and friends), not by us
+  bool kept = false;        // held on by release_all_but (a remote call runs in it)
   user_regs_struct regs{};  // at the stop: where the thread resumes
 };
 
@@ -67,6 +68,7 @@ class WorldStop {
   std::chrono::microseconds stop_time() const { return stop_time_; }
 
  private:
+  void detach_stopped(pid_t keep);
   explicit WorldStop(pid_t pid) : pid_(pid) {}
   Status seize_new_threads();
   Status wait_for_stops(std::chrono::steady_clock::time_point deadline);

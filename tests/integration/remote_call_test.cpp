@@ -5,6 +5,8 @@
 #include "dynid/remote_call.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -23,13 +25,16 @@ using test::StoppableTarget;
 using namespace std::chrono_literals;
 
 TEST(CleanThread, NamesTheCodeThatHoldsCallLocks) {
+  // glibc's own names for its allocator (calloc is a weak alias of __libc_calloc).
   for (const char* name : {"malloc", "free", "realloc", "_Unwind_Find_FDE", "__register_frame_info", "_dl_open",
-                           "dl_iterate_phdr", "fork"})
+                           "dl_iterate_phdr", "fork", "__libc_calloc", "__libc_memalign", "_int_malloc", "_int_free"})
     EXPECT_TRUE(holds_call_locks(name)) << name;
-  for (const char* name : {"read", "main", "_ZN5mysql6handleEv", "freeaddrinfo", "epoll_wait"})
+  for (const char* name : {"read", "main", "_ZN5mysql6handleEv", "freeaddrinfo", "epoll_wait", "__libc_start_call_main",
+                           "__libc_start_main"})
     EXPECT_FALSE(holds_call_locks(name)) << name;
   EXPECT_TRUE(module_holds_call_locks("/usr/lib/x86_64-linux-gnu/libgcc_s.so.1"));
   EXPECT_TRUE(module_holds_call_locks("/lib64/ld-linux-x86-64.so.2"));
+  EXPECT_TRUE(module_holds_call_locks("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"));
   EXPECT_FALSE(module_holds_call_locks("/usr/sbin/mariadbd"));
 }
 
@@ -57,6 +62,7 @@ class RemoteCallTest : public test::PtraceTest {
     auto s = profiler::Symbolizer::for_process(target.pid());
     ASSERT_TRUE(s) << s.error().message();
     symbols = std::make_unique<profiler::Symbolizer>(std::move(*s));
+    executable = std::filesystem::read_symlink("/proc/" + std::to_string(target.pid()) + "/exe").string();
     auto sites = find_syscall_sites(target.pid());
     ASSERT_TRUE(sites) << sites.error().message();
     syscalls = *sites;
@@ -82,13 +88,14 @@ class RemoteCallTest : public test::PtraceTest {
     StackReader reader(target.pid());
     for (const auto& [tid, t] : w.threads()) {
       auto stack = reader.unwind(tid);
-      if (stack && clean_for_calls(t, *stack, *symbols)) return tid;
+      if (stack && clean_for_calls(tid, t, *stack, *symbols, executable)) return tid;
     }
     return 0;
   }
 
   StoppableTarget target{false};
   std::unique_ptr<profiler::Symbolizer> symbols;
+  std::string executable;  // as the symbolizer names it
   SyscallSites syscalls;
   MappedCache cache;
 };
@@ -117,7 +124,8 @@ TEST_F(RemoteCallTest, MallocAndFreeRunInACleanThreadAndLeaveItAsItWas) {
     StackReader reader(target.pid());
     for (const auto& [other, t] : w2->threads()) {
       auto stack = reader.unwind(other);
-      if (static_cast<long>(t.regs.orig_rax) >= 0 || !stack || !clean_for_calls(t, *stack, *symbols)) continue;
+      if (static_cast<long>(t.regs.orig_rax) >= 0 || !stack || !clean_for_calls(other, t, *stack, *symbols, executable))
+        continue;
       auto q = remote_call(*w2, other, {malloc_fn, {4096}, cache.addr}, 2000ms);
       ASSERT_TRUE(q) << q.error().message();
       auto g = remote_call(*w2, other, {free_fn, {*q}, cache.addr}, 2000ms);

@@ -12,6 +12,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -54,6 +58,46 @@ TEST_F(WorldStopTest, StopsEveryThreadAndTheTargetRunsOnUnchanged) {
   }
   std::printf("longest stop of %zu threads: %lld us\n", threads, static_cast<long long>(worst.count()));
   // The read blocked across 20 stops still works; no worker saw a wrong result.
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+// Thread states ('R', 'S', 't', ...) by tid.
+std::map<pid_t, char> thread_states(pid_t pid) {
+  std::map<pid_t, char> out;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid))) {
+    std::ifstream stat(e.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto paren = text.rfind(')');
+    if (paren != std::string::npos && paren + 2 < text.size()) out[std::stoi(e.path().filename())] = text[paren + 2];
+  }
+  return out;
+}
+
+// A thread that cannot stop (a vfork parent) fails the window, and the
+// threads that did stop run again at once: they do not wait for it.
+TEST_F(WorldStopTest, AThreadThatCannotStopDoesNotKeepTheOthersStopped) {
+  StoppableTarget target(false);
+  ASSERT_EQ(target.read_line(), "ready");
+  ASSERT_EQ(target.ask("vfork"), "got vfork usr1=0 rt=0");
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread stopper([&] {
+    auto w = WorldStop::stop(target.pid(), 100ms);
+    EXPECT_FALSE(w) << "a vfork parent cannot stop";
+    if (!w) {
+      EXPECT_NE(w.error().message().find("did not stop in time"), std::string::npos) << w.error().message();
+    }
+  });
+  // While the stopper still waits for the vfork parent (up to 1.5 s), every
+  // other thread runs: none is left in a tracing stop.
+  std::this_thread::sleep_for(400ms);
+  std::map<pid_t, char> states = thread_states(target.pid());
+  int traced = 0;
+  for (const auto& [tid, state] : states) traced += state == 't';
+  EXPECT_LE(traced, 1) << "threads stopped: " << traced << " of " << states.size();
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(tracer_of(target.pid()), 0);
   EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
   EXPECT_EQ(target.finish(), 0);
 }

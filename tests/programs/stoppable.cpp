@@ -1,5 +1,6 @@
 // A target for stop-the-world tests: it notices if a stop changed anything.
 // usage: dyni-test-stoppable [spawner|seccomp]
+//  - the line "vfork" starts a thread that vforks a child sleeping 1.5 s;
 //  - three workers recompute a known checksum forever; a wrong result prints
 //    "WRONG checksum" and exits 1 (a register or flag clobbered by a stop would show);
 //  - a sleeper loops in nanosleep (a blocking call that must restart);
@@ -33,6 +34,9 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <chrono>
 #include <thread>
 
 #include "tests/programs/cpu_state.h"
@@ -150,6 +154,18 @@ void install_seccomp_filter() {
     wrong("seccomp");
 }
 
+// A vfork parent waits for its child in a killable sleep that
+// PTRACE_INTERRUPT does not end: the child sleeps 1.5 s, then exits.
+static void vfork_parent() {
+  pid_t child = vfork();
+  if (child == 0) {
+    struct timespec pause = {1, 500000000};
+    syscall(SYS_nanosleep, &pause, nullptr);
+    _exit(0);
+  }
+  waitpid(child, nullptr, 0);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "seccomp") == 0) install_seccomp_filter();
   struct sigaction sa {};
@@ -177,6 +193,10 @@ int main(int argc, char** argv) {
       std::printf("checks %s\n", checks.c_str());
       std::fflush(stdout);
       continue;
+    }
+    if (line == "vfork") {  // a thread that no stop can reach for 1.5 s
+      std::thread(vfork_parent).detach();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     std::printf("got %s usr1=%d rt=%d\n", line.c_str(), usr1.load(), rt.load());
     std::fflush(stdout);
