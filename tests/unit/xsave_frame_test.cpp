@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <initializer_list>
 
@@ -65,12 +67,15 @@ TEST(FrameXstate, RefusesFeaturesItCannotPlace) {
 
 // A buffer as PTRACE_GETREGSET NT_X86_XSTATE returns it: the maximum size,
 // XCR0 in the first software bytes, XSTATE_BV in the header.
+// A buffer shorter than the XSAVE header is cut from a whole one (the header
+// fields must not be written past its end).
 std::vector<uint8_t> ptrace_buffer(uint32_t size, uint64_t xcr0, uint64_t xstate_bv) {
-  std::vector<uint8_t> x(size);
-  for (uint32_t i = 0; i < size; ++i) x[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<uint8_t> x(std::max<uint32_t>(size, 576));
+  for (uint32_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(i * 7 + 1);
   std::memcpy(x.data() + 464, &xcr0, 8);
   std::memcpy(x.data() + 512, &xstate_bv, 8);
   std::memset(x.data() + 520, 0, 56);
+  x.resize(size);
   return x;
 }
 
