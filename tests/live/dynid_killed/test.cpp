@@ -1,0 +1,107 @@
+// dynid SIGKILLed at random instants (issue 11 item 7): while it profiles,
+// maps, writes, registers frames and patches a busy target, and while it
+// undoes or redoes one. After each kill the target must run on: no thread
+// left traced (a stopped thread would hang it), every entry either its
+// original bytes or dyni's whole jump (never torn), and the target's own
+// check of every result it computes must pass (it exits 3 on a wrong one).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "dynid/cache_scan.h"
+#include "dynid/target_memory.h"
+#include "profiler/process_maps.h"
+#include "tests/integration/dyni_host.h"
+
+namespace dyni::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// TracerPid of every thread of `pid` is 0.
+bool no_thread_traced(pid_t pid) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("TracerPid:", 0) == 0 && std::stoi(line.substr(10)) != 0) return false;
+  }
+  return true;
+}
+
+// Every patch the target's cache records is either the original bytes or the jump.
+std::string torn_entries(pid_t pid) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return "";
+  for (const CacheRecord& r : find_cache_records(pid, *maps))
+    for (const PatchRecord& p : r.patches) {
+      auto live = read_target(pid, p.addr, 5);
+      if (!live) return "unreadable entry";
+      bool original = std::equal(live->begin(), live->end(), p.original.begin());
+      bool jump = std::equal(live->begin(), live->end(), p.replacement.begin());
+      if (!original && !jump) return "torn entry at " + std::to_string(p.addr);
+    }
+  return "";
+}
+
+TEST(DynidKilled, AtRandomInstantsTheTargetLivesOnUnchanged) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  std::mt19937 rng(std::random_device{}());
+  int during_injection = 0, during_toggle = 0, after = 0;
+  for (int trial = 0; trial < 50; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    DyniHost host;
+    std::string name = "dyni-kill-" + std::to_string(trial);
+    host.write_config({name}, std::string(kFastOptions) + "profile_min_samples = 200\nprofile_max_seconds = 5\n");
+    host.license_this_host();
+    ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+    pid_t target = host.spawn({host.install_program(DYNI_TEST_HOT, name), "60", "2"});
+    bool toggle = trial % 4 == 3;  // every fourth trial: kill during -undo or -redo
+    std::string awaited = toggle ? "dynimized" : "dynimizing";
+    std::string state;
+    for (int i = 0; i < 600; ++i, std::this_thread::sleep_for(10ms)) {
+      state = host.state_of(target);
+      if (state == awaited || state == "dynimized" || state.rfind("failed", 0) == 0) break;
+    }
+    ASSERT_TRUE(state == "dynimizing" || state == "dynimized") << state << host.log();
+    pid_t dynid = host.daemon_pid();
+    if (toggle) {
+      std::thread toggler([&] {
+        for (int i = 0; i < 6; ++i) host.dyni({i % 2 ? "-redo" : "-undo"});
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 120));
+      ::kill(dynid, SIGKILL);
+      toggler.join();
+      ++during_toggle;
+    } else {
+      // The injection itself takes a few hundred ms here (seconds_optimizing).
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 150000));
+      ::kill(dynid, SIGKILL);
+      bool done = host.log().find("dynimizing -> dynimized") != std::string::npos;  // before the kill
+      (done ? after : during_injection)++;
+    }
+    for (int i = 0; i < 100 && DyniHost::alive(dynid); ++i) std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(300ms);  // the target runs on, checking every result
+    int status = 0;
+    pid_t ended = ::waitpid(target, &status, WNOHANG);
+    if (ended != 0) {
+      std::string why = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                          : "signal " + std::to_string(WTERMSIG(status));
+      FAIL() << "the target ended (" << why << ") after dynid was killed " << (toggle ? "during -undo/-redo" : "")
+             << "; dynid's log:\n" << host.log();
+    }
+    EXPECT_TRUE(no_thread_traced(target)) << "a thread is still traced";
+    EXPECT_EQ(torn_entries(target), "");
+  }
+  std::printf("dynid killed %d times while dynimizing, %d during -undo/-redo, %d just after\n", during_injection,
+              during_toggle, after);
+  EXPECT_GE(during_injection, 10);
+}
+
+}  // namespace
+}  // namespace dyni::test
