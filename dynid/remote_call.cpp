@@ -56,9 +56,9 @@ Result<uint64_t> run_to_stub(WorldStop& world, pid_t tid, uint64_t stub, Clock::
     user_regs_struct regs{};
     if (::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) != 0)
       return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
-    if ((*status >> 16) == PTRACE_EVENT_STOP) continue;  // a group stop: nothing to hand back
-    if (WSTOPSIG(*status) != SIGTRAP) {
-      world.defer_signal(tid, WSTOPSIG(*status));  // SIGSTOP: handed back at detach
+    if ((*status >> 16) != 0) continue;  // an event stop (a group stop): nothing to hand back
+    if (WSTOPSIG(*status) != kSyscallStop) {
+      world.defer_signal(tid, WSTOPSIG(*status));  // a signal (SIGSTOP): handed back at detach
       continue;
     }
     if (regs.rip == sigreturn_next && static_cast<long>(regs.orig_rax) == SYS_rt_sigreturn) return regs.rdi;

@@ -285,10 +285,10 @@ Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sit
     if (::ptrace(PTRACE_GETREGS, tid, nullptr, &after) != 0)
       return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
     bool at_call = after.rip == sites.syscall_ret + 2 && static_cast<long>(after.orig_rax) == nr;
-    if (WSTOPSIG(status) == SIGTRAP && at_call)
+    if (WSTOPSIG(status) == kSyscallStop && at_call)
       ++syscall_stops;
-    else if (WSTOPSIG(status) != SIGTRAP)
-      world.defer_signal(tid, WSTOPSIG(status));
+    else if (WSTOPSIG(status) != kSyscallStop && (status >> 16) == 0)
+      world.defer_signal(tid, WSTOPSIG(status));  // a signal (an event stop carries none)
   }
   // Back as it was at its stop, interrupted call included: detaching (or the
   // tracer's death) wakes the thread with TIF_SIGPENDING, so on its way out

@@ -77,7 +77,7 @@ Result<WorldStop> WorldStop::stop(pid_t pid, std::chrono::milliseconds timeout) 
 Status WorldStop::seize_new_threads() {
   for (pid_t tid : list_numeric_entries(fmt::format("/proc/{}/task", pid_))) {
     if (threads_.count(tid)) continue;
-    if (::ptrace(PTRACE_SEIZE, tid, nullptr, PTRACE_O_TRACECLONE) != 0) {
+    if (::ptrace(PTRACE_SEIZE, tid, nullptr, kHeldOptions | PTRACE_O_TRACECLONE) != 0) {
       int err = errno;
       if (err == ESRCH) continue;  // exited between listing and seizing
       SeizeRefusal why = err == EPERM ? why_refused(pid_, tid) : SeizeRefusal::Other;
@@ -135,7 +135,7 @@ void WorldStop::on_wait_status(pid_t tid, int status) {
     unsigned long child = 0;
     if (::ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &child) == 0 && child > 0)
       threads_.try_emplace(static_cast<pid_t>(child));  // attached by the kernel; its first stop is coming
-  } else if (event == 0) {
+  } else if (event == 0 && WSTOPSIG(status) != kSyscallStop) {
     // A signal-delivery-stop: the signal arrived in the window. The thread stays
     // stopped here; detach delivers the signal.
     t.pending_signal = WSTOPSIG(status);
@@ -193,7 +193,7 @@ void WorldStop::detach_stopped(pid_t keep) {
       continue;
     }
     if (tid == keep) {
-      if (!t.kept) ::ptrace(PTRACE_SETOPTIONS, tid, nullptr, 0);
+      if (!t.kept) ::ptrace(PTRACE_SETOPTIONS, tid, nullptr, kHeldOptions);  // no more clone events
       t.kept = true;
       ++it;
       continue;

@@ -19,7 +19,10 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/ptrace.h>
 #include <sys/user.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <map>
@@ -27,6 +30,17 @@
 #include "common/result.h"
 
 namespace dyni {
+
+// Every held thread has PTRACE_O_TRACESYSGOOD, so its syscall-stops report
+// SIGTRAP | 0x80 (kSyscallStop). Without it a dynid killed while a thread is
+// on its way into a syscall-stop (remote_syscall.h and remote_call.h run
+// calls with PTRACE_SYSCALL) kills the target: the kernel's ptrace_stop(),
+// finding the tracer gone, returns the stop's code, which
+// ptrace_report_syscall() sends to the thread as a signal; SIGTRAP is fatal,
+// 0x85 is no signal at all. (Seen in tests/live/dynid_killed: 2 targets in
+// about 350 kills died of SIGTRAP.)
+constexpr long kHeldOptions = PTRACE_O_TRACESYSGOOD;
+constexpr int kSyscallStop = SIGTRAP | 0x80;
 
 struct StoppedThread {
   bool stopped = false;     // reported a ptrace stop (else: seized, stop pending)

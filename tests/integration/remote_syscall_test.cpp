@@ -215,7 +215,7 @@ TEST_F(RemoteSyscallTest, RefusesATargetUnderASeccompFilter) {
 }
 
 // How far the tracer gets before it is SIGKILLed.
-enum class KilledAt { Armed, AtTheCallsEntryStop };
+enum class KilledAt { Armed, AtTheCallsEntryStop, OnTheWayIntoTheCall };
 
 // dynid SIGKILLed with the call armed (or already entered) in every thread:
 // each thread runs the mmap, then rt_sigreturn restores it; the blocked read
@@ -242,6 +242,7 @@ void kill_tracer_mid_call(KilledAt when) {
         int status = 0;
         if (::ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr) != 0 || ::waitpid(tid, &status, __WALL) != tid) _exit(1);
       }
+      if (when == KilledAt::OnTheWayIntoTheCall && ::ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr) != 0) _exit(1);
       armed += fmt::format("{:x}\n", addr);
     }
     if (::write(pipe_fds[1], armed.data(), armed.size()) < 0) _exit(1);
@@ -280,6 +281,15 @@ TEST_F(RemoteSyscallTest, ATracerKilledWithTheCallArmedLeavesEveryThreadAsItWas)
 // SIGTRAP: the trap flag outlives the tracer.)
 TEST_F(RemoteSyscallTest, ATracerKilledInsideTheCallLeavesEveryThreadAsItWas) {
   kill_tracer_mid_call(KilledAt::AtTheCallsEntryStop);
+}
+
+// Killed right after resuming the threads with PTRACE_SYSCALL, while they
+// run into the call's syscall-entry stop: the kernel, finding the tracer
+// gone, sends each the stop's code as a signal. Without
+// PTRACE_O_TRACESYSGOOD that is SIGTRAP and the target dies (found by
+// tests/live/dynid_killed); with it, 0x85, which is no signal.
+TEST_F(RemoteSyscallTest, ATracerKilledAsTheThreadsRunIntoTheCallLeavesThemAsTheyWere) {
+  for (int round = 0; round < 3; ++round) kill_tracer_mid_call(KilledAt::OnTheWayIntoTheCall);
 }
 
 }  // namespace

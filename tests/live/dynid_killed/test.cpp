@@ -80,7 +80,7 @@ TEST(DynidKilled, AtRandomInstantsTheTargetLivesOnUnchanged) {
       ++during_toggle;
     } else {
       // The injection itself takes a few hundred ms here (seconds_optimizing).
-      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 150000));
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 100000));
       ::kill(dynid, SIGKILL);
       bool done = host.log().find("dynimizing -> dynimized") != std::string::npos;  // before the kill
       (done ? after : during_injection)++;
@@ -100,7 +100,7 @@ TEST(DynidKilled, AtRandomInstantsTheTargetLivesOnUnchanged) {
   }
   std::printf("dynid killed %d times while dynimizing, %d during -undo/-redo, %d just after\n", during_injection,
               during_toggle, after);
-  EXPECT_GE(during_injection, 10);
+  EXPECT_GE(during_injection, 5) << "too few kills landed while dynimizing";
 }
 
 }  // namespace
