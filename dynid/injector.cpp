@@ -1,6 +1,10 @@
 // Live injection of an executable's hot code: jit, map, write, register, patch.
 #include "dynid/injector.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+#include <cerrno>
+#include <optional>
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -141,6 +145,28 @@ Status same_target(pid_t pid, uint64_t start_time, uint64_t at = 0, std::span<co
 Status same_target_with_record(const Injection& in) {
   return same_target(in.pid, in.start_time, in.cache.addr, kRecordMagic);
 }
+
+// dynid's thread runs at a high priority while it holds a target's threads:
+// once it releases the first ones they compete with it for the CPU, and the
+// others wait until it gets to them (100 busy threads: 110-140 ms windows of
+// which 57 ms were the work). Only dynid's own thread changes.
+class RaisedPriority {
+ public:
+  RaisedPriority() {
+    errno = 0;
+    int old = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+    if (errno == 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWindowNice) == 0) old_ = old;
+  }
+  ~RaisedPriority() {
+    if (old_) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), *old_);
+  }
+  RaisedPriority(const RaisedPriority&) = delete;
+  RaisedPriority& operator=(const RaisedPriority&) = delete;
+
+ private:
+  static constexpr int kWindowNice = -15;
+  std::optional<int> old_;
+};
 
 // Stops every thread, trying a few times: a thread may be in uninterruptible
 // sleep at one moment and not the next.
@@ -321,6 +347,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   auto since = [](Clock::time_point t) { return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t); };
   const pid_t pid = in.pid;
   WindowTiming now;
+  RaisedPriority priority;  // outlives the WorldStop below
   auto t0 = Clock::now();
   auto w = WorldStop::stop(pid, kStopTimeout);
   if (!w) return std::vector<SiteCheck>(patches.size(), {SiteVerdict::Wait, "no window: " + w.error().message()});
@@ -368,7 +395,9 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
       ++now.writes;
   }
   now.write = since(t3);
+  auto t4 = Clock::now();
   w->resume();
+  now.release = since(t4);
   now.total = since(t0);
   if (now.total > timing.total) timing = now;
   return checks;
@@ -520,6 +549,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
   {  // A short window, for the mmap alone.
+    RaisedPriority priority;
     auto w = stop_world(req.pid);
     if (!w) return std::unexpected(w.error());
     if (auto same = same_target(req.pid, out.start_time); !same) return std::unexpected(same.error());
@@ -560,6 +590,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
 
 Status undo_patches(const Injection& in) {
   const pid_t pid = in.pid;
+  RaisedPriority priority;
   auto w = stop_world(pid);
   if (!w) return std::unexpected(w.error());
   if (auto same = same_target_with_record(in); !same) return same;

@@ -49,7 +49,7 @@ struct CopyRange {
 
 // Where a patch window's time went (the longest one is kept).
 struct WindowTiming {
-  std::chrono::microseconds total{0}, stop{0}, unwind{0}, check{0}, write{0};
+  std::chrono::microseconds total{0}, stop{0}, unwind{0}, check{0}, write{0}, release{0};
   std::size_t threads = 0, writes = 0;
 };
 

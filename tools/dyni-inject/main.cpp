@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
   const WindowTiming& w = injected->longest_window;
   // Details go to stderr: stdout carries one summary line, then answers.
   std::fprintf(stderr, "longest patch window: %zu threads, %zu entries written; stop %lld us, unwind %lld us, checks %lld us, "
-              "writes %lld us\n", w.threads, w.writes, static_cast<long long>(w.stop.count()),
+              "writes %lld us, release %lld us\n", w.threads, w.writes, static_cast<long long>(w.stop.count()),
               static_cast<long long>(w.unwind.count()), static_cast<long long>(w.check.count()),
-              static_cast<long long>(w.write.count()));
+              static_cast<long long>(w.write.count()), static_cast<long long>(w.release.count()));
   for (const std::string& s : injected->skipped) std::fprintf(stderr, "  skipped %s\n", s.c_str());
   write_perf_map(pid, injected->copies);
   if (!injected->error.empty()) std::fprintf(stderr, "stopped early: %s\n", injected->error.c_str());
