@@ -28,6 +28,10 @@ struct Program {
   std::vector<std::string> args;  // ROUNDS is appended as given by the script's usage
 };
 
+// gtest prints a parameter it cannot print as its bytes (addresses that
+// change from build to build) in ctest's names.
+void PrintTo(const Program& p, std::ostream* os) { *os << p.name; }
+
 std::string script(const std::string& file) { return std::string(DYNI_SOURCE_DIR) + "/tests/programs/scripts/" + file; }
 
 std::vector<std::string> lines_of(const std::string& path) {
