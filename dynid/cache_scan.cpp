@@ -32,13 +32,14 @@ std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profile
   return out;
 }
 
+bool holds_jump(pid_t pid, const PatchRecord& patch) {
+  auto bytes = read_target(pid, patch.addr, patch.replacement.size());
+  return bytes && std::equal(bytes->begin(), bytes->end(), patch.replacement.begin());
+}
+
 std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches) {
-  std::size_t live = 0;
-  for (const PatchRecord& p : patches) {
-    auto bytes = read_target(pid, p.addr, p.replacement.size());
-    live += bytes && std::equal(bytes->begin(), bytes->end(), p.replacement.begin());
-  }
-  return live;
+  return static_cast<std::size_t>(std::count_if(patches.begin(), patches.end(),
+                                                [&](const PatchRecord& p) { return holds_jump(pid, p); }));
 }
 
 }  // namespace dyni

@@ -22,7 +22,9 @@ namespace dyni {
 // a valid one.
 std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps);
 
-// How many of the patches are live (the entry holds dyni's jump).
+// Whether the entry holds dyni's jump (the patch is live).
+bool holds_jump(pid_t pid, const PatchRecord& patch);
+// How many of the patches are live.
 std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches);
 
 }  // namespace dyni

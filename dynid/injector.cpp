@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "dynid/cache_placement.h"
+#include "dynid/cache_scan.h"
 #include "dynid/clean_thread.h"
 #include "dynid/patch_safety.h"
 #include "dynid/proc_reader.h"
@@ -492,20 +493,18 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
               p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {}};
   for (const jit::CachedFunction* f : p.planned.frames.copies)
     for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
+  if (encode_record(p.record).size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
   return p;
 }
 
 // Writes the record into the mapped cache: last, once everything it
-// describes is in place.
+// describes is in place (prepare checked that it fits below the stub).
 Status write_record(pid_t pid, const Prepared& p, const MappedCache& cache) {
-  std::vector<uint8_t> head = encode_record(p.record);
-  if (head.size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
-  return write_cache(pid, cache, head, 0);
+  return write_cache(pid, cache, encode_record(p.record), 0);
 }
 
 // Writes stub, code, frames and their search table into the mapped cache.
 Status write_code(pid_t pid, const Prepared& p, const MappedCache& cache) {
-  if (encode_record(p.record).size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
   for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(kReturnStub), p.layout.stub_offset},
                                std::pair{std::span<const uint8_t>(p.planned.plan.cache.bytes), p.layout.code_offset},
                                std::pair{std::span<const uint8_t>(p.planned.frames.blob), p.layout.blob_offset},
@@ -597,8 +596,7 @@ Status undo_patches(const Injection& in) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   for (const PatchRecord& p : in.patched) {
-    auto live = read_target(pid, p.addr, kPatchBytes);
-    if (!live || !std::equal(live->begin(), live->end(), p.replacement.begin())) continue;  // not ours any more
+    if (!holds_jump(pid, p)) continue;  // not ours any more
     // Only where a patch can be (a record read from the target is
     // untrusted): a file's executable code, the 5 bytes within one page.
     const profiler::Mapping* text = mapping_at(*maps, p.addr);
@@ -612,13 +610,8 @@ Result<Injection> redo_patches(const Injection& in) {
   Injection again;
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   std::vector<PatchRecord> pending;
-  for (const PatchRecord& p : in.patched) {  // entries still patched need nothing
-    auto live = read_target(in.pid, p.addr, kPatchBytes);
-    if (live && std::equal(live->begin(), live->end(), p.replacement.begin()))
-      again.patched.push_back(p);
-    else
-      pending.push_back(p);
-  }
+  for (const PatchRecord& p : in.patched)  // entries still patched need nothing
+    (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
   if (auto r = patch_all(pending, again); !r) again.error = r.error().message();
   return again;
 }

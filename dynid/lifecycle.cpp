@@ -111,8 +111,7 @@ bool TargetLifecycle::adopt_existing_cache() {
                                   "left alone", records[0].cache_addr, records[0].build_id, build_id);
     log::warn("target {} pid {}: {}", name_, pid_, why);
     adopted_ = true;  // the lifecycle's end: the target is not injected
-    if (!table_.transition(pid_, start_time_, TargetState::Waiting, TargetState::Failed, why))
-      table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Failed, why);
+    settle_adoption(TargetState::Failed, why);
     return true;
   }
   {
@@ -125,10 +124,15 @@ bool TargetLifecycle::adopt_existing_cache() {
   std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of {} entries patched",
                                 best->cache_addr, best_live, best->patches.size());
   log::info("target {} pid {}: {}", name_, pid_, why);
-  // It may have turned busy meanwhile.
+  settle_adoption(to, why);
+  return true;
+}
+
+// An adopted target leaves waiting, or profiling: it may have turned busy
+// while its cache was being looked for.
+void TargetLifecycle::settle_adoption(TargetState to, const std::string& why) {
   if (!table_.transition(pid_, start_time_, TargetState::Waiting, to, why))
     table_.transition(pid_, start_time_, TargetState::Profiling, to, why);
-  return true;
 }
 
 // Injects the hot set (injector.h). Any failure leaves the target running its

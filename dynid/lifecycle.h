@@ -63,6 +63,7 @@ class TargetLifecycle {
   void run();
   void run_pipeline();
   bool adopt_existing_cache();
+  void settle_adoption(TargetState to, const std::string& why);
   void settle_after_failure(TargetState from, const std::string& reason);
   void dynimize();
   void fail_injection(const std::string& reason);

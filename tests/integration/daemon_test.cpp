@@ -9,6 +9,8 @@
 #include <fstream>
 #include <thread>
 
+#include "dynid/cache_scan.h"
+#include "profiler/process_maps.h"
 #include "tests/integration/dyni_host.h"
 
 namespace dyni::test {
@@ -53,23 +55,10 @@ bool text_equals_file(pid_t pid, const std::string& exe) {
   return compared > 0;
 }
 
-// Anonymous r-x mappings of `pid` that start with dyni's cache record.
-int caches_in(pid_t pid) {
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  std::ifstream mem("/proc/" + std::to_string(pid) + "/mem", std::ios::binary);
-  int n = 0;
-  for (std::string line; std::getline(maps, line);) {
-    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
-    char perms[8] = {}, dev[16] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %15s %lu", &lo, &hi, perms, &offset, dev, &inode) != 6) continue;
-    if (std::string(perms) != "r-xp" || inode != 0) continue;
-    char magic[8] = {};
-    mem.clear();
-    mem.seekg(static_cast<std::streamoff>(lo));
-    mem.read(magic, 8);
-    n += mem && std::string(magic, 8) == "DYNICACH";
-  }
-  return n;
+// dyni caches in `pid` (mappings that start with a valid record).
+std::size_t caches_in(pid_t pid) {
+  auto maps = profiler::read_maps(pid);
+  return maps ? find_cache_records(pid, *maps).size() : 0;
 }
 
 nlohmann::json target_json(const DyniHost& host, pid_t pid) {
@@ -475,7 +464,7 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_GT(d["seconds_optimizing"].get<double>(), 0.0);
   EXPECT_EQ(d["frames_registered"].get<std::string>().rfind("yes", 0), 0u) << d.dump();
   EXPECT_FALSE(text_equals_file(hot, exe)) << "dynimized, yet the code is the file's";
-  EXPECT_EQ(caches_in(hot), 1);
+  EXPECT_EQ(caches_in(hot), 1u);
   EXPECT_NE(host.dyni({"-status"}).out.find(", dynimized\n"), std::string::npos);
 
   RunResult undo = host.dyni({"-undo"});
@@ -498,7 +487,7 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 20s)) << host.state_of(hot) << host.log();
   d = target_json(host, hot)["dynimized"];
   EXPECT_EQ(d["adopted"], true) << d.dump();
-  EXPECT_EQ(caches_in(hot), 1) << "injected twice";
+  EXPECT_EQ(caches_in(hot), 1u) << "injected twice";
   undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.err;
   EXPECT_TRUE(text_equals_file(hot, exe)) << "undo from the record must restore every byte";
