@@ -491,8 +491,12 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   if (p.layout.table_offset + p.search_table.size() > place->length) return fail("the cache outgrew its place");
   p.record = {p.exe.file->build_id(), bias, place->addr, place->length, p.layout.code_offset, cache.bytes.size(),
               p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {}};
-  for (const jit::CachedFunction* f : p.planned.frames.copies)
+  for (const jit::CachedFunction* f : p.planned.frames.copies) {
     for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
+    // Its copy still runs when other copies call it; its entry stays as it is.
+    if (!f->unpatched.empty())
+      skipped.push_back(fmt::format("func_{:x}: entry left unpatched: {}", f->original_entry, f->unpatched));
+  }
   if (encode_record(p.record).size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
   return p;
 }
