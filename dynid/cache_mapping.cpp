@@ -66,13 +66,17 @@ Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const
 }
 
 Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes, uint64_t offset) {
+  // Opened before the maps are read: if the target execs or exits and its
+  // pid is reused after the check below, this descriptor still names the old
+  // memory, and the write goes nowhere instead of into the new image.
+  WindowMemory memory(pid);
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   const profiler::Mapping* m = mapping_at(*maps, cache.addr);
   if (!m || !is_the_cache(*m, cache))
     return fail(fmt::format("the cache mapping at {:#x} is no longer the one dyni made", cache.addr));
   if (offset > cache.length) return fail("write past the cache's end");
-  return write_in_mapping(pid, *m, cache.addr + offset, bytes);
+  return memory.write_in_mapping(*m, cache.addr + offset, bytes);
 }
 
 Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache) {

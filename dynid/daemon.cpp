@@ -139,7 +139,8 @@ void Daemon::sync_lifecycles() {
     // Unsupported/failed targets keep their lifecycle (finished) so that
     // -profile still answers; only departure or the license gate ends it.
     // A waiting target's adoption check runs to its end.
-    bool same = t != live.end() && t->second.start_time == it->second->start_time();
+    bool same = t != live.end() && t->second.start_time == it->second->start_time() &&
+                t->second.image == it->second->image();  // else replaced, or exec'd
     bool in_pipeline = t != live.end() && t->second.state != TargetState::Waiting && t->second.state != TargetState::Unlicensed;
     // An adopt-only lifecycle runs to its end; then it stays only if it found
     // a cache (else a busy target gets a full lifecycle at the next scan).

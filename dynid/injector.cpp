@@ -142,6 +142,19 @@ Status same_target(pid_t pid, uint64_t start_time, uint64_t at = 0, std::span<co
   return ok();
 }
 
+// Before there is a cache: an exec keeps the pid and start time, but maps
+// the executable afresh (elsewhere, with ASLR).
+Status executable_where_it_was(pid_t pid, const Executable& prepared) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  Executable now;
+  now.module = prepared.module;
+  module_range(*maps, now);
+  if (now.lo != prepared.lo || now.hi != prepared.hi)
+    return fail(fmt::format("process {}'s executable moved since it was read (exec?)", pid));
+  return ok();
+}
+
 // The same, once the cache's record is written.
 Status same_target_with_record(const Injection& in) {
   return same_target(in.pid, in.start_time, in.cache.addr, kRecordMagic);
@@ -556,6 +569,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     auto w = stop_world(req.pid);
     if (!w) return std::unexpected(w.error());
     if (auto same = same_target(req.pid, out.start_time); !same) return std::unexpected(same.error());
+    if (auto same = executable_where_it_was(req.pid, p->exe); !same) return std::unexpected(same.error());
     auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;

@@ -32,7 +32,7 @@ std::string first_or_none(const std::vector<std::string>& v) { return v.empty() 
 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
                                  profiler::RecorderOptions options, bool dynimize, bool adopt_only)
-    : pid_(target.pid), start_time_(target.start_time), name_(target.name), table_(table),
+    : pid_(target.pid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
       options_(options), dynimize_(dynimize), adopt_only_(adopt_only), started_in_(target.state),
       thread_([this] { run(); }) {}
 
@@ -205,10 +205,21 @@ void TargetLifecycle::settle_after_failure(TargetState from, const std::string& 
   table_.transition(pid_, start_time_, from, TargetState::Dynimized, why);
 }
 
+// The process exited (or exec'd) since this lifecycle began: -undo and
+// -redo have nothing left to do there, which is no failure.
+bool TargetLifecycle::gone() const {
+  auto st = read_proc_stat("/proc", pid_);
+  return !st || st->start_time != start_time_ || st->state == 'Z' || st->state == 'X' ||
+         (st->image && image_ && st->image != image_);
+}
+
 Result<std::string> TargetLifecycle::undo() {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return fail("nothing was injected");
-  if (auto r = undo_patches(*injection_); !r) return fail("undo: " + r.error().message());
+  if (auto r = undo_patches(*injection_); !r) {
+    if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
+    return fail("undo: " + r.error().message());
+  }
   ++undo_count_;
   table_.transition(pid_, start_time_, TargetState::Dynimized, TargetState::Undone, "dyni -undo");
   log::info("target {} pid {}: undone: {} entries have their original bytes", name_, pid_, injection_->patched.size());
@@ -219,6 +230,7 @@ Result<std::string> TargetLifecycle::redo() {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return fail("nothing was injected");
   auto again = redo_patches(*injection_);
+  if ((!again || again->patched.empty()) && gone()) return fmt::format("{} (pid {}): exited, nothing to redo", name_, pid_);
   if (!again) return fail("redo: " + again.error().message());
   if (again->patched.empty())
     return fail("redo: no entry could be patched (first reason: " +

@@ -48,6 +48,8 @@ class TargetLifecycle {
   // holds what -undo needs); read once finished().
   bool adopted() const { return adopted_; }
   uint64_t start_time() const { return start_time_; }
+  uint64_t image() const { return image_; }
+  bool gone() const;
   // The profile so far (or final); null before sampling started.
   nlohmann::json profile_json(std::size_t top_n) const;
   // What was injected (-status -json); null when nothing was.
@@ -75,6 +77,7 @@ class TargetLifecycle {
 
   pid_t pid_;
   uint64_t start_time_;
+  uint64_t image_;
   std::string name_;
   TargetTable& table_;
   profiler::RecorderOptions options_;

@@ -43,9 +43,10 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
     return fail("malformed /proc stat pid");
   st.comm = text.substr(open + 1, close - open - 1);
   std::istringstream rest(text.substr(close + 1));
-  // Fields from 3 (state) on; utime=14, stime=15, starttime=22 (proc(5)).
+  // Fields from 3 (state) on; utime=14, stime=15, starttime=22, startcode=26,
+  // startstack=28 (proc(5)).
   std::vector<std::string> fields;
-  for (std::string f; rest >> f && fields.size() < 20;) fields.push_back(f);
+  for (std::string f; rest >> f && fields.size() < 26;) fields.push_back(f);
   if (fields.size() < 20) return fail("malformed /proc stat: too few fields");
   st.state = fields[0].empty() ? '?' : fields[0][0];
   uint64_t utime = 0, stime = 0;
@@ -55,6 +56,9 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
   if (!num(fields[11], utime) || !num(fields[12], stime) || !num(fields[19], st.start_time))
     return fail("malformed /proc stat numbers");
   st.cpu_ticks = utime + stime;
+  uint64_t start_code = 0, start_stack = 0;
+  if (fields.size() >= 26 && num(fields[23], start_code) && num(fields[25], start_stack))
+    st.image = start_code ^ (start_stack << 1);
   return st;
 }
 

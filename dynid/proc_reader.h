@@ -19,6 +19,9 @@ struct ProcStat {
   char state = '?';
   uint64_t cpu_ticks = 0;    // utime + stime of all threads, in clock ticks
   uint64_t start_time = 0;   // since boot, in clock ticks: (pid, start_time) names a process
+  // Where exec put the code and the stack (startcode, startstack), mixed; 0
+  // when hidden. An exec keeps pid and start time, and with ASLR changes this.
+  uint64_t image = 0;
 };
 
 // Parses the text of /proc/PID/stat.

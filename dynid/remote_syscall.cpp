@@ -243,8 +243,21 @@ Status can_take_call(const WorldStop& world, pid_t tid, FrameAlignment alignment
   return ok();
 }
 
+// The sites were found before this window; an exec since (same pid, same
+// start time) maps libc elsewhere. Checked with the world held, so it holds
+// for the call.
+Status sites_still_there(pid_t pid, const SyscallSites& sites) {
+  for (auto [addr, bytes] : {std::pair{sites.syscall_ret, kSyscallRet}, std::pair{sites.sigreturn, kSigreturn}}) {
+    auto live = read_target(pid, addr, bytes.size());
+    if (!live || std::string_view(reinterpret_cast<const char*>(live->data()), live->size()) != bytes)
+      return fail(fmt::format("the syscall sequence at {:#x} is gone from process {} (exec?)", addr, pid));
+  }
+  return ok();
+}
+
 Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
                               const std::array<uint64_t, 6>& args) {
+  if (auto r = sites_still_there(world.pid(), sites); !r) return std::unexpected(r.error());
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());
   // Step 1: the frame, below the red zone, inside the thread's own stack.

@@ -29,6 +29,7 @@ struct Target {
   // Identity: a pid is reused, (pid, start_time) is not.
   pid_t pid = 0;
   uint64_t start_time = 0;
+  uint64_t image = 0;  // ProcStat::image: changes when the process execs
 
   std::string name;  // executable basename
   std::string exe;   // executable path as /proc/PID/exe names it

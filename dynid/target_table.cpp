@@ -35,6 +35,7 @@ Target new_target(const DiscoveredProcess& p) {
   Target t;
   t.pid = p.stat.pid;
   t.start_time = p.stat.start_time;
+  t.image = p.stat.image;
   t.name = p.name;
   t.exe = p.exe.path;
   t.exe_deleted = p.exe.deleted;
@@ -56,6 +57,11 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
     if (it != targets_.end() && it->second.start_time != p.stat.start_time) {
       log::info("target pid {} ({}) exited; pid reused by a new {}", it->first, it->second.name,
                 p.name);
+      targets_.erase(it);
+      it = targets_.end();
+    } else if (it != targets_.end() && it->second.image != p.stat.image && it->second.image && p.stat.image) {
+      // An exec: a new image, plain (every mapping dyni made is gone).
+      log::info("target pid {} ({}) exec'd {}: a new target", it->first, it->second.name, p.exe.path);
       targets_.erase(it);
       it = targets_.end();
     }

@@ -4,6 +4,9 @@
 #include "dynid/target_memory.h"
 
 #include <libunwind-ptrace.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
 
 #include <fmt/format.h>
 
@@ -26,6 +29,9 @@ namespace {
 struct SpaceState {
   std::vector<UnwindTable> tables;
   WindowMemory* memory = nullptr;  // during an unwind: the thread is held
+  // During an unwind that starts in the caller of the thread's frame 0
+  // (at_clone_exit): its rip and rsp.
+  std::optional<std::pair<uint64_t, uint64_t>> start;
 };
 std::mutex spaces_mutex;
 std::map<unw_addr_space_t, SpaceState> spaces;
@@ -69,6 +75,56 @@ int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t* val, int write,
   return _UPT_access_mem(as, addr, val, write, arg);
 }
 
+int access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t* val, int write, void* arg) {
+  if (!write && (reg == UNW_X86_64_RIP || reg == UNW_X86_64_RSP)) {
+    std::optional<std::pair<uint64_t, uint64_t>> start;
+    {
+      std::lock_guard lock(spaces_mutex);
+      auto it = spaces.find(as);
+      if (it != spaces.end()) start = it->second.start;
+    }
+    if (start) {
+      *val = reg == UNW_X86_64_RIP ? start->first : start->second;
+      return 0;
+    }
+  }
+  return _UPT_access_reg(as, reg, val, write, arg);
+}
+
+void set_space(unw_addr_space_t as, WindowMemory* memory, std::optional<std::pair<uint64_t, uint64_t>> start) {
+  std::lock_guard lock(spaces_mutex);
+  spaces[as].memory = memory;
+  spaces[as].start = start;
+}
+
+// glibc's clone and clone3 end their FDE just before `syscall` (in the new
+// thread the frame would be wrong), so a thread held right after that
+// syscall has no unwind information at its PC, and thread storms hold one
+// there in nearly every window. What follows the syscall is exactly
+// `test %rax,%rax; jl error; jz thread_start; ret`, nothing pushed since the
+// entry: in the new thread (rax 0) the stack begins there (thread_start
+// marks the outermost frame); in the parent the return address is at [rsp].
+enum class CloneExit { No, Child, Parent };
+
+CloneExit at_clone_exit(WindowMemory& memory, const user_regs_struct& regs) {
+  long nr = static_cast<long>(regs.orig_rax);
+  if (nr != SYS_clone && nr != SYS_clone3) return CloneExit::No;
+  auto code = memory.read(regs.rip - 2, 2 + 16);
+  if (!code) return CloneExit::No;
+  const std::vector<uint8_t>& b = *code;
+  std::size_t at = 0;
+  auto branch = [&](uint8_t short_op, uint8_t near_op) {  // jcc rel8 or 0f jcc rel32
+    if (b[at] == short_op) return at += 2, true;
+    if (b[at] == 0x0f && b[at + 1] == near_op) return at += 6, true;
+    return false;
+  };
+  if (b[0] != 0x0f || b[1] != 0x05) return CloneExit::No;                  // syscall
+  if (b[2] != 0x48 || b[3] != 0x85 || b[4] != 0xc0) return CloneExit::No;  // test %rax,%rax
+  at = 5;
+  if (!branch(0x7c, 0x8c) || !branch(0x74, 0x84) || b[at] != 0xc3) return CloneExit::No;  // jl; jz; ret
+  return regs.rax == 0 ? CloneExit::Child : CloneExit::Parent;
+}
+
 }  // namespace
 
 struct StackReader::Space {
@@ -81,6 +137,7 @@ StackReader::StackReader(pid_t pid, std::vector<UnwindTable> tables) : space_(st
   space_->accessors = _UPT_accessors;
   space_->accessors.find_proc_info = find_proc_info;
   space_->accessors.access_mem = access_mem;
+  space_->accessors.access_reg = access_reg;
   space_->as = unw_create_addr_space(&space_->accessors, 0);
   if (!space_->as) return;
   unw_set_caching_policy(space_->as, UNW_CACHE_GLOBAL);
@@ -104,10 +161,23 @@ Result<ThreadStack> StackReader::unwind(pid_t tid, std::size_t max_frames) const
   if (!upt) return fail(fmt::format("libunwind: cannot read thread {}", tid));
   ThreadStack stack;
   WindowMemory memory(space_->pid);  // falls back to ptrace reads where it cannot read
-  {
-    std::lock_guard lock(spaces_mutex);
-    spaces[space_->as].memory = &memory;
+  user_regs_struct regs{};
+  CloneExit clone = ::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) == 0 ? at_clone_exit(memory, regs) : CloneExit::No;
+  if (clone == CloneExit::Child) {
+    _UPT_destroy(upt);
+    return ThreadStack{{{regs.rip, false}}, true, ""};
   }
+  std::optional<std::pair<uint64_t, uint64_t>> start;
+  if (clone == CloneExit::Parent) {
+    auto ret = memory.read(regs.rsp, 8);
+    if (ret) {
+      uint64_t caller = 0;
+      std::memcpy(&caller, ret->data(), 8);
+      stack.frames.push_back({regs.rip, false});
+      start = std::pair{caller, regs.rsp + 8};
+    }
+  }
+  set_space(space_->as, &memory, start);
   unw_cursor_t cursor;
   int r = unw_init_remote(&cursor, space_->as, upt);
   if (r < 0) stack.incomplete_why = fmt::format("unw_init_remote: {}", unw_strerror(r));
@@ -133,10 +203,7 @@ Result<ThreadStack> StackReader::unwind(pid_t tid, std::size_t max_frames) const
     stack.incomplete_why = fmt::format("no unwind information past {:#x} ({})",
                                        stack.frames.empty() ? 0 : stack.frames.back().pc, unw_strerror(r));
   if (r > 0) stack.incomplete_why = fmt::format("more than {} frames", max_frames);
-  {
-    std::lock_guard lock(spaces_mutex);
-    spaces[space_->as].memory = nullptr;
-  }
+  set_space(space_->as, nullptr, std::nullopt);
   _UPT_destroy(upt);
   return stack;
 }

@@ -67,6 +67,11 @@ pid_t Scenario::start(const std::vector<std::string>& args, const std::string& o
   return pid_;
 }
 
+pid_t Scenario::respawn(const std::vector<std::string>& args) {
+  pid_ = spawn(host.dir() + "/" + name_, args, 0, output_path());
+  return pid_;
+}
+
 bool Scenario::wait_for_state(const std::string& state, std::chrono::seconds timeout) {
   return host.wait_for_state(pid_, state, timeout);
 }

@@ -27,6 +27,8 @@ class Scenario {
   std::string reference(const std::vector<std::string>& args = {}, int rounds = 2);
   // Starts dynid with `options`, then the listed copy running forever.
   pid_t start(const std::vector<std::string>& args = {}, const std::string& options = scenario_options());
+  // Starts another listed copy (the last one ended), dynid still running.
+  pid_t respawn(const std::vector<std::string>& args = {});
   // Waits for `state` ("dynimized"); false with the state seen on timeout.
   bool wait_for_state(const std::string& state, std::chrono::seconds timeout = std::chrono::seconds(60));
   // The target's -status -json entry ({} when not listed).

@@ -23,6 +23,18 @@ TEST(ProcStat, ParsesCommWithParensAndSpaces) {
   EXPECT_EQ(st->state, 'R');
   EXPECT_EQ(st->cpu_ticks, 300u);
   EXPECT_EQ(st->start_time, 98765u);
+  EXPECT_EQ(st->image, 0u) << "no startcode and startstack fields";
+}
+
+TEST(ProcStat, TheImageMarkerComesFromStartcodeAndStartstack) {
+  std::string head = "1234 (x) R 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 3 0 98765 1000000 200 "
+                     "18446744073709551615 ";
+  auto st = parse_proc_stat(head + "4096 8192 65536");
+  ASSERT_TRUE(st) << st.error().message();
+  EXPECT_EQ(st->image, 4096u ^ (65536u << 1));
+  auto exec = parse_proc_stat(head + "4096 8192 131072");  // a new stack: another image
+  ASSERT_TRUE(exec);
+  EXPECT_NE(exec->image, st->image);
 }
 
 TEST(ProcStat, RefusesTruncatedLines) {
@@ -37,6 +49,7 @@ TEST(ProcStat, ReadsOwnProcess) {
   ASSERT_TRUE(st) << st.error().message();
   EXPECT_EQ(st->pid, getpid());
   EXPECT_GT(st->start_time, 0u);
+  EXPECT_NE(st->image, 0u);
 }
 
 // "entry via" of what `exe` matches, "" when nothing does.

@@ -1,0 +1,117 @@
+// fork, exec and exit during injection (tests/live/fork_exec_exit/README.md).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "dynid/cache_scan.h"
+#include "profiler/process_maps.h"
+#include "tests/live/scenario.h"
+
+namespace dyni::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::size_t caches_in(pid_t pid) {
+  auto maps = profiler::read_maps(pid);
+  return maps ? find_cache_records(pid, *maps).size() : 0;
+}
+
+// Waits until `pid`'s state is `state`; or the state "dynimizing" was seen
+// go by. Returns the last state seen.
+std::string wait_for_state(const DyniHost& host, pid_t pid, const std::string& state, std::chrono::seconds timeout) {
+  std::string now;
+  for (auto until = std::chrono::steady_clock::now() + timeout; std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(5ms)) {
+    now = host.state_of(pid);
+    if (now == state || now.rfind("failed", 0) == 0) break;
+  }
+  return now;
+}
+
+TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  Scenario s(DYNI_LIVE_FORK_EXEC_EXIT, "dyni-forker");
+  std::string expected = s.reference({"plain"});
+  ASSERT_FALSE(expected.empty());
+  const std::string pid_file = s.host.dir() + "/child.pid";
+  s.start({"fork", pid_file});
+  ASSERT_TRUE(s.wait_for_state("dynimized")) << s.host.state_of(s.pid()) << s.host.log();
+  ASSERT_TRUE(s.wait_for_more_lines(3)) << s.check_output(expected);
+  ::kill(s.pid(), SIGUSR2);
+  pid_t child = 0;
+  for (int i = 0; i < 100 && child == 0; ++i, std::this_thread::sleep_for(50ms)) std::ifstream(pid_file) >> child;
+  ASSERT_GT(child, 0) << "no long-lived child";
+  struct KillAtEnd {
+    pid_t pid;
+    ~KillAtEnd() { ::kill(pid, SIGKILL); }
+  } kill_child{child};
+  // It inherited the cache and the patches: a new dynid would adopt it, and so does this one.
+  EXPECT_EQ(caches_in(child), 1u);
+  std::string child_state = wait_for_state(s.host, child, "dynimized", 20s);
+  EXPECT_EQ(child_state, "dynimized") << s.host.log();
+  nlohmann::json child_facts = nlohmann::json::object();
+  nlohmann::json all = s.host.status_json();
+  for (const auto& t : all.value("targets", nlohmann::json::array()))
+    if (t.value("pid", 0) == child) child_facts = t;
+  EXPECT_EQ(child_facts.value("dynimized", nlohmann::json::object()).value("adopted", false), true) << all.dump();
+  ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
+  RunResult undo = s.host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_EQ(s.host.state_of(child), "undone");
+  ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
+  RunResult redo = s.host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
+  EXPECT_TRUE(DyniHost::alive(child)) << "the long-lived child ended";
+  EXPECT_EQ(s.check_output(expected), "");
+}
+
+TEST(ForkExecExit, AnExecDuringInjectionLeavesANewPlainTargetThatIsDynimizedAfresh) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  Scenario s(DYNI_LIVE_FORK_EXEC_EXIT, "dyni-execer");
+  std::string expected = s.reference({"plain"});
+  ASSERT_FALSE(expected.empty());
+  s.start({"exec"});
+  std::string state = wait_for_state(s.host, s.pid(), "dynimizing", 60s);
+  ASSERT_TRUE(state == "dynimizing" || state == "dynimized") << state << s.host.log();
+  ::kill(s.pid(), SIGUSR2);  // the exec comes at the end of the round under way
+  for (int i = 0; i < 200 && s.host.log().find("exec'd") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_NE(s.host.log().find("exec'd"), std::string::npos) << "dynid did not see the exec\n" << s.host.log();
+  // The new image is plain, and becomes dynimized on its own profile.
+  ASSERT_TRUE(s.wait_for_state("dynimized")) << s.host.state_of(s.pid()) << s.host.log();
+  EXPECT_EQ(caches_in(s.pid()), 1u);
+  ASSERT_TRUE(s.wait_for_more_lines(3)) << s.check_output(expected);
+  EXPECT_EQ(s.check_output(expected), "");
+}
+
+TEST(ForkExecExit, ATargetThatExitsAtAnyInstantOfItsInjectionLeavesDynidHealthy) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  std::mt19937 rng(std::random_device{}());
+  Scenario s(DYNI_LIVE_FORK_EXEC_EXIT, "dyni-exiter");
+  s.start({"plain"});
+  for (int trial = 0; trial < 6; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    if (trial > 0) s.respawn({"plain"});
+    std::string state = wait_for_state(s.host, s.pid(), "dynimizing", 60s);
+    ASSERT_TRUE(state == "dynimizing" || state == "dynimized") << state << s.host.log();
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 150000));
+    s.host.kill_target(s.pid());
+    pid_t dynid = s.host.daemon_pid();
+    ASSERT_TRUE(s.host.wait_for([&](const nlohmann::json& j) {
+      for (const auto& t : j.value("targets", nlohmann::json::array()))
+        if (t.value("pid", 0) == s.pid()) return false;
+      return true;
+    })) << "the dead target stays listed\n" << s.host.log();
+    ASSERT_TRUE(DyniHost::alive(dynid)) << s.host.log();
+  }
+  EXPECT_EQ(s.host.log().find("internal error"), std::string::npos) << s.host.log();
+}
+
+}  // namespace
+}  // namespace dyni::test
