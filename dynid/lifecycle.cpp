@@ -2,7 +2,12 @@
 #include "dynid/lifecycle.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <filesystem>
+
+#include "common/file_io.h"
 #include "common/log.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_plan.h"
@@ -28,6 +33,16 @@ std::string skip_kind(const std::string& skipped) {
 
 std::string first_or_none(const std::vector<std::string>& v) { return v.empty() ? "none" : v.front(); }
 
+// I8: a cache is freed only once nothing can run in it or return into it.
+// Stacks can be proven (thread_unwind.h), but copies' addresses also sit
+// where no unwinder looks: setjmp buffers and coroutine contexts (mangled by
+// glibc), saved ucontexts. So a cache, and its frames registered with the
+// target's unwinder (a throw through a copy still running needs them), stay
+// until the process exits; -redo reuses them.
+constexpr const char* kCacheKeptBecause =
+    "kept until the process exits: code addresses in it may be saved outside any stack (setjmp buffers, "
+    "coroutine contexts), which no check can prove unused";
+
 }  // namespace
 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
@@ -48,7 +63,7 @@ void TargetLifecycle::run() {
   } catch (const std::exception& e) {
     log::error("target {} pid {}: internal error: {}", name_, pid_, e.what());
     std::string why = std::string("internal error: ") + e.what();
-    table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Failed, why);
+    move(TargetState::Profiling, TargetState::Failed, why);
     bool injected = false;
     {
       std::lock_guard lock(injection_mutex_);
@@ -57,7 +72,7 @@ void TargetLifecycle::run() {
     if (injected)
       settle_after_failure(TargetState::Dynimizing, why);  // live entries: dynimized (partly), -undo reaches them
     else
-      table_.transition(pid_, start_time_, TargetState::Dynimizing, TargetState::Failed, why);
+      move(TargetState::Dynimizing, TargetState::Failed, why);
   }
   finished_ = true;
 }
@@ -79,7 +94,7 @@ void TargetLifecycle::run_pipeline() {
   if (stop_) return;
   seconds_profiling_ = seconds_since(t0);
   // Not moved on (license gone, target replaced): nothing more to do.
-  if (!table_.transition(pid_, start_time_, TargetState::Profiling, TargetState::Dynimizing, "hot set found")) return;
+  if (!move(TargetState::Profiling, TargetState::Dynimizing, "hot set found")) return;
   plan_cache();
   if (stop_) return;
   if (!dynimize_) {
@@ -131,8 +146,8 @@ bool TargetLifecycle::adopt_existing_cache() {
 // An adopted target leaves waiting, or profiling: it may have turned busy
 // while its cache was being looked for.
 void TargetLifecycle::settle_adoption(TargetState to, const std::string& why) {
-  if (!table_.transition(pid_, start_time_, TargetState::Waiting, to, why))
-    table_.transition(pid_, start_time_, TargetState::Profiling, to, why);
+  if (!move(TargetState::Waiting, to, why))
+    move(TargetState::Profiling, to, why);
 }
 
 // Injects the hot set (injector.h). Any failure leaves the target running its
@@ -182,12 +197,12 @@ void TargetLifecycle::dynimize() {
                                 injection_->patched.size(), injection_->skipped.size(), injection_->code_size,
                                 injection_->code_addr, injection_->longest_stop.count() / 1000.0);
   log::info("target {} pid {}: dynimized: {}", name_, pid_, why);
-  table_.transition(pid_, start_time_, TargetState::Dynimizing, TargetState::Dynimized, why);
+  move(TargetState::Dynimizing, TargetState::Dynimized, why);
 }
 
 void TargetLifecycle::fail_injection(const std::string& reason) {
   log::warn("target {} pid {}: failed: injection: {} (the target runs its original code)", name_, pid_, reason);
-  table_.transition(pid_, start_time_, TargetState::Dynimizing, TargetState::Failed, "injection: " + reason);
+  move(TargetState::Dynimizing, TargetState::Failed, "injection: " + reason);
 }
 
 // After a failure with entries patched, the state says what is live: failed
@@ -197,20 +212,38 @@ void TargetLifecycle::settle_after_failure(TargetState from, const std::string& 
   std::size_t live = live_patches(pid_, injection_->patched);
   if (live == 0) {
     log::warn("target {} pid {}: failed: {} (the target runs its original code)", name_, pid_, reason);
-    table_.transition(pid_, start_time_, from, TargetState::Failed, reason);
+    move(from, TargetState::Failed, reason);
     return;
   }
   std::string why = fmt::format("partly: {} entries patched after an error: {}; dyni -undo restores them", live, reason);
   log::warn("target {} pid {}: {}", name_, pid_, why);
-  table_.transition(pid_, start_time_, from, TargetState::Dynimized, why);
+  move(from, TargetState::Dynimized, why);
+}
+
+// This target's state, in the table, unless the process exec'd since.
+bool TargetLifecycle::move(TargetState from, TargetState to, const std::string& why) {
+  return table_.transition(pid_, start_time_, from, to, why, image_);
 }
 
 // The process exited (or exec'd) since this lifecycle began: -undo and
 // -redo have nothing left to do there, which is no failure.
+// Only when that is certain: a leader that called pthread_exit shows as a
+// zombie while its other threads run on (and patched), and a stat that could
+// not be read for another reason (dynid out of descriptors) proves nothing.
 bool TargetLifecycle::gone() const {
+  std::string dir = fmt::format("/proc/{}", pid_);
+  if (::access(dir.c_str(), F_OK) != 0) return errno == ENOENT || errno == ESRCH;
   auto st = read_proc_stat("/proc", pid_);
-  return !st || st->start_time != start_time_ || st->state == 'Z' || st->state == 'X' ||
-         (st->image && image_ && st->image != image_);
+  if (!st) return false;
+  if (st->start_time != start_time_ || (st->image && image_ && st->image != image_)) return true;
+  if (st->state != 'Z' && st->state != 'X') return false;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(dir + "/task", ec)) {
+    auto t = read_file(task.path().string() + "/stat", 4096);
+    auto ts = t ? parse_proc_stat(*t) : Result<ProcStat>(fail(""));
+    if (!ts || (ts->state != 'Z' && ts->state != 'X')) return false;  // a thread runs on
+  }
+  return !ec;
 }
 
 Result<std::string> TargetLifecycle::undo() {
@@ -221,7 +254,7 @@ Result<std::string> TargetLifecycle::undo() {
     return fail("undo: " + r.error().message());
   }
   ++undo_count_;
-  table_.transition(pid_, start_time_, TargetState::Dynimized, TargetState::Undone, "dyni -undo");
+  move(TargetState::Dynimized, TargetState::Undone, "dyni -undo");
   log::info("target {} pid {}: undone: {} entries have their original bytes", name_, pid_, injection_->patched.size());
   return fmt::format("{} (pid {}): original code restored ({} entries)", name_, pid_, injection_->patched.size());
 }
@@ -240,7 +273,7 @@ Result<std::string> TargetLifecycle::redo() {
     injection_->longest_stop = again->longest_stop, injection_->longest_window = again->longest_window;
   std::string what = fmt::format("{} of {} entries patched{}", again->patched.size(), injection_->patched.size(),
                                  again->error.empty() ? "" : " (stopped early: " + again->error + ")");
-  table_.transition(pid_, start_time_, TargetState::Undone, TargetState::Dynimized, "dyni -redo: " + what);
+  move(TargetState::Undone, TargetState::Dynimized, "dyni -redo: " + what);
   log::info("target {} pid {}: redone: {}", name_, pid_, what);
   return fmt::format("{} (pid {}): optimized code back in ({})", name_, pid_, what);
 }
@@ -262,7 +295,9 @@ nlohmann::json TargetLifecycle::injection_json() const {
                      {"bytes", in.cache.length},
                      {"code_bytes", in.code_size},
                      {"huge_page_bytes", huge_page_bytes_ ? nlohmann::json(*huge_page_bytes_) : nlohmann::json(nullptr)},
-                     {"huge_page_advised", in.cache.huge_advised}}},
+                     {"huge_page_advised", in.cache.huge_advised},
+                     {"unmapped", false},
+                     {"kept_because", kCacheKeptBecause}}},
           {"frames_registered", in.frames_registered},
           {"longest_stop_ms", in.longest_stop.count() / 1000.0},
           {"longest_patch_window", {{"threads", in.longest_window.threads},
@@ -318,7 +353,7 @@ void TargetLifecycle::fail_with(TargetState state, const std::string& reason) {
   }
   if (stop_) return;
   log::warn("target {} pid {}: {}: {}", name_, pid_, state_name(state), reason);
-  table_.transition(pid_, start_time_, TargetState::Profiling, state, reason);
+  move(TargetState::Profiling, state, reason);
 }
 
 Status TargetLifecycle::start_profiling() {

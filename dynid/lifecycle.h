@@ -49,7 +49,6 @@ class TargetLifecycle {
   bool adopted() const { return adopted_; }
   uint64_t start_time() const { return start_time_; }
   uint64_t image() const { return image_; }
-  bool gone() const;
   // The profile so far (or final); null before sampling started.
   nlohmann::json profile_json(std::size_t top_n) const;
   // What was injected (-status -json); null when nothing was.
@@ -62,6 +61,8 @@ class TargetLifecycle {
   Result<std::string> redo();
 
  private:
+  bool gone() const;
+  bool move(TargetState from, TargetState to, const std::string& why);
   void run();
   void run_pipeline();
   bool adopt_existing_cache();

@@ -57,7 +57,10 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
     return fail("malformed /proc stat numbers");
   st.cpu_ticks = utime + stime;
   uint64_t start_code = 0, start_stack = 0;
-  if (fields.size() >= 26 && num(fields[23], start_code) && num(fields[25], start_stack))
+  // Hidden (no ptrace access), the kernel prints startcode 1 and startstack
+  // 0; in the middle of an exec start_code is still 0: no marker then.
+  if (fields.size() >= 26 && num(fields[23], start_code) && num(fields[25], start_stack) && start_code > 1 &&
+      start_stack != 0)
     st.image = start_code ^ (start_stack << 1);
   return st;
 }

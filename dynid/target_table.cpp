@@ -112,11 +112,12 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
 }
 
 bool TargetTable::transition(pid_t pid, uint64_t start_time, TargetState from, TargetState to,
-                             const std::string& reason) {
+                             const std::string& reason, uint64_t image) {
   std::lock_guard lock(mutex_);
   auto it = targets_.find(pid);
   if (it == targets_.end() || it->second.start_time != start_time || it->second.state != from)
     return false;
+  if (image && it->second.image && image != it->second.image) return false;  // exec'd since
   bool with_reason = to == TargetState::Failed || to == TargetState::Unsupported;
   set_state(it->second, to, reason, with_reason ? reason : "");
   return true;

@@ -32,8 +32,9 @@ class TargetTable {
 
   // Moves the target (pid, start_time) from `from` to `to`; does nothing if it
   // is gone or no longer in `from` (e.g. the license went away meanwhile).
+  // With `image` (Target::image), also nothing once the process exec'd.
   bool transition(pid_t pid, uint64_t start_time, TargetState from, TargetState to,
-                  const std::string& reason);
+                  const std::string& reason, uint64_t image = 0);
 
   std::vector<Target> snapshot() const;  // ordered by pid
   nlohmann::json to_json() const;

@@ -178,6 +178,10 @@ Result<ThreadStack> StackReader::unwind(pid_t tid, std::size_t max_frames) const
     }
   }
   set_space(space_->as, &memory, start);
+  struct Unset {  // `memory` dies with this call: no accessor may see it after
+    unw_addr_space_t as;
+    ~Unset() { set_space(as, nullptr, std::nullopt); }
+  } unset{space_->as};
   unw_cursor_t cursor;
   int r = unw_init_remote(&cursor, space_->as, upt);
   if (r < 0) stack.incomplete_why = fmt::format("unw_init_remote: {}", unw_strerror(r));
@@ -203,7 +207,6 @@ Result<ThreadStack> StackReader::unwind(pid_t tid, std::size_t max_frames) const
     stack.incomplete_why = fmt::format("no unwind information past {:#x} ({})",
                                        stack.frames.empty() ? 0 : stack.frames.back().pc, unw_strerror(r));
   if (r > 0) stack.incomplete_why = fmt::format("more than {} frames", max_frames);
-  set_space(space_->as, nullptr, std::nullopt);
   _UPT_destroy(upt);
   return stack;
 }

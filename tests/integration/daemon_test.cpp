@@ -472,6 +472,11 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_NE(undo.out.find("original code restored"), std::string::npos) << undo.out;
   EXPECT_EQ(host.state_of(hot), "undone");
   EXPECT_TRUE(text_equals_file(hot, exe)) << "undo must restore every byte";
+  // I8: the cache stays, and says so (its frames with it).
+  d = target_json(host, hot)["dynimized"];
+  EXPECT_EQ(caches_in(hot), 1u);
+  EXPECT_EQ(d["cache"]["unmapped"], false) << d.dump();
+  EXPECT_NE(d["cache"].value("kept_because", "").find("until the process exits"), std::string::npos) << d.dump();
   RunResult redo = host.dyni({"-redo"});
   EXPECT_EQ(redo.exit_code, 0) << redo.err << redo.out;
   EXPECT_EQ(host.state_of(hot), "dynimized");

@@ -59,6 +59,30 @@ TEST(TargetTable, PidReuseStartsOver) {
   EXPECT_EQ(s[0].state, TargetState::Waiting);
 }
 
+TEST(TargetTable, AnExecStartsOverAndTheOldImagesTransitionsMissIt) {
+  TargetTable t;
+  auto with_image = [](DiscoveredProcess p, uint64_t image) {
+    p.stat.image = image;
+    return p;
+  };
+  t.reconcile({with_image(proc(10, 1, 0), 0xA)}, 0);
+  t.reconcile({with_image(proc(10, 1, hz), 0xA)}, 1000);
+  t.advance(kRule, true);
+  ASSERT_EQ(t.snapshot()[0].state, TargetState::Profiling);
+  t.reconcile({with_image(proc(10, 1, hz), 0xB)}, 1500);  // exec: same pid and start time
+  auto s = t.snapshot();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].image, 0xBu);
+  EXPECT_EQ(s[0].state, TargetState::Waiting);
+  // A lifecycle of the old image cannot move the new one.
+  EXPECT_FALSE(t.transition(10, 1, TargetState::Waiting, TargetState::Dynimized, "old", 0xA));
+  EXPECT_EQ(t.snapshot()[0].state, TargetState::Waiting);
+  EXPECT_TRUE(t.transition(10, 1, TargetState::Waiting, TargetState::Failed, "new", 0xB));
+  // A marker that cannot be read (0) is no exec.
+  t.reconcile({with_image(proc(10, 1, hz), 0)}, 2000);
+  EXPECT_EQ(t.snapshot()[0].state, TargetState::Failed);
+}
+
 TEST(TargetTable, LicenseGate) {
   TargetTable t;
   t.reconcile({proc(10, 1, 0)}, 0);
