@@ -1,6 +1,8 @@
 // Live injection of an executable's hot code: jit, map, write, register, patch.
 #include "dynid/injector.h"
 
+#include <sched.h>
+
 #include <sys/resource.h>
 #include <unistd.h>
 #include <cerrno>
@@ -167,19 +169,34 @@ Status same_target_with_record(const Injection& in) {
 class RaisedPriority {
  public:
   RaisedPriority() {
+    const pid_t self = static_cast<pid_t>(::gettid());
+    int policy = ::sched_getscheduler(self);
+    sched_param old{};
+    if (policy >= 0 && ::sched_getparam(self, &old) == 0) {
+      sched_param fifo{};
+      fifo.sched_priority = kWindowFifoPriority;
+      if (::sched_setscheduler(self, SCHED_FIFO, &fifo) == 0) {
+        old_ = std::pair{policy, old};
+        return;
+      }
+    }
     errno = 0;
-    int old = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-    if (errno == 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWindowNice) == 0) old_ = old;
+    int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(self));
+    if (errno == 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(self), kWindowNice) == 0) old_nice_ = nice;
   }
   ~RaisedPriority() {
-    if (old_) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), *old_);
+    const pid_t self = static_cast<pid_t>(::gettid());
+    if (old_) ::sched_setscheduler(self, old_->first, &old_->second);
+    if (old_nice_) ::setpriority(PRIO_PROCESS, static_cast<id_t>(self), *old_nice_);
   }
   RaisedPriority(const RaisedPriority&) = delete;
   RaisedPriority& operator=(const RaisedPriority&) = delete;
 
  private:
-  static constexpr int kWindowNice = -15;
-  std::optional<int> old_;
+  static constexpr int kWindowFifoPriority = 1;
+  static constexpr int kWindowNice = -15;  // where SCHED_FIFO is refused
+  std::optional<std::pair<int, sched_param>> old_;
+  std::optional<int> old_nice_;
 };
 
 // Stops every thread, trying a few times: a thread may be in uninterruptible

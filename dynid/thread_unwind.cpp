@@ -1,7 +1,9 @@
 // A held thread's call stack through libunwind-ptrace.
 #include "dynid/thread_unwind.h"
 
+#include "dynid/module_unwind.h"
 #include "dynid/target_memory.h"
+#include "profiler/process_maps.h"
 
 #include <libunwind-ptrace.h>
 #include <sys/ptrace.h>
@@ -50,7 +52,7 @@ int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t* pi, int 
   di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
   di.start_ip = table->code_lo;
   di.end_ip = table->code_hi;
-  di.u.rti.segbase = table->table_addr;
+  di.u.rti.segbase = table->segbase ? table->segbase : table->table_addr;
   di.u.rti.table_data = table->table_addr;
   di.u.rti.table_len = table->entries * 8 / sizeof(unw_word_t);  // in words: entries are 8 bytes
   return _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
@@ -142,6 +144,12 @@ StackReader::StackReader(pid_t pid, std::vector<UnwindTable> tables) : space_(st
   if (!space_->as) return;
   unw_set_caching_policy(space_->as, UNW_CACHE_GLOBAL);
   space_->pid = pid;
+  // The threads are held: the maps read now stay true for every unwind.
+  if (auto maps = profiler::read_maps(pid)) {
+    WindowMemory memory(pid);
+    std::vector<UnwindTable> modules = module_unwind_tables(*maps, memory);
+    tables.insert(tables.end(), modules.begin(), modules.end());
+  }
   std::lock_guard lock(spaces_mutex);
   spaces[space_->as].tables = std::move(tables);
 }

@@ -40,8 +40,9 @@ struct ThreadStack {
 // memory (cache_record.h).
 struct UnwindTable {
   uint64_t code_lo = 0, code_hi = 0;  // run-time
-  uint64_t table_addr = 0;            // run-time; pairs of int32 relative to it
+  uint64_t table_addr = 0;            // run-time; pairs of int32 relative to segbase
   uint64_t entries = 0;
+  uint64_t segbase = 0;               // 0: table_addr (an .eh_frame_hdr's own start otherwise)
 };
 
 // Unwinds threads of one process; keeps libunwind's caches between threads.

@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 
 #include <chrono>
 #include <climits>
 #include <cstdlib>
 
+#include "dynid/module_unwind.h"
 #include "dynid/world_stop.h"
 #include "elf/function_table.h"
 #include "profiler/process_maps.h"
@@ -97,6 +99,39 @@ TEST_F(ThreadUnwindTest, EveryHeldThreadUnwindsThroughItsOwnFunctions) {
   w->resume();
   EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
   EXPECT_EQ(target.finish(), 0);
+}
+
+// The search tables StackReader uses instead of libunwind-ptrace's lookup,
+// read from a process's memory (this one's): the executable, libc and the
+// vDSO each have one, and libc's has as many entries as the file says.
+TEST(ModuleUnwindTables, AreFoundInMemoryForTheExecutableLibcAndTheVdso) {
+  auto maps = profiler::read_maps(::getpid());
+  ASSERT_TRUE(maps);
+  WindowMemory memory(::getpid());
+  std::vector<UnwindTable> tables = module_unwind_tables(*maps, memory);
+  auto covering = [&](uint64_t pc) -> const UnwindTable* {
+    for (const UnwindTable& t : tables)
+      if (pc >= t.code_lo && pc < t.code_hi) return &t;
+    return nullptr;
+  };
+  const UnwindTable* libc = covering(reinterpret_cast<uint64_t>(&::getpid));
+  ASSERT_NE(libc, nullptr) << "no table for libc";
+  EXPECT_NE(covering(reinterpret_cast<uint64_t>(&comm_of)), nullptr) << "no table for the executable";
+  EXPECT_NE(covering(::getauxval(AT_SYSINFO_EHDR)), nullptr) << "no table for the vDSO";
+  std::string libc_path;
+  for (const auto& m : *maps)
+    if (reinterpret_cast<uint64_t>(&::getpid) >= m.start && reinterpret_cast<uint64_t>(&::getpid) < m.end) libc_path = m.path;
+  auto file = elf::ElfFile::open(libc_path);
+  ASSERT_TRUE(file) << libc_path;
+  const elf::Section* hdr = file->find_section(".eh_frame_hdr");
+  ASSERT_NE(hdr, nullptr);
+  auto bytes = file->contents(*hdr);
+  ASSERT_TRUE(bytes && bytes->size() >= 12);
+  uint32_t count = 0;
+  std::memcpy(&count, bytes->data() + 8, 4);
+  EXPECT_EQ(libc->entries, count);
+  EXPECT_EQ(libc->segbase, libc->code_lo + hdr->addr) << "libc's .eh_frame_hdr, where the loader put it";
+  EXPECT_EQ(libc->table_addr, libc->segbase + 12);
 }
 
 // glibc's clone3 ends its FDE before the syscall: a thread held just after it
