@@ -162,10 +162,12 @@ Status same_target_with_record(const Injection& in) {
   return same_target(in.pid, in.start_time, in.cache.addr, kRecordMagic);
 }
 
-// dynid's thread runs at a high priority while it holds a target's threads:
-// once it releases the first ones they compete with it for the CPU, and the
-// others wait until it gets to them (100 busy threads: 110-140 ms windows of
-// which 57 ms were the work). Only dynid's own thread changes.
+// dynid's thread runs SCHED_FIFO while it holds a target's threads: once it
+// releases the first ones they would preempt it, and the others wait until it
+// gets to them (100 busy threads on 2 CPUs: release took 40-50 ms at nice
+// -15, under EEVDF; 0.5 ms as SCHED_FIFO). Every window is bounded by its
+// timeouts, and the kernel throttles RT threads that run too long. Only
+// dynid's own thread changes; nice -15 where SCHED_FIFO is refused.
 class RaisedPriority {
  public:
   RaisedPriority() {
