@@ -521,6 +521,23 @@ TEST_F(Daemon, AProgramWhoseOnlyThreadIsBusyIsDynimized) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
 }
 
+// A target under a seccomp filter (systemd's SystemCallFilter=): a system
+// call dyni injects could be answered with SIGSYS, so it is left alone, with
+// that reason, and runs on untouched.
+TEST_F(Daemon, ATargetUnderASeccompFilterIsLeftAloneWithTheReason) {
+  start({"dyni-hot-filtered"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-filtered");
+  pid_t hot = host.spawn({DYNI_TEST_SECCOMP_EXEC, exe, "20", "2"});
+  std::string state;
+  for (int i = 0; i < 300 && state.rfind("failed", 0) != 0; ++i, std::this_thread::sleep_for(100ms))
+    state = host.state_of(hot);
+  EXPECT_EQ(state.rfind("failed", 0), 0u) << state << host.log();
+  EXPECT_NE(state.find("seccomp"), std::string::npos) << state;
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "a refused target must be untouched";
+  EXPECT_EQ(caches_in(hot), 0u);
+  EXPECT_TRUE(DyniHost::alive(hot));
+}
+
 TEST_F(Daemon, ATargetExitingWhileProfiledIsDropped) {
   start({"dyni-hot-brief"});
   pid_t hot = host.spawn({host.install_program(DYNI_TEST_HOT, "dyni-hot-brief"), "3", "2"});
