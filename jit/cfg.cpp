@@ -132,6 +132,11 @@ struct TablePattern {
   unsigned entry_size = 0;
   ZydisRegister index = ZYDIS_REGISTER_NONE;
   std::size_t load_at = 0;  // the instruction that reads the table
+  // PIC only: the base register, the lea that sets it, the add, and the
+  // register the entry is loaded into (and the jump goes through).
+  ZydisRegister base = ZYDIS_REGISTER_NONE;
+  std::size_t lea_at = 0, add_at = 0;
+  ZydisRegister index_target = ZYDIS_REGISTER_NONE;
 };
 
 // gcc/clang PIC:  lea B,[rip+T]; movsxd J,dword [B+X*4]; add J,B; jmp J
@@ -155,7 +160,7 @@ std::optional<TablePattern> match_pic_table(const std::vector<Instruction>& ins,
     return in.mnemonic == ZYDIS_MNEMONIC_LEA && is_reg(in.ops[0], base) && in.rip_relative;
   });
   if (!lea) return std::nullopt;
-  return TablePattern{ins[*lea].rip_address, 4, widest(ins[*load].ops[1].index), *load};
+  return TablePattern{ins[*lea].rip_address, 4, widest(ins[*load].ops[1].index), *load, base, *lea, *add, j};
 }
 
 // Non-PIC absolute:  jmp qword [X*8 + T]
@@ -184,16 +189,17 @@ bool is_pointer_tail_call(const std::vector<Instruction>& ins, std::size_t jmp) 
 }
 
 Result<JumpTable> resolve_table(const std::vector<Instruction>& ins, std::size_t jmp,
-                                const ModuleImage& image) {
+                                const ModuleImage& image, std::optional<TablePattern>& matched) {
   auto pattern = match_pic_table(ins, jmp);
   if (!pattern) pattern = match_absolute_table(ins, jmp);
+  matched = pattern;
   if (!pattern) return fail(fmt::format("indirect jump unresolved at {:#x}", ins[jmp].addr));
   auto entries = find_bound(ins, pattern->load_at, pattern->index);
   if (!entries || *entries == 0 || *entries > kMaxTableEntries)
     return fail(fmt::format("jump table without a provable bound at {:#x}", ins[jmp].addr));
   auto bytes = image.read(pattern->table, *entries * pattern->entry_size);
   if (!bytes) return fail(fmt::format("jump table unreadable at {:#x}", pattern->table));
-  JumpTable t{ins[jmp].addr, pattern->table, pattern->entry_size, {}};
+  JumpTable t{ins[jmp].addr, pattern->table, pattern->entry_size, {}, ins[pattern->load_at].addr, false};
   for (uint64_t k = 0; k < *entries; ++k) {
     if (pattern->entry_size == 4) {
       int32_t rel;
@@ -221,6 +227,7 @@ class CfgBuilder {
     if (auto r = resolve_tables(); !r) return r;
     if (auto r = find_leaders(); !r) return r;
     make_blocks();
+    mark_rebuildable();
     return ok();
   }
 
@@ -255,7 +262,8 @@ class CfgBuilder {
     const auto& ins = cfg_.instructions;
     for (std::size_t i = 0; i < ins.size(); ++i) {
       if (ins[i].flow != Flow::IndirectBranch) continue;
-      auto table = resolve_table(ins, i, image_);
+      std::optional<TablePattern> pattern;
+      auto table = resolve_table(ins, i, image_, pattern);
       if (!table && is_pointer_tail_call(ins, i)) continue;  // leaves the function
       if (!table) return std::unexpected(table.error());
       // Entries may leave the function for other code (gcc's .cold parts):
@@ -266,9 +274,124 @@ class CfgBuilder {
         if (!inside(target) && !image_.is_code(target))
           return fail(fmt::format("jump table entry outside the code at {:#x}", ins[i].addr));
       }
+      patterns_[ins[i].addr] = *pattern;
       cfg_.tables.push_back(std::move(*table));
     }
     return ok();
+  }
+
+  // Rebuilding a PIC table is sound only when the copy's load can read no
+  // entry but these: the table's base is this table's on every path to the
+  // load, and the index is bounded by a guard no path avoids. Proven here
+  // for the forms compilers emit most:
+  //   P: ... cmp R, imm ; ja/jae default     (falls through into D)
+  //   or ... cmp R, imm ; jbe/jb D            (branches to D)
+  //   D: ... lea B,[rip+T] ... movsxd J,[B+X*4] ... add J,B ... jmp J
+  // every way into D being such a guard with the table's bound, X holding
+  // the compared value (zero-extended when 32 bits were compared), B and J
+  // written by nothing else in between (hidden writes included), all of it
+  // in D.
+  void mark_rebuildable() {
+    for (JumpTable& t : cfg_.tables) {
+      auto p = patterns_.find(t.jump_addr);
+      if (t.entry_size == 4 && p != patterns_.end()) t.rebuildable = rebuildable_pic_table(t, p->second);
+    }
+  }
+
+  bool rebuildable_pic_table(const JumpTable& t, const TablePattern& p) const {
+    const auto& ins = cfg_.instructions;
+    const std::size_t jmp = index_.at(t.jump_addr);
+    const Block* d = cfg_.block_at(t.jump_addr);
+    if (!d || d->start == cfg_.start || ins[p.lea_at].addr < d->start) return false;
+    if (!(p.lea_at < p.load_at && p.load_at < p.add_at && p.add_at < jmp)) return false;
+    for (std::size_t i = p.lea_at + 1; i < p.add_at; ++i)
+      if (may_write_gpr(ins[i], p.base)) return false;
+    for (std::size_t i = p.load_at + 1; i < jmp; ++i)
+      if (i != p.add_at && may_write_gpr(ins[i], p.index_target)) return false;
+    std::vector<const Block*> ways = ways_into(*d);
+    if (ways.empty()) return false;
+    for (const Block* g : ways)
+      if (!guards(*g, *d, t.targets.size(), p)) return false;
+    return true;
+  }
+
+  // Every block with an edge into `d`; none when a table or the function's
+  // entry leads there too.
+  std::vector<const Block*> ways_into(const Block& d) const {
+    std::vector<const Block*> ways;
+    for (const Block& b : cfg_.blocks)
+      if (std::find(b.successors.begin(), b.successors.end(), d.start) != b.successors.end()) ways.push_back(&b);
+    for (const JumpTable& other : cfg_.tables)
+      if (std::find(other.targets.begin(), other.targets.end(), d.start) != other.targets.end()) return {};
+    return ways;
+  }
+
+  // `g` ends in `cmp R, imm; jcc` that lets only indices below `entries`
+  // into `d`, and the load's index holds R's value there.
+  bool guards(const Block& g, const Block& d, uint64_t entries, const TablePattern& p) const {
+    const auto& ins = cfg_.instructions;
+    if (g.count < 2) return false;
+    const std::size_t jcc = g.first + g.count - 1, cmp = jcc - 1;
+    const Instruction& j = ins[jcc];
+    const Instruction& c = ins[cmp];
+    bool falls_in = (j.mnemonic == ZYDIS_MNEMONIC_JNBE || j.mnemonic == ZYDIS_MNEMONIC_JNB) && g.end == d.start &&
+                    j.target != d.start;
+    bool branches_in = (j.mnemonic == ZYDIS_MNEMONIC_JBE || j.mnemonic == ZYDIS_MNEMONIC_JB) &&
+                       j.target == d.start && g.end != d.start;
+    if (!falls_in && !branches_in) return false;
+    if (c.mnemonic != ZYDIS_MNEMONIC_CMP || c.ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
+        c.ops[1].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || bound_of(j.mnemonic, c.ops[1].imm) != entries)
+      return false;
+    return index_is_compared_value(cmp, g, d, p.load_at, p.index);
+  }
+
+  // Whether the load's index X holds the value `cmp` compared, with bits
+  // 32-63 zero when only 32 bits were compared, followed forward through
+  // register moves from the cmp to the end of its block `g`, then from the
+  // start of `d` to the load.
+  bool index_is_compared_value(std::size_t cmp, const Block& g, const Block& d, std::size_t load,
+                               ZydisRegister index) const {
+    const auto& ins = cfg_.instructions;
+    const Operand& compared = ins[cmp].ops[0];
+    if (compared.size != 64 && compared.size != 32) return false;
+    ZydisRegister holder = widest(compared.reg);
+    bool full = compared.size == 64 || zero_extended_before(cmp, holder, g);
+    auto follow = [&](std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; ++i) {
+        const Instruction& in = ins[i];
+        bool from_holder = in.mnemonic == ZYDIS_MNEMONIC_MOV && in.ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+                           in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && widest(in.ops[1].reg) == holder &&
+                           in.ops[0].size == in.ops[1].size && in.ops[0].size >= compared.size;
+        if (from_holder) {
+          holder = widest(in.ops[0].reg);
+          full = full || in.ops[0].size == 32;  // a 32-bit write zero-extends
+        } else if (may_write_gpr(in, holder)) {
+          return false;
+        }
+      }
+      return true;
+    };
+    return follow(cmp + 1, g.first + g.count) && follow(d.first, load) && full && holder == index;
+  }
+
+  // The last write to `r` before the cmp is an explicit 32-bit one (any
+  // 32-bit write zero-extends to 64 bits): searched back through the guard
+  // block `g`, then through blocks that are each the only way into the next.
+  bool zero_extended_before(std::size_t cmp, ZydisRegister r, const Block& g) const {
+    const auto& ins = cfg_.instructions;
+    const Block* b = &g;
+    std::size_t end = cmp;
+    for (int hops = 0; hops < 8; ++hops) {
+      for (std::size_t i = end; i-- > b->first;) {
+        if (!may_write_gpr(ins[i], r)) continue;
+        return writes_register(ins[i], r) && ins[i].ops[0].size == 32;
+      }
+      std::vector<const Block*> ways = b->start == cfg_.start ? std::vector<const Block*>{} : ways_into(*b);
+      if (ways.size() != 1) return false;
+      b = ways[0];
+      end = b->first + b->count;
+    }
+    return false;
   }
 
   Status find_leaders() {
@@ -328,6 +451,7 @@ class CfgBuilder {
   FunctionCfg& cfg_;
   const ModuleImage& image_;
   std::map<uint64_t, std::size_t> index_;
+  std::map<uint64_t, TablePattern> patterns_;  // by jump address
   std::set<uint64_t> leaders_;
 };
 

@@ -19,6 +19,11 @@ struct JumpTable {
   uint64_t table_addr = 0;  // where the entries are
   unsigned entry_size = 0;  // 4 (PIC: base-relative int32) or 8 (absolute)
   std::vector<uint64_t> targets;
+  uint64_t load_addr = 0;   // the instruction that reads an entry
+  // The copy may read a table of its own (emitter.h), with entries that
+  // point at the copies: proven only when every execution of the load reads
+  // one of `targets`' entries through this table (rebuildable_pic_table).
+  bool rebuildable = false;
 };
 
 struct Block {

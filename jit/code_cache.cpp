@@ -30,7 +30,7 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
   for (const HotCode& f : functions) {
     at = align_up(at, kFunctionAlignment);
     cache.redirects.to[f.cfg->start] = at;
-    CachedFunction copy{f.cfg->start, {at, {}, {}}, {f.cfg->start, {}}, "", {}};
+    CachedFunction copy{f.cfg->start, {at, {}, {}, 0, {}}, {f.cfg->start, {}}, "", {}};
     auto patch = f.shares_entry_bytes
                      ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
                      : plan_patch(*f.cfg, at);
@@ -60,6 +60,8 @@ Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const
                  bool verify) {
   auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects);
   if (!code) return fail("copy cannot be emitted: " + code.error().message());
+  if (code->bytes.size() != emitted_size(*f.cfg, f.layout))  // its slot was sized by the plan
+    return fail("copy cannot be emitted: its size differs from its plan");
   if (verify)
     if (auto checked = jit::verify(*f.cfg, *code, cache.redirects, patched); !checked)
       return fail("copy fails verification: " + checked.error().message());

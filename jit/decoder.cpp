@@ -98,6 +98,40 @@ Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr) {
   return in;
 }
 
+bool may_write_gpr(const Instruction& in, ZydisRegister r) {
+  if (in.flow == Flow::Call || in.flow == Flow::IndirectCall) return true;  // the callee may
+  ZydisDecodedInstruction zy;
+  std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data()))) return true;
+  const ZydisRegister wide = ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
+  for (unsigned i = 0; i < zy.operand_count; ++i) {
+    const ZydisDecodedOperand& op = ops[i];
+    if (op.type != ZYDIS_OPERAND_TYPE_REGISTER || !(op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE)) continue;
+    if (ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, op.reg.value) == wide) return true;
+  }
+  return false;
+}
+
+Result<std::vector<uint8_t>> with_displacement(const Instruction& in, int32_t disp) {
+  ZydisDecodedInstruction zy;
+  std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data())) ||
+      zy.operand_count_visible != 2 || ops[1].type != ZYDIS_OPERAND_TYPE_MEMORY ||
+      ops[1].mem.base == ZYDIS_REGISTER_RIP || ops[1].mem.base == ZYDIS_REGISTER_NONE)
+    return fail(fmt::format("not a base+index load at {:#x}", in.addr));
+  ZydisEncoderRequest req;
+  if (ZYAN_FAILED(ZydisEncoderDecodedInstructionToEncoderRequest(&zy, ops.data(), zy.operand_count_visible, &req)))
+    return fail(fmt::format("cannot re-encode the load at {:#x}", in.addr));
+  // A displacement that needs 32 bits: the encoder picks disp32, and the
+  // length is then the same for every address the cache may get.
+  req.operands[1].mem.displacement = disp;
+  std::array<uint8_t, ZYDIS_MAX_INSTRUCTION_LENGTH> out{};
+  ZyanUSize length = out.size();
+  if (ZYAN_FAILED(ZydisEncoderEncodeInstruction(&req, out.data(), &length)))
+    return fail(fmt::format("cannot re-encode the load at {:#x}", in.addr));
+  return std::vector<uint8_t>(out.begin(), out.begin() + length);
+}
+
 Result<std::vector<Instruction>> decode_function(std::span<const uint8_t> bytes, uint64_t addr) {
   std::vector<Instruction> out;
   std::size_t offset = 0;

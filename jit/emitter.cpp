@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "jit/decoder.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -14,6 +15,7 @@ namespace {
 
 constexpr std::size_t kJmpRel32 = 5;
 constexpr uint64_t kNoBlock = UINT64_MAX;  // after the last block: nothing follows
+constexpr uint8_t kTablePadding = 0xcc;    // int3 before a rebuilt table: never run
 
 struct Piece {
   Translation kind;
@@ -21,7 +23,18 @@ struct Piece {
   uint64_t continue_at = 0;         // Jump: the original address execution continues at
   std::size_t length = 0;
   bool dropped = false;             // a jmp made redundant by the layout: no bytes
+  const JumpTable* table = nullptr; // Copied: a load that reads its rebuilt table
 };
+
+// A displacement that needs 32 bits: the length of a rebuilt table's load.
+constexpr int32_t kFarDisplacement = 0x40000000;
+
+std::size_t table_load_length(const Instruction& in) {
+  auto bytes = with_displacement(in, kFarDisplacement);
+  return bytes ? bytes->size() : 0;  // 0: not re-encodable, the table is not rebuilt
+}
+
+uint64_t align4(uint64_t a) { return (a + 3) & ~uint64_t{3}; }
 
 class Planner {
  public:
@@ -41,7 +54,12 @@ class Planner {
   }
 
  private:
-  static Piece copied(const Instruction& in) { return {Translation::Copied, &in, 0, relocated_length(in)}; }
+  Piece copied(const Instruction& in) const {
+    for (const JumpTable& t : cfg_.tables)
+      if (t.rebuildable && t.load_addr == in.addr)
+        if (std::size_t length = table_load_length(in)) return {Translation::Copied, &in, 0, length, false, &t};
+    return {Translation::Copied, &in, 0, relocated_length(in)};
+  }
   static Piece jump(uint64_t to) { return {Translation::Jump, nullptr, to, kJmpRel32}; }
 
   bool copied_block_at(uint64_t addr) const {
@@ -91,11 +109,28 @@ Result<std::vector<uint8_t>> jmp_rel32(uint64_t at, uint64_t to) {
   return out;
 }
 
+// The copy of a table's load, reading the rebuilt table at `rebuilt`: the
+// same instruction with its displacement moved by rebuilt - original (the
+// base register still holds the original table's address).
+Result<std::vector<uint8_t>> rebuilt_table_load(const Instruction& load, std::size_t planned, uint64_t original,
+                                                uint64_t rebuilt) {
+  int64_t disp = static_cast<int64_t>(rebuilt - original) + load.ops[1].disp;
+  if (disp < INT32_MIN || disp > INT32_MAX)
+    return fail(fmt::format("rebuilt jump table beyond ±2 GB of its original at {:#x}", load.addr));
+  auto bytes = with_displacement(load, static_cast<int32_t>(disp));
+  if (bytes && bytes->size() != planned)
+    return fail(fmt::format("rebuilt jump table too near its original at {:#x}", load.addr));
+  return bytes;
+}
+
 }  // namespace
 
 uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout) {
   uint64_t n = 0;
-  for (const Piece& p : Planner(cfg, layout).plan()) n += p.length;
+  std::vector<Piece> pieces = Planner(cfg, layout).plan();
+  for (const Piece& p : pieces) n += p.length;
+  for (const Piece& p : pieces)
+    if (p.table) n = align4(n) + 4 * p.table->targets.size();
   return n;
 }
 
@@ -104,7 +139,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   std::vector<Piece> pieces = Planner(cfg, layout).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy
   uint64_t at = base;
-  EmittedCode code{base, {}, {}};
+  EmittedCode code{base, {}, {}, 0, {}};
   for (const Piece& p : pieces) {
     uint64_t original = p.in ? p.in->addr : p.continue_at;
     if (p.in) copy_of[original] = at;  // a dropped jmp's image is where its target's copy follows
@@ -117,12 +152,22 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     auto it = copy_of.find(target);
     return it == copy_of.end() ? target : it->second;
   };
+  code.code_size = at - base;
+  std::map<const JumpTable*, uint64_t> table_at;  // rebuilt tables, in load order
+  for (const Piece& p : pieces)
+    if (p.table) {
+      at = align4(at);
+      table_at[p.table] = at;
+      at += 4 * p.table->targets.size();
+    }
   std::size_t k = 0;
   for (const Piece& p : pieces) {
     if (p.dropped) continue;
     uint64_t here = code.translation[k++].new_addr;
     Result<std::vector<uint8_t>> bytes;
-    if (p.kind == Translation::Jump) {
+    if (p.table) {
+      bytes = rebuilt_table_load(*p.in, p.length, p.table->table_addr, table_at[p.table]);
+    } else if (p.kind == Translation::Jump) {
       bytes = jmp_rel32(here, image(p.continue_at));
     } else if (p.kind == Translation::Inverted) {
       bytes = relocate_inverted(*p.in, here, image(p.in->end()));
@@ -133,6 +178,21 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     }
     if (!bytes) return std::unexpected(bytes.error());
     code.bytes.insert(code.bytes.end(), bytes->begin(), bytes->end());
+  }
+  for (const Piece& p : pieces) {
+    if (!p.table) continue;
+    RebuiltTable t{p.table->table_addr, table_at[p.table], p.in->addr, {}};
+    code.bytes.resize(t.addr - base, kTablePadding);
+    for (uint64_t target : p.table->targets) {
+      t.targets.push_back(image(target));
+      int64_t entry = static_cast<int64_t>(t.targets.back() - t.original);
+      if (entry < INT32_MIN || entry > INT32_MAX)
+        return fail(fmt::format("rebuilt jump table entry beyond ±2 GB at {:#x}", p.in->addr));
+      int32_t e = static_cast<int32_t>(entry);
+      const auto* raw = reinterpret_cast<const uint8_t*>(&e);
+      code.bytes.insert(code.bytes.end(), raw, raw + 4);
+    }
+    code.tables.push_back(std::move(t));
   }
   return code;
 }

@@ -7,7 +7,9 @@
 // target. Where the layout breaks a fall-through, a `jmp` is added (also
 // after a last jcc or call, whose fall-through is past the function's end);
 // where it makes a jump fall through, the jump is dropped or a jcc's
-// condition inverted.
+// condition inverted. A jump table proven rebuildable (cfg.h) whose load is
+// copied gets a table of its own after the code (RebuiltTable), so that a
+// copied switch dispatches to the copies instead of leaving the cache.
 // Returns the bytes and the translation table (I6).
 #pragma once
 
@@ -43,10 +45,24 @@ struct Redirects {
   }
 };
 
+// A jump table rebuilt for a copy: the copy's load reads it instead of the
+// original (its displacement moved by addr - original), and each entry is
+// the image of the original's: the copy of the target block, or the
+// original block when that was not copied (an exit). Entries stay relative
+// to the original table, whose address the base register still holds.
+struct RebuiltTable {
+  uint64_t original = 0;  // the original table
+  uint64_t addr = 0;      // the rebuilt one, in the cache after the code
+  uint64_t load = 0;      // the original load instruction
+  std::vector<uint64_t> targets;  // where each entry sends execution now
+};
+
 struct EmittedCode {
   uint64_t base = 0;
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes;                 // the code, then the rebuilt tables
   std::vector<TranslationEntry> translation;  // one per cache instruction, in address order
+  uint64_t code_size = 0;                     // the instructions' bytes (the tables follow)
+  std::vector<RebuiltTable> tables;
 };
 
 // The size emit_function() will produce for `layout` (known before the address).

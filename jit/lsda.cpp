@@ -197,7 +197,7 @@ uint64_t copy_lpstart(const ParsedLsda& lsda, const LsdaSource& src) {
 std::vector<uint8_t> copy_call_sites(const ParsedLsda& lsda, const LsdaSource& src, const EmittedCode& copy,
                                      uint64_t lpstart) {
   std::vector<uint8_t> out;
-  uint64_t copy_end = copy.base + copy.bytes.size();
+  uint64_t copy_end = copy.base + copy.code_size;
   int open = -1;
   uint64_t run_start = 0;
   auto close = [&](uint64_t end) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -65,11 +66,19 @@ class Verifier {
   }
 
   uint64_t end_of(std::size_t k) const {
-    return k + 1 < code_.translation.size() ? code_.translation[k + 1].new_addr : code_.base + code_.bytes.size();
+    return k + 1 < code_.translation.size() ? code_.translation[k + 1].new_addr : code_end();
+  }
+
+  uint64_t code_end() const { return code_.base + code_.code_size; }
+
+  const RebuiltTable* rebuilt_for(uint64_t load) const {
+    for (const RebuiltTable& t : code_.tables)
+      if (t.load == load) return &t;
+    return nullptr;
   }
 
   Result<Instruction> decode_at(uint64_t at, uint64_t end) const {
-    if (at < code_.base || end > code_.base + code_.bytes.size() || end <= at)
+    if (at < code_.base || end > code_end() || end <= at)
       return fail(fmt::format("verifier: bad extent at {:#x}", at));
     return decode_one(std::span(code_.bytes.data() + (at - code_.base), end - at), at);
   }
@@ -92,6 +101,10 @@ class Verifier {
     auto orig = original_.find(t.original_addr);
     if (orig == original_.end()) return fail(fmt::format("verifier: no original for {:#x}", t.new_addr));
     const Instruction& o = *orig->second;
+    if (const RebuiltTable* table = rebuilt_for(o.addr)) {
+      if (auto r = check_rebuilt_load(t, o, next, *table); !r) return r;
+      return check_continues(k, o.end());
+    }
     if (next - t.new_addr != relocated_length(o))
       return fail(fmt::format("verifier: {:#x} has the wrong length", t.new_addr));
     if (auto r = check_instruction(t, o, next); !r) return r;
@@ -124,14 +137,42 @@ class Verifier {
     return fail(fmt::format("verifier: exit at {:#x} lands in patched bytes at {:#x}", from, target));
   }
 
-  // A copied jmp through a jump table reads the original table: its entries
-  // are exits to the original code.
+  // A copied jmp through a jump table reads the original table, whose
+  // entries are exits to the original code, or a rebuilt one, whose entries
+  // are the images of the original's.
   Status check_table_exits() const {
     for (const JumpTable& t : cfg_.tables) {
       auto jmp = copy_of_.find(t.jump_addr);
       if (jmp == copy_of_.end()) continue;
+      bool rebuilt = rebuilt_for(t.load_addr) != nullptr;
       for (uint64_t target : t.targets)
-        if (auto r = check_exit(target, jmp->second); !r) return r;
+        if (auto r = check_exit(rebuilt ? image(target) : target, jmp->second); !r) return r;
+    }
+    return ok();
+  }
+
+  // A rebuilt table's load: the original instruction with only its
+  // displacement moved to the rebuilt table, which lies after the code and
+  // holds, entry by entry, the image of the original's target relative to
+  // the original table (the base register's value).
+  Status check_rebuilt_load(const TranslationEntry& t, const Instruction& o, uint64_t next,
+                            const RebuiltTable& table) const {
+    auto d = decode_at(t.new_addr, next);
+    if (!d || d->length != next - t.new_addr || d->mnemonic != o.mnemonic || d->ops[0].reg != o.ops[0].reg ||
+        d->ops[1].base != o.ops[1].base || d->ops[1].index != o.ops[1].index || d->ops[1].scale != o.ops[1].scale ||
+        d->ops[1].disp != o.ops[1].disp + static_cast<int64_t>(table.addr - table.original))
+      return fail(fmt::format("verifier: {:#x} does not read the rebuilt table of {:#x}", t.new_addr, o.addr));
+    const JumpTable* original = nullptr;
+    for (const JumpTable& j : cfg_.tables)
+      if (j.load_addr == o.addr && j.rebuildable) original = &j;
+    uint64_t size = original ? 4 * original->targets.size() : 0;
+    if (!original || table.addr < code_end() || table.addr % 4 || table.addr + size > code_.base + code_.bytes.size())
+      return fail(fmt::format("verifier: the rebuilt table of {:#x} is misplaced", o.addr));
+    for (std::size_t k = 0; k < original->targets.size(); ++k) {
+      int32_t entry;
+      std::memcpy(&entry, code_.bytes.data() + (table.addr - code_.base) + 4 * k, 4);
+      if (table.original + static_cast<uint64_t>(static_cast<int64_t>(entry)) != image(original->targets[k]))
+        return fail(fmt::format("verifier: entry {} of the rebuilt table of {:#x} misses its image", k, o.addr));
     }
     return ok();
   }

@@ -108,6 +108,98 @@ TEST(CfgAsm, CompareOfAnOverwrittenRegisterIsNoBound) {
   EXPECT_EQ(kind_of(*a), "jump table without a provable bound");
 }
 
+// Tables the copy may read a rebuilt version of (cfg.h: rebuildable): the
+// base is the table's on every path to the load, the guard no path avoids.
+bool rebuildable(const std::string& dispatch) {
+  auto a = analyse(dispatch + kTableTail);
+  EXPECT_TRUE(a->cfg) << a->cfg.error().message();
+  return a->cfg && a->cfg->tables.size() == 1 && a->cfg->tables[0].rebuildable;
+}
+
+TEST(CfgAsm, TheUsualGuardedTableIsRebuildable) {
+  EXPECT_TRUE(rebuildable(R"(
+  cmp edi, 2
+  ja def
+  mov eax, edi
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)")) << "32-bit compare, then a 32-bit copy (zero-extends)";
+  EXPECT_TRUE(rebuildable(R"(
+  cmp rdi, 2
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)")) << "64-bit compare";
+  EXPECT_TRUE(rebuildable(R"(
+  mov ecx, dword ptr [rsi]
+  test rdx, rdx
+  je def
+  cmp ecx, 2
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rcx*4]
+  add rax, rdx
+  jmp rax
+)")) << "32-bit compare of a register last written with 32 bits, in the block that is the only way in";
+}
+
+TEST(CfgAsm, TablesWhoseIndexOrBaseIsNotProvenAreNotRebuilt) {
+  EXPECT_FALSE(rebuildable(R"(
+  cmp edi, 2
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)")) << "bits 32-63 of rdi were never compared";
+  EXPECT_FALSE(rebuildable(R"(
+  cmp rdi, 2
+  ja def
+  lea rdx, [rip + table]
+  mov rdx, rcx
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)")) << "the base is redefined after the lea";
+  EXPECT_FALSE(rebuildable(R"(
+  cmp rdi, 2
+  ja def
+disp:
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+  mov rdi, rcx
+  jmp disp
+)")) << "a second way into the dispatch, around the guard";
+  EXPECT_FALSE(rebuildable(R"(
+  mov ecx, dword ptr [rsi]
+  test rdx, rdx
+  je skip
+  mov rcx, qword ptr [rsi]
+skip:
+  cmp ecx, 2
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rcx*4]
+  add rax, rdx
+  jmp rax
+)")) << "on one way in, rcx was last written with 64 bits";
+  EXPECT_FALSE(rebuildable(R"(
+  cmp rdi, 2
+  ja def
+  lea rdx, [rip + table]
+  imul rdi
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)")) << "mul writes rdx, the base, without naming it";
+}
+
 TEST(CfgAsm, TableEntriesInOtherCodeAreExits) {
   auto a = analyse(R"(
   cmp edi, 1

@@ -15,6 +15,7 @@
 #include "jit/code_cache.h"
 #include "jit/decoder.h"
 #include "jit/pipeline.h"
+#include "jit/verifier.h"
 #include "tests/unit/this_binary.h"
 
 extern "C" {
@@ -170,6 +171,48 @@ TEST_F(CacheInProcess, CallsBetweenHotFunctionsGoStraightToTheCopies) {
     EXPECT_EQ(0, std::memcmp(f.patch.entries[0].original.data(),
                              reinterpret_cast<const void*>(f.original_entry + bias), 5));
   }
+}
+
+// A copied switch dispatches through a table of its own to the copies of its
+// cases, not back to the original code; the original table is untouched.
+TEST_F(CacheInProcess, ASwitchCopyDispatchesThroughItsRebuiltTable) {
+  const elf::Function* fn = named("jit_switch");
+  ASSERT_NE(fn, nullptr);
+  CodeCache cache = build({"jit_switch"}, Mode::Original, 0);
+  ASSERT_EQ(cache.functions.size(), 1u);
+  const EmittedCode& code = cache.functions[0].code;
+  ASSERT_EQ(cfgs["jit_switch"]->tables.size(), 1u);
+  const JumpTable& original = cfgs["jit_switch"]->tables[0];
+  ASSERT_TRUE(original.rebuildable) << "jit_switch's table is in the usual guarded form";
+  ASSERT_EQ(code.tables.size(), 1u);
+  const RebuiltTable& t = code.tables[0];
+  EXPECT_EQ(t.original, original.table_addr);
+  EXPECT_GE(t.addr, code.base + code.code_size);
+  ASSERT_EQ(t.targets.size(), original.targets.size());
+  for (uint64_t target : t.targets)
+    EXPECT_TRUE(target >= code.base && target < code.base + code.code_size) << "an entry still leaves the cache";
+  // The table in the running binary still holds what the file says.
+  for (std::size_t k = 0; k < original.targets.size(); ++k) {
+    int32_t entry;
+    std::memcpy(&entry, reinterpret_cast<const void*>(original.table_addr + bias + 4 * k), 4);
+    EXPECT_EQ(original.table_addr + static_cast<int64_t>(entry), original.targets[k]);
+  }
+  auto sw = copy<int (*)(int, int)>(cache, "jit_switch");
+  for (int x = -3; x < 12; ++x)
+    for (int y : {-1000, -7, 0, 1, 13, 99999}) EXPECT_EQ(sw(x, y), jit_switch(x, y)) << x << " " << y;
+  // The verifier checks every entry and the load: each mutation is caught.
+  ASSERT_TRUE(verify(*cfgs["jit_switch"], code, cache.redirects));
+  EmittedCode entry = code;
+  entry.bytes[t.addr - code.base + 4] ^= 0x10;
+  auto bad_entry = verify(*cfgs["jit_switch"], entry, cache.redirects);
+  ASSERT_FALSE(bad_entry);
+  EXPECT_NE(bad_entry.error().message().find("misses its image"), std::string::npos) << bad_entry.error().message();
+  EmittedCode load = code;
+  load.tables[0].addr += 4;  // the load's displacement no longer matches
+  auto bad_load = verify(*cfgs["jit_switch"], load, cache.redirects);
+  ASSERT_FALSE(bad_load);
+  EXPECT_NE(bad_load.error().message().find("does not read the rebuilt table"), std::string::npos)
+      << bad_load.error().message();
 }
 
 TEST_F(CacheInProcess, ComputedGotoIsRejectedWithAReason) {

@@ -108,6 +108,7 @@ TEST(CopyExits, VerifierCatchesACopyThatCanRunPastItsEnd) {
     auto cut = *code;  // the copy as it was emitted before: no exit after the last instruction
     cut.translation.pop_back();
     cut.bytes.resize(cut.bytes.size() - 5);
+    cut.code_size -= 5;
     auto checked = verify(f, cut);
     ASSERT_FALSE(checked);
     EXPECT_NE(checked.error().message().find("can run past the end of the copy"), std::string::npos)
