@@ -176,10 +176,7 @@ int main(int argc, char** argv) {
     std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
   std::size_t rebuildable = 0, rebuilt = 0;
   for (const auto& c : plan->cfgs)
-    for (const jit::JumpTable& t : c->tables) {
-      rebuildable += t.rebuildable;
-      if (!t.rebuildable && getenv("DBG_TABLES")) std::fprintf(stderr, "NOTREBUILT %#llx %u\n", (unsigned long long)t.jump_addr, t.entry_size);
-    }
+    for (const jit::JumpTable& t : c->tables) rebuildable += t.rebuildable;
   for (const jit::CachedFunction& f : plan->cache.functions) rebuilt += f.code.tables.size();
   std::printf("tables:    %llu resolved, %zu proven rebuildable, %zu rebuilt in the cache (their dispatch stays in "
               "the cache); the others send their targets back to the original code\n",
