@@ -521,6 +521,28 @@ TEST_F(Daemon, AProgramWhoseOnlyThreadIsBusyIsDynimized) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
 }
 
+// A server keeps running its old executable after a package upgrade removed
+// the file: it is read through /proc/PID/exe, and its threads' stacks are
+// unwound through the tables in its memory (no file to open).
+TEST_F(Daemon, ATargetWhoseExecutableWasDeletedIsDynimized) {
+  start({"dyni-hot-upgraded"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-upgraded");
+  pid_t hot = host.spawn({exe, "7", "2"});
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(::unlink(exe.c_str()), 0);
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 30s)) << host.state_of(hot) << host.log();
+  nlohmann::json d = target_json(host, hot)["dynimized"];
+  EXPECT_GE(d.value("functions_patched", 0), 10) << d.dump();
+  EXPECT_EQ(caches_in(hot), 1u);
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+}
+
 // A target under a seccomp filter (systemd's SystemCallFilter=): a system
 // call dyni injects could be answered with SIGSYS, so it is left alone, with
 // that reason, and runs on untouched.
