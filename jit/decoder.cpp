@@ -103,6 +103,14 @@ bool may_write_gpr(const Instruction& in, ZydisRegister r) {
   ZydisDecodedInstruction zy;
   std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
   if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data()))) return true;
+  // The kernel's writes are not in Zydis's operand lists (int 0x80 returns
+  // in rax and clears r8-r11).
+  switch (zy.meta.category) {
+    case ZYDIS_CATEGORY_INTERRUPT:
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_SYSTEM: return true;
+    default: break;
+  }
   const ZydisRegister wide = ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
   for (unsigned i = 0; i < zy.operand_count; ++i) {
     const ZydisDecodedOperand& op = ops[i];

@@ -157,10 +157,16 @@ class Verifier {
   // the original table (the base register's value).
   Status check_rebuilt_load(const TranslationEntry& t, const Instruction& o, uint64_t next,
                             const RebuiltTable& table) const {
+    // Byte for byte the original re-encoded with the displacement moved to
+    // the rebuilt table (same registers, segment, prefixes and width).
     auto d = decode_at(t.new_addr, next);
-    if (!d || d->length != next - t.new_addr || d->mnemonic != o.mnemonic || d->ops[0].reg != o.ops[0].reg ||
-        d->ops[1].base != o.ops[1].base || d->ops[1].index != o.ops[1].index || d->ops[1].scale != o.ops[1].scale ||
-        d->ops[1].disp != o.ops[1].disp + static_cast<int64_t>(table.addr - table.original))
+    int64_t disp = o.ops[1].disp + static_cast<int64_t>(table.addr - table.original);
+    auto want = disp >= INT32_MIN && disp <= INT32_MAX ? with_displacement(o, static_cast<int32_t>(disp))
+                                                       : fail("beyond ±2 GB");
+    bool same = d && want && d->length == next - t.new_addr && want->size() == d->length &&
+                std::equal(want->begin(), want->end(), code_.bytes.begin() + (t.new_addr - code_.base));
+    if (!same || d->mnemonic != o.mnemonic || d->ops[1].base != o.ops[1].base || d->ops[1].index != o.ops[1].index ||
+        d->ops[1].disp != disp)
       return fail(fmt::format("verifier: {:#x} does not read the rebuilt table of {:#x}", t.new_addr, o.addr));
     const JumpTable* original = nullptr;
     for (const JumpTable& j : cfg_.tables)

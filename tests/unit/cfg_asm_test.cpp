@@ -198,6 +198,15 @@ skip:
   add rax, rdx
   jmp rax
 )")) << "mul writes rdx, the base, without naming it";
+  EXPECT_FALSE(rebuildable(R"(
+  cmp rdi, 2
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  int 0x80
+  add rax, rdx
+  jmp rax
+)")) << "the kernel returns in rax, the loaded entry, at int 0x80";
 }
 
 TEST(CfgAsm, TableEntriesInOtherCodeAreExits) {
