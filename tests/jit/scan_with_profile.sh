@@ -22,6 +22,6 @@ pid=$(cat "$DYNI_MARIADB_DIR/mysqld.pid")
 "$BUILD/tools/dyni-record/dyni-record" "$pid" 10 "$WORK/profile.json" --module mariadbd
 wait
 "$BUILD/tools/dyni-scan/dyni-scan" "$(readlink -f /proc/$pid/exe)" --profile "$WORK/profile.json" | tee "$WORK/scan.txt"
-share=$(sed -n 's/.*(\([0-9.]*\)% of sampled CPU).*/\1/p' "$WORK/scan.txt")
+share=$(sed -n 's/.*accepted [0-9]* (\([0-9.]*\)% of sampled CPU).*/\1/p' "$WORK/scan.txt")
 echo "accepted by sampled CPU: $share %"
 awk -v s="$share" 'BEGIN { exit !(s >= 95.0) }'

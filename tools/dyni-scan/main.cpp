@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
 #include "elf/elf_file.h"
@@ -116,6 +117,31 @@ std::size_t verify_all(const jit::ModulePlan& plan) {
 
 }  // namespace
 
+// Samples of the accepted functions whose every indirect jump stays in the
+// cache: each goes through a table rebuilt for the copy (a tail call through
+// a pointer, or a table read from the original, leaves it at every dispatch).
+uint64_t staying_samples(const jit::ModulePlan& plan, const jit::ModuleProfile& profile) {
+  std::map<uint64_t, const jit::CachedFunction*> cached;
+  for (const jit::CachedFunction& f : plan.cache.functions) cached[f.original_entry] = &f;
+  uint64_t staying = 0;
+  for (const auto& cfg : plan.cfgs) {
+    auto f = cached.find(cfg->start);
+    auto s = profile.functions.find(cfg->start);
+    if (f == cached.end() || s == profile.functions.end()) continue;
+    std::set<uint64_t> rebuilt_loads;
+    for (const jit::RebuiltTable& t : f->second->code.tables) rebuilt_loads.insert(t.load);
+    bool stays = true;
+    for (const jit::Instruction& in : cfg->instructions) {
+      if (in.flow != jit::Flow::IndirectBranch) continue;
+      auto table = std::find_if(cfg->tables.begin(), cfg->tables.end(),
+                                [&](const jit::JumpTable& t) { return t.jump_addr == in.addr; });
+      stays = stays && table != cfg->tables.end() && rebuilt_loads.count(table->load_addr);
+    }
+    if (stays) staying += s->second.samples;
+  }
+  return staying;
+}
+
 int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, args)) {
@@ -160,11 +186,16 @@ int main(int argc, char** argv) {
               percent(accepted, total), static_cast<unsigned long long>(tables));
   std::printf("bytes:     %llu, accepted %llu (%.1f%%)\n", static_cast<unsigned long long>(bytes_all),
               static_cast<unsigned long long>(bytes_ok), percent(bytes_ok, bytes_all));
-  if (input.profile)
+  if (input.profile) {
     std::printf("samples:   %llu in these functions, accepted %llu (%.1f%% of sampled CPU)\n",
                 static_cast<unsigned long long>(plan->hot_samples),
                 static_cast<unsigned long long>(plan->accepted_samples),
                 percent(plan->accepted_samples, plan->hot_samples));
+    uint64_t staying = staying_samples(*plan, *profile);
+    std::printf("           staying in the cache %llu (%.1f%% of sampled CPU): copies whose every indirect jump "
+                "reaches copies (no table left to the original, no tail call through a pointer)\n",
+                static_cast<unsigned long long>(staying), percent(staying, plan->hot_samples));
+  }
   print_rejections(*plan);
   std::map<std::string, std::size_t> unpatched;
   for (const jit::CachedFunction& f : plan->cache.functions)
