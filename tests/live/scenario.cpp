@@ -104,4 +104,29 @@ std::string Scenario::check_output(const std::string& expected) const {
   return why.empty() ? "" : why + "\ndynid's log:\n" + host.log();
 }
 
+std::string Scenario::dynimize(const std::vector<std::string>& args, const std::string& options) {
+  expected_ = reference(args);
+  if (expected_.empty()) return "no reference";
+  start(args, options);
+  if (!wait_for_state("dynimized")) return "not dynimized: " + host.state_of(pid_) + "\n" + host.log();
+  if (!wait_for_more_lines(5)) return "too few rounds once dynimized: " + check_output(expected_);
+  return "";
+}
+
+std::string Scenario::undo_redo(int rounds) {
+  for (int i = 0; i < rounds; ++i)
+    for (const char* flag : {"-undo", "-redo"}) {
+      RunResult r = host.dyni({flag});
+      if (r.exit_code != 0) return std::string(flag) + " failed: " + r.out + r.err;
+      if (!wait_for_more_lines(2)) return std::string("after ") + flag + ": " + check_output(expected_);
+    }
+  return check_output(expected_);
+}
+
+nlohmann::json Scenario::dynimized_facts(const char* name) const {
+  nlohmann::json d = facts().value("dynimized", nlohmann::json::object());
+  std::printf("%s: %s\n", name, d.dump().c_str());
+  return d;
+}
+
 }  // namespace dyni::test

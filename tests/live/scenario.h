@@ -17,6 +17,8 @@ namespace dyni::test {
 // Options for scenarios: fast scans, a short profile.
 std::string scenario_options(int min_samples = 300);
 
+inline constexpr const char* kNeedsRoot = "dynid must run as root; run the tests as root";
+
 class Scenario {
  public:
   // `program`: the built target; `name`: the listed name its copy runs under.
@@ -41,6 +43,17 @@ class Scenario {
   // by a kill) and the target still runs; else what went wrong, with the log.
   std::string check_output(const std::string& expected) const;
 
+  // The usual course, each step "" or what went wrong:
+  //  - dynimize: the reference run (kept as expected()), then the listed
+  //    copy started next to dynid, dynimized, and five more rounds printed;
+  //  - undo_redo: `rounds` times -undo then -redo, two rounds printed after
+  //    each, every line right.
+  std::string dynimize(const std::vector<std::string>& args = {}, const std::string& options = scenario_options());
+  std::string undo_redo(int rounds);
+  const std::string& expected() const { return expected_; }
+  // The target's -status -json "dynimized" object, printed with `name`.
+  nlohmann::json dynimized_facts(const char* name) const;
+
   pid_t pid() const { return pid_; }
   std::string output_path() const { return host.dir() + "/" + name_ + ".out"; }
 
@@ -51,6 +64,7 @@ class Scenario {
 
   std::string program_;
   std::string name_;
+  std::string expected_;
   pid_t pid_ = 0;
 };
 

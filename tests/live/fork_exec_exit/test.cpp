@@ -35,7 +35,7 @@ std::string wait_for_state(const DyniHost& host, pid_t pid, const std::string& s
 }
 
 TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
-  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (geteuid() != 0) GTEST_SKIP() << kNeedsRoot;
   Scenario s(DYNI_LIVE_FORK_EXEC_EXIT, "dyni-forker");
   std::string expected = s.reference({"plain"});
   ASSERT_FALSE(expected.empty());
@@ -73,7 +73,7 @@ TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
 }
 
 TEST(ForkExecExit, AnExecDuringInjectionLeavesANewPlainTargetThatIsDynimizedAfresh) {
-  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (geteuid() != 0) GTEST_SKIP() << kNeedsRoot;
   Scenario s(DYNI_LIVE_FORK_EXEC_EXIT, "dyni-execer");
   std::string expected = s.reference({"plain"});
   ASSERT_FALSE(expected.empty());
@@ -91,7 +91,7 @@ TEST(ForkExecExit, AnExecDuringInjectionLeavesANewPlainTargetThatIsDynimizedAfre
 }
 
 TEST(ForkExecExit, ATargetThatExitsAtAnyInstantOfItsInjectionLeavesDynidHealthy) {
-  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (geteuid() != 0) GTEST_SKIP() << kNeedsRoot;
   std::mt19937 rng(std::random_device{}());
   Scenario s(DYNI_LIVE_FORK_EXEC_EXIT, "dyni-exiter");
   s.start({"plain"});

@@ -8,25 +8,12 @@ namespace dyni::test {
 namespace {
 
 TEST(Signals, HandlersOnAnAltstackRunningHotCodeStayRight) {
-  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (geteuid() != 0) GTEST_SKIP() << kNeedsRoot;
   Scenario s(DYNI_LIVE_SIGNALS, "dyni-signals");
-  std::string expected = s.reference();
-  ASSERT_FALSE(expected.empty());
-  s.start();
-  ASSERT_TRUE(s.wait_for_state("dynimized")) << s.host.state_of(s.pid()) << s.host.log();
-  ASSERT_TRUE(s.wait_for_more_lines(5)) << s.check_output(expected);
-  for (int i = 0; i < 5; ++i) {
-    RunResult undo = s.host.dyni({"-undo"});
-    EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
-    ASSERT_TRUE(s.wait_for_more_lines(2)) << s.check_output(expected);
-    RunResult redo = s.host.dyni({"-redo"});
-    EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
-    ASSERT_TRUE(s.wait_for_more_lines(2)) << s.check_output(expected);
-  }
-  nlohmann::json d = s.facts()["dynimized"];
-  std::printf("signals: %s\n", d.dump().c_str());
+  ASSERT_EQ(s.dynimize(), "");
+  EXPECT_EQ(s.undo_redo(5), "");
+  nlohmann::json d = s.dynimized_facts("signals");
   EXPECT_GE(d.value("functions_patched", 0), 2) << d.dump();
-  EXPECT_EQ(s.check_output(expected), "");
 }
 
 }  // namespace

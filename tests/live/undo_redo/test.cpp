@@ -41,12 +41,10 @@ std::size_t original_entries(pid_t pid, std::size_t& recorded) {
 }
 
 TEST(UndoRedo, AHundredRoundsKeepResultsRightAndMemoryFlat) {
-  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (geteuid() != 0) GTEST_SKIP() << kNeedsRoot;
   Scenario s(DYNI_LIVE_UNDO_REDO, "dyni-undoredo");
-  std::string expected = s.reference();
-  ASSERT_FALSE(expected.empty());
-  s.start();
-  ASSERT_TRUE(s.wait_for_state("dynimized")) << s.host.state_of(s.pid()) << s.host.log();
+  ASSERT_EQ(s.dynimize(), "");
+  const std::string& expected = s.expected();
   pid_t dynid = s.host.daemon_pid();
   long target_rss = 0, dynid_rss = 0;
   std::size_t maps_before = 0;
