@@ -575,6 +575,12 @@ std::vector<CopyRange> copy_ranges(const Prepared& p) {
 
 }  // namespace
 
+const jit::ModuleProfile* layout_profile(const jit::ModuleProfile& profile) {
+  for (const auto& [start, f] : profile.functions)
+    if (!f.branches.empty()) return &profile;
+  return nullptr;
+}
+
 Result<Injection> inject_executable(const InjectRequest& req) {
   Injection out;
   out.pid = req.pid;

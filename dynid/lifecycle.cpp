@@ -33,6 +33,7 @@ std::string skip_kind(const std::string& skipped) {
 
 std::string first_or_none(const std::vector<std::string>& v) { return v.empty() ? "none" : v.front(); }
 
+
 // I8: a cache is freed only once nothing can run in it or return into it.
 // Stacks can be proven (thread_unwind.h), but copies' addresses also sit
 // where no unwinder looks: setjmp buffers and coroutine contexts (mangled by
@@ -167,7 +168,9 @@ void TargetLifecycle::dynimize() {
       fail_injection(exe.error().message());
       return;
     }
-    injected = inject_executable({pid_, exe->profile.hot_set(kHotSetShare), &exe->profile});
+    const jit::ModuleProfile* layout = layout_profile(exe->profile);
+    layout_ = layout ? "by profile (LBR edges)" : "original block order (no LBR: inferred edges lay out worse)";
+    injected = inject_executable({pid_, exe->profile.hot_set(kHotSetShare), layout});
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
   }
@@ -299,6 +302,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
                      {"unmapped", false},
                      {"kept_because", kCacheKeptBecause}}},
           {"frames_registered", in.frames_registered},
+          {"layout", layout_},
           {"longest_stop_ms", in.longest_stop.count() / 1000.0},
           {"longest_patch_window", {{"threads", in.longest_window.threads},
                                     {"entries_written", in.longest_window.writes},

@@ -78,6 +78,7 @@ class TargetLifecycle {
 
   pid_t pid_;
   uint64_t start_time_;
+  std::string layout_;  // how the copies' blocks were laid out (injection_json)
   uint64_t image_;
   std::string name_;
   TargetTable& table_;

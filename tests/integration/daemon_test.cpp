@@ -463,6 +463,7 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_GT(d["seconds_profiling"].get<double>(), 0.5);
   EXPECT_GT(d["seconds_optimizing"].get<double>(), 0.0);
   EXPECT_EQ(d["frames_registered"].get<std::string>().rfind("yes", 0), 0u) << d.dump();
+  EXPECT_NE(d.value("layout", ""), "") << "which block layout the copies have";
   EXPECT_FALSE(text_equals_file(hot, exe)) << "dynimized, yet the code is the file's";
   EXPECT_EQ(caches_in(hot), 1u);
   EXPECT_NE(host.dyni({"-status"}).out.find(", dynimized\n"), std::string::npos);

@@ -3,8 +3,8 @@
 // hot set (99 % of the executable's samples) with dynid/injector.h, prints
 // what it did, and with --undo-after puts the entries back after that long.
 // DYNI_HOT_FRACTION=0.5 injects the functions that cover half the samples;
-// DYNI_ORIGINAL_ORDER=1 copies every function's blocks in their original
-// order (no profile layout), to tell the layout's effect from the copy's.
+// blocks are laid out as dynid does (by profile only with LBR edges);
+// DYNI_ORIGINAL_ORDER=1 forces their original order, =0 the profile's.
 // With --commands it then reads "undo", "redo" and "quit" lines on stdin and
 // answers each with "ok" (bench/injection_ab.sh alternates with it). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
@@ -12,7 +12,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <map>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -20,6 +23,10 @@
 
 #include "dynid/injector.h"
 #include "dynid/proc_reader.h"
+#include "dynid/target_memory.h"
+#include "dynid/world_stop.h"
+#include "elf/elf_file.h"
+#include "profiler/process_maps.h"
 #include "profiler/profile.h"
 #include "profiler/recorder.h"
 #include "profiler/sampler.h"
@@ -50,6 +57,57 @@ void write_perf_map(pid_t pid, const std::vector<dyni::CopyRange>& copies) {
   std::fclose(f);
 }
 
+// DYNI_EXPERIMENT_VTABLES=1, for benchmarks only: function pointers to the
+// copied functions found in the executable's .data.rel.ro (vtables, mostly)
+// are pointed at the copies in a stop window, and back on undo, so that
+// virtual calls reach copies without the hop through the original entry.
+// dynid does not do this (its record has no place for these slots, and code
+// that compares such pointers would see different ones).
+struct SlotPatch {
+  uint64_t addr = 0, original = 0, copy = 0;
+};
+
+std::vector<SlotPatch> pointer_slots(pid_t pid, const std::vector<dyni::CopyRange>& copies) {
+  using namespace dyni;
+  std::map<uint64_t, uint64_t> copy_of;
+  for (const CopyRange& c : copies) copy_of[c.original_entry] = c.cache_addr;
+  auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid));
+  auto exe = read_exe("/proc", pid);
+  auto maps = profiler::read_maps(pid);
+  if (!file || !exe || !maps) return {};
+  uint64_t bias = 0;
+  for (const auto& m : *maps)
+    if (m.path == exe->path && m.offset == 0) { bias = file->is_pie() ? m.start : 0; break; }
+  const elf::Section* relro = file->find_section(".data.rel.ro");
+  if (!relro) return {};
+  auto bytes = read_target(pid, relro->addr + bias, relro->size);
+  if (!bytes) return {};
+  std::vector<SlotPatch> out;
+  for (std::size_t at = 0; at + 8 <= bytes->size(); at += 8) {
+    uint64_t v;
+    std::memcpy(&v, bytes->data() + at, 8);
+    if (auto c = copy_of.find(v); c != copy_of.end()) out.push_back({relro->addr + bias + at, v, c->second});
+  }
+  return out;
+}
+
+bool write_slots(pid_t pid, const std::vector<SlotPatch>& slots, bool to_copies) {
+  using namespace dyni;
+  auto w = WorldStop::stop(pid, std::chrono::milliseconds(200));
+  if (!w) return false;
+  auto maps = profiler::read_maps(pid);
+  WindowMemory memory(pid);
+  bool all = maps.has_value();
+  for (const SlotPatch& s : slots) {
+    const profiler::Mapping* m = maps ? mapping_at(*maps, s.addr) : nullptr;
+    uint64_t v = to_copies ? s.copy : s.original;
+    auto bytes = std::span(reinterpret_cast<const uint8_t*>(&v), 8);
+    all = all && m && memory.write_in_mapping(*m, s.addr, bytes).has_value();
+  }
+  w->resume();
+  return all;
+}
+
 int main(int argc, char** argv) {
   bool commands = argc == 4 && std::string(argv[3]) == "--commands";
   if (argc != 3 && !commands && !(argc == 5 && std::string(argv[3]) == "--undo-after")) {
@@ -75,9 +133,11 @@ int main(int argc, char** argv) {
   // DYNI_HOT_FRACTION (default 0.99): the share of the executable's samples
   // the injected functions cover (benchmarks vary it).
   const char* fraction = std::getenv("DYNI_HOT_FRACTION");
-  InjectRequest request{pid, mp.hot_set(fraction ? std::atof(fraction) : 0.99), &mp};
-  if (const char* original = std::getenv("DYNI_ORIGINAL_ORDER"); original && std::string(original) == "1")
-    request.profile = nullptr;
+  // Blocks laid out as dynid lays them out (layout_profile); DYNI_ORIGINAL_ORDER
+  // =1 forces the original order, =0 the profile's.
+  InjectRequest request{pid, mp.hot_set(fraction ? std::atof(fraction) : 0.99), layout_profile(mp)};
+  if (const char* original = std::getenv("DYNI_ORIGINAL_ORDER"))
+    request.profile = std::string(original) == "1" ? nullptr : &mp;
   auto t0 = std::chrono::steady_clock::now();
   auto injected = inject_executable(request);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -100,9 +160,17 @@ int main(int argc, char** argv) {
   for (const std::string& s : injected->skipped) std::fprintf(stderr, "  skipped %s\n", s.c_str());
   write_perf_map(pid, injected->copies);
   if (!injected->error.empty()) std::fprintf(stderr, "stopped early: %s\n", injected->error.c_str());
+  std::vector<SlotPatch> slots;
+  if (const char* v = std::getenv("DYNI_EXPERIMENT_VTABLES"); v && std::string(v) == "1") {
+    slots = pointer_slots(pid, injected->copies);
+    bool written = write_slots(pid, slots, true);
+    std::fprintf(stderr, "experiment: %zu function pointers in .data.rel.ro point at copies%s\n", slots.size(),
+                 written ? "" : " (some writes failed)");
+  }
   std::fflush(stdout);
   for (std::string line; commands && std::getline(std::cin, line) && line != "quit";) {
     std::string answer = "ok";
+    if (!slots.empty() && !write_slots(pid, slots, line != "undo")) answer = "function pointers not all written";
     if (line == "undo") {
       if (auto r = undo_patches(*injected); !r) answer = r.error().message();
     } else if (auto r = redo_patches(*injected); !r) {
@@ -116,6 +184,7 @@ int main(int argc, char** argv) {
   }
   if (argc == 5) {
     std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[4])));
+    if (!slots.empty()) write_slots(pid, slots, false);
     if (auto r = undo_patches(*injected); !r) {
       std::fprintf(stderr, "dyni-inject: undo: %s\n", r.error().message().c_str());
       return 1;
