@@ -23,13 +23,18 @@ std::optional<T> read_as(WindowMemory& memory, uint64_t addr) {
   return value;
 }
 
+struct ObjectRange {
+  uint64_t lo = 0, hi = 0;
+  bool has_code = false;
+};
+
 // The mappings of the object whose ELF header is mapped at maps[first]:
 // that one and those after it with the same path, up to the next header.
-std::pair<uint64_t, uint64_t> object_range(const std::vector<profiler::Mapping>& maps, std::size_t first) {
-  uint64_t lo = maps[first].start, hi = maps[first].end;
+ObjectRange object_range(const std::vector<profiler::Mapping>& maps, std::size_t first) {
+  ObjectRange r{maps[first].start, maps[first].end, maps[first].executable};
   for (std::size_t i = first + 1; i < maps.size() && maps[i].path == maps[first].path && maps[i].offset != 0; ++i)
-    hi = maps[i].end;
-  return {lo, hi};
+    r.hi = maps[i].end, r.has_code = r.has_code || maps[i].executable;
+  return r;
 }
 
 std::optional<UnwindTable> table_of(WindowMemory& memory, uint64_t lo, uint64_t hi) {
@@ -65,8 +70,11 @@ std::vector<UnwindTable> module_unwind_tables(const std::vector<profiler::Mappin
     const profiler::Mapping& m = maps[i];
     bool object = m.offset == 0 && m.readable && (m.file_backed() || m.path == "[vdso]");
     if (!object) continue;
-    auto [lo, hi] = object_range(maps, i);
-    if (auto t = table_of(memory, lo, hi)) out.push_back(*t);
+    // Only objects with code: a data file the target maps is never read
+    // (a read would page it in, and block the window on its storage).
+    ObjectRange r = object_range(maps, i);
+    if (!r.has_code) continue;
+    if (auto t = table_of(memory, r.lo, r.hi)) out.push_back(*t);
   }
   return out;
 }
