@@ -2,16 +2,17 @@
 #include "dynid/injector.h"
 
 #include <sched.h>
-
 #include <sys/resource.h>
 #include <unistd.h>
-#include <cerrno>
-#include <optional>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -77,10 +78,12 @@ Result<Executable> read_executable(pid_t pid, const profiler::Symbolizer& symbol
   return exe;
 }
 
-void module_range(const std::vector<profiler::Mapping>& maps, Executable& exe) {
-  exe.lo = UINT64_MAX;
+// [lowest start, highest end) of the mappings of the file at `path`.
+std::pair<uint64_t, uint64_t> module_range(const std::vector<profiler::Mapping>& maps, const std::string& path) {
+  uint64_t lo = UINT64_MAX, hi = 0;
   for (const auto& m : maps)
-    if (m.path == exe.module->path) exe.lo = std::min(exe.lo, m.start), exe.hi = std::max(exe.hi, m.end);
+    if (m.path == path) lo = std::min(lo, m.start), hi = std::max(hi, m.end);
+  return {lo, hi};
 }
 
 // The jit's plan for the hot functions with the cache at `cache_base` (link-time numbering).
@@ -149,10 +152,7 @@ Status same_target(pid_t pid, uint64_t start_time, uint64_t at = 0, std::span<co
 Status executable_where_it_was(pid_t pid, const Executable& prepared) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
-  Executable now;
-  now.module = prepared.module;
-  module_range(*maps, now);
-  if (now.lo != prepared.lo || now.hi != prepared.hi)
+  if (module_range(*maps, prepared.module->path) != std::pair{prepared.lo, prepared.hi})
     return fail(fmt::format("process {}'s executable moved since it was read (exec?)", pid));
   return ok();
 }
@@ -494,7 +494,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto sites = find_syscall_sites(req.pid);  // also refuses seccomp and shadow stacks
   if (!sites) return std::unexpected(sites.error());
   p.sites = *sites;
-  module_range(*maps, p.exe);
+  std::tie(p.exe.lo, p.exe.hi) = module_range(*maps, p.exe.module->path);
   req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, skipped);
   auto outside_rseq = without_rseq_sections(req.pid, p.exe, req.hot, skipped);
   if (!outside_rseq) return std::unexpected(outside_rseq.error());

@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 
-#include "common/file_io.h"
 #include "common/log.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_plan.h"
@@ -242,8 +242,7 @@ bool TargetLifecycle::gone() const {
   if (st->state != 'Z' && st->state != 'X') return false;
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator(dir + "/task", ec)) {
-    auto t = read_file(task.path().string() + "/stat", 4096);
-    auto ts = t ? parse_proc_stat(*t) : Result<ProcStat>(fail(""));
+    auto ts = read_proc_stat(dir + "/task", static_cast<pid_t>(std::atoi(task.path().filename().c_str())));
     if (!ts || (ts->state != 'Z' && ts->state != 'X')) return false;  // a thread runs on
   }
   return !ec;
