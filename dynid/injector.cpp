@@ -540,9 +540,11 @@ Status write_record(pid_t pid, const Prepared& p, const MappedCache& cache) {
 }
 
 // Writes stub, code, frames and their search table into the mapped cache.
+// The code as loaded: rebuilt tables' absolute entries get the module's bias.
 Status write_code(pid_t pid, const Prepared& p, const MappedCache& cache) {
+  const std::vector<uint8_t> code = p.planned.plan.cache.loaded_at(p.exe.module->bias);
   for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(kReturnStub), p.layout.stub_offset},
-                               std::pair{std::span<const uint8_t>(p.planned.plan.cache.bytes), p.layout.code_offset},
+                               std::pair{std::span<const uint8_t>(code), p.layout.code_offset},
                                std::pair{std::span<const uint8_t>(p.planned.frames.blob), p.layout.blob_offset},
                                std::pair{std::span<const uint8_t>(p.search_table), p.layout.table_offset}})
     if (auto r = write_cache(pid, cache, bytes, offset); !r) return r;

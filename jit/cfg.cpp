@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "jit/decoder.h"
+#include "jit/register_facts.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -132,11 +134,6 @@ struct TablePattern {
   unsigned entry_size = 0;
   ZydisRegister index = ZYDIS_REGISTER_NONE;
   std::size_t load_at = 0;  // the instruction that reads the table
-  // PIC only: the base register, the lea that sets it, the add, and the
-  // register the entry is loaded into (and the jump goes through).
-  ZydisRegister base = ZYDIS_REGISTER_NONE;
-  std::size_t lea_at = 0, add_at = 0;
-  ZydisRegister index_target = ZYDIS_REGISTER_NONE;
 };
 
 // gcc/clang PIC:  lea B,[rip+T]; movsxd J,dword [B+X*4]; add J,B; jmp J
@@ -160,7 +157,7 @@ std::optional<TablePattern> match_pic_table(const std::vector<Instruction>& ins,
     return in.mnemonic == ZYDIS_MNEMONIC_LEA && is_reg(in.ops[0], base) && in.rip_relative;
   });
   if (!lea) return std::nullopt;
-  return TablePattern{ins[*lea].rip_address, 4, widest(ins[*load].ops[1].index), *load, base, *lea, *add, j};
+  return TablePattern{ins[*lea].rip_address, 4, widest(ins[*load].ops[1].index), *load};
 }
 
 // Non-PIC absolute:  jmp qword [X*8 + T]
@@ -188,30 +185,70 @@ bool is_pointer_tail_call(const std::vector<Instruction>& ins, std::size_t jmp) 
          in.ops[1].index == ZYDIS_REGISTER_NONE;
 }
 
-Result<JumpTable> resolve_table(const std::vector<Instruction>& ins, std::size_t jmp,
-                                const ModuleImage& image, std::optional<TablePattern>& matched) {
+// The targets of `entries` entries of the table at `table`: 4-byte entries
+// relative to the table, or 8-byte absolute addresses as the loaded module
+// holds them (module_image.h, read_address).
+Result<std::vector<uint64_t>> read_targets(const ModuleImage& image, uint64_t table, unsigned entry_size,
+                                           uint64_t entries) {
+  std::vector<uint64_t> targets;
+  if (entry_size == 4) {
+    auto bytes = image.read(table, entries * 4);
+    if (!bytes) return fail(fmt::format("jump table unreadable at {:#x}", table));
+    for (uint64_t k = 0; k < entries; ++k) {
+      int32_t rel;
+      std::memcpy(&rel, bytes->data() + 4 * k, 4);
+      targets.push_back(table + static_cast<uint64_t>(static_cast<int64_t>(rel)));
+    }
+    return targets;
+  }
+  for (uint64_t k = 0; k < entries; ++k) {
+    auto target = image.read_address(table + 8 * k);
+    if (!target) return fail(fmt::format("jump table unreadable at {:#x}", table));
+    targets.push_back(*target);
+  }
+  return targets;
+}
+
+// The window-bounded patterns, the first guess and the fallback: the bound
+// comes from a compare near the load (find_bound), which is not proven on
+// every path: such a table is never rebuilt, and its copied jump reads the
+// original table, so a wrong bound only loses edges of the CFG.
+Result<JumpTable> resolve_locally(const std::vector<Instruction>& ins, std::size_t jmp, const ModuleImage& image) {
   auto pattern = match_pic_table(ins, jmp);
   if (!pattern) pattern = match_absolute_table(ins, jmp);
-  matched = pattern;
   if (!pattern) return fail(fmt::format("indirect jump unresolved at {:#x}", ins[jmp].addr));
   auto entries = find_bound(ins, pattern->load_at, pattern->index);
   if (!entries || *entries == 0 || *entries > kMaxTableEntries)
     return fail(fmt::format("jump table without a provable bound at {:#x}", ins[jmp].addr));
-  auto bytes = image.read(pattern->table, *entries * pattern->entry_size);
-  if (!bytes) return fail(fmt::format("jump table unreadable at {:#x}", pattern->table));
-  JumpTable t{ins[jmp].addr, pattern->table, pattern->entry_size, {}, ins[pattern->load_at].addr, false};
-  for (uint64_t k = 0; k < *entries; ++k) {
-    if (pattern->entry_size == 4) {
-      int32_t rel;
-      std::memcpy(&rel, bytes->data() + 4 * k, 4);
-      t.targets.push_back(pattern->table + static_cast<uint64_t>(static_cast<int64_t>(rel)));
-    } else {
-      uint64_t abs;
-      std::memcpy(&abs, bytes->data() + 8 * k, 8);
-      t.targets.push_back(abs);
-    }
-  }
-  return t;
+  auto targets = read_targets(image, pattern->table, pattern->entry_size, *entries);
+  if (!targets) return std::unexpected(targets.error());
+  return JumpTable{ins[jmp].addr, pattern->table, pattern->entry_size, std::move(*targets), ins[pattern->load_at].addr,
+                   false, false};
+}
+
+bool same_table(const JumpTable& a, const JumpTable& b) {
+  return a.table_addr == b.table_addr && a.entry_size == b.entry_size && a.targets == b.targets &&
+         a.load_addr == b.load_addr && a.proven == b.proven;
+}
+
+// How a jump reads its table, as the register facts show it:
+//   PIC       movsxd J,[B+X*4+d] ... add J,R ... jmp J   (B+d = R = the table)
+//   absolute  mov J,[B+X*8+d] ... jmp J,  or  jmp [B+X*8+d]   (B+d = the table)
+// B a register holding one address on every path, or absent (d absolute,
+// in a position-dependent executable); X bounded on every path.
+struct Dispatch {
+  std::size_t load = 0;
+  std::size_t add = SIZE_MAX;                    // PIC only
+  ZydisRegister entry_reg = ZYDIS_REGISTER_NONE; // J; none for jmp [mem]
+  uint64_t table = 0;
+  unsigned entry_size = 0;
+  uint64_t entries = 0;
+};
+
+bool has_segment_override(const Instruction& in) {
+  for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
+    if (in.bytes[k] == 0x64 || in.bytes[k] == 0x65) return true;
+  return false;
 }
 
 class CfgBuilder {
@@ -224,14 +261,31 @@ class CfgBuilder {
     for (const Instruction& in : cfg_.instructions)
       if (auto r = check_relocatable(in); !r) return r;
     if (auto r = check_references(); !r) return r;
-    if (auto r = resolve_tables(); !r) return r;
-    if (auto r = find_leaders(); !r) return r;
-    make_blocks();
-    mark_rebuildable();
-    return ok();
+    if (auto r = resolve_locally_all(); !r) return r;
+    // Tables add edges, edges change the facts, the facts resolve and bound
+    // tables: repeated until nothing changes, so that the last facts are
+    // those of the final CFG and every proven table is proven on it.
+    for (int round = 0; round < kRounds; ++round) {
+      cfg_.tables.clear();
+      for (const auto& [jmp, t] : tables_) cfg_.tables.push_back(t);
+      cfg_.blocks.clear();
+      leaders_.clear();
+      if (auto r = find_leaders(); !r) return r;
+      make_blocks();
+      if (jumps_.empty()) return ok();
+      RegisterFacts facts(cfg_);
+      if (!resolve_by_facts_all(facts)) {
+        if (!unresolved_.empty()) return fail(unresolved_.begin()->second);
+        mark_rebuildable();  // dispatch_ holds what these facts, the final CFG's, resolved
+        return ok();
+      }
+    }
+    return fail(fmt::format("jump tables do not settle at {:#x}", cfg_.start));
   }
 
  private:
+  static constexpr int kRounds = 8;
+
   bool inside(uint64_t a) const { return a >= cfg_.start && a < cfg_.end; }
 
   Status check_target(uint64_t target, uint64_t from) const {
@@ -258,140 +312,236 @@ class CfgBuilder {
     return ok();
   }
 
-  Status resolve_tables() {
-    const auto& ins = cfg_.instructions;
-    for (std::size_t i = 0; i < ins.size(); ++i) {
-      if (ins[i].flow != Flow::IndirectBranch) continue;
-      std::optional<TablePattern> pattern;
-      auto table = resolve_table(ins, i, image_, pattern);
-      if (!table && is_pointer_tail_call(ins, i)) continue;  // leaves the function
-      if (!table) return std::unexpected(table.error());
-      // Entries may leave the function for other code (gcc's .cold parts):
-      // those are exits. Inside, they must be instruction boundaries.
-      for (uint64_t target : table->targets) {
-        if (inside(target) && !index_.count(target))
-          return fail(fmt::format("jump table entry inside an instruction at {:#x}", ins[i].addr));
-        if (!inside(target) && !image_.is_code(target))
-          return fail(fmt::format("jump table entry outside the code at {:#x}", ins[i].addr));
-      }
-      patterns_[ins[i].addr] = *pattern;
-      cfg_.tables.push_back(std::move(*table));
+  // Entries may leave the function for other code (gcc's .cold parts):
+  // those are exits. Inside, they must be instruction boundaries, and the
+  // table must not lie in the function's own bytes.
+  Status check_table(const JumpTable& t) const {
+    uint64_t size = t.entry_size * t.targets.size();
+    if (t.table_addr < cfg_.end && t.table_addr + size > cfg_.start)
+      return fail(fmt::format("jump table overlaps code at {:#x}", t.jump_addr));
+    for (uint64_t target : t.targets) {
+      if (inside(target) && !index_.count(target))
+        return fail(fmt::format("jump table entry inside an instruction at {:#x}", t.jump_addr));
+      if (!inside(target) && !image_.is_code(target))
+        return fail(fmt::format("jump table entry outside the code at {:#x}", t.jump_addr));
     }
     return ok();
   }
 
-  // Rebuilding a PIC table is sound only when the copy's load can read no
-  // entry but these: the table's base is this table's on every path to the
-  // load, and the index is bounded by a guard no path avoids. Proven here
-  // for the forms compilers emit most:
-  //   P: ... cmp R, imm ; ja/jae default     (falls through into D)
-  //   or ... cmp R, imm ; jbe/jb D            (branches to D)
-  //   D: ... lea B,[rip+T] ... movsxd J,[B+X*4] ... add J,B ... jmp J
-  // every way into D being such a guard with the table's bound, X holding
-  // the compared value (zero-extended when 32 bits were compared), B and J
-  // written by nothing else in between (hidden writes included), all of it
-  // in D.
+  Result<JumpTable> checked(Result<JumpTable> t) const {
+    if (!t) return t;
+    if (auto r = check_table(*t); !r) return std::unexpected(r.error());
+    return t;
+  }
+
+  Status resolve_locally_all() {
+    const auto& ins = cfg_.instructions;
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      if (ins[i].flow != Flow::IndirectBranch) continue;
+      auto table = checked(resolve_locally(ins, i, image_));
+      if (!table && is_pointer_tail_call(ins, i)) continue;  // leaves the function
+      jumps_.push_back(i);
+      if (table) tables_[ins[i].addr] = std::move(*table);
+      else unresolved_[ins[i].addr] = table.error().message();
+    }
+    return ok();
+  }
+
+  // One round: every jump the facts resolve takes that table (proven);
+  // one they no longer resolve falls back to its local guess. True when
+  // any table changed.
+  bool resolve_by_facts_all(const RegisterFacts& facts) {
+    bool changed = false;
+    for (std::size_t i : jumps_) {
+      const uint64_t addr = cfg_.instructions[i].addr;
+      auto dispatch = dispatch_of(i, facts);
+      auto table = dispatch ? checked(table_of(i, *dispatch)) : std::unexpected(dispatch.error());
+      auto had = tables_.find(addr);
+      if (table) {
+        dispatch_[addr] = *dispatch;
+        unresolved_.erase(addr);
+        if (had == tables_.end() || !same_table(had->second, *table)) tables_[addr] = std::move(*table), changed = true;
+        continue;
+      }
+      dispatch_.erase(addr);
+      if (had != tables_.end() && !had->second.proven) continue;  // the local guess stands
+      if (had != tables_.end()) tables_.erase(had), changed = true;
+      auto local = checked(resolve_locally(cfg_.instructions, i, image_));
+      if (local) tables_[addr] = std::move(*local), changed = true;
+      // A form the facts recognised says more than the local patterns.
+      else unresolved_[addr] = dispatch ? table.error().message() : local.error().message();
+    }
+    return changed;
+  }
+
+  Result<JumpTable> table_of(std::size_t jmp, const Dispatch& d) const {
+    auto targets = read_targets(image_, d.table, d.entry_size, d.entries);
+    if (!targets) return std::unexpected(targets.error());
+    return JumpTable{cfg_.instructions[jmp].addr, d.table, d.entry_size, std::move(*targets),
+                     cfg_.instructions[d.load].addr, true, false};
+  }
+
+  // The latest instruction before `at` in its block that may write `r`.
+  std::optional<std::size_t> last_writer(std::size_t at, ZydisRegister r) {
+    const Block* b = cfg_.block_at(cfg_.instructions[at].addr);
+    const uint16_t bit = gpr_bit(r);
+    for (std::size_t i = at; i-- > b->first;)
+      if (use_of(i).written & bit) return i;
+    return std::nullopt;
+  }
+
+  Result<Dispatch> dispatch_of(std::size_t jmp, const RegisterFacts& facts) {
+    const auto& ins = cfg_.instructions;
+    const Operand& op = ins[jmp].ops[0];
+    const std::string unresolved = fmt::format("indirect jump unresolved at {:#x}", ins[jmp].addr);
+    Dispatch d;
+    if (op.type == ZYDIS_OPERAND_TYPE_MEMORY) {
+      d.load = jmp, d.entry_size = 8;
+    } else if (op.type == ZYDIS_OPERAND_TYPE_REGISTER && op.size == 64) {
+      d.entry_reg = op.reg;
+      auto w = last_writer(jmp, op.reg);
+      if (!w) return fail(unresolved);
+      const Instruction& last = ins[*w];
+      if (last.mnemonic == ZYDIS_MNEMONIC_ADD && is_reg(last.ops[0], op.reg) && last.ops[0].size == 64 &&
+          last.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && last.ops[1].size == 64) {
+        auto load = last_writer(*w, op.reg);
+        if (!load || ins[*load].mnemonic != ZYDIS_MNEMONIC_MOVSXD) return fail(unresolved);
+        d.add = *w, d.load = *load, d.entry_size = 4;
+      } else if (last.mnemonic == ZYDIS_MNEMONIC_MOV && last.ops[0].size == 64) {
+        d.load = *w, d.entry_size = 8;
+      } else {
+        return fail(unresolved);
+      }
+    } else {
+      return fail(unresolved);
+    }
+    const Instruction& load = ins[d.load];
+    const Operand* m = load.memory();
+    const int x = m ? gpr_index(m->index) : -1;
+    if (!m || x < 0 || widest(m->index) != m->index || m->scale != d.entry_size || m->base == ZYDIS_REGISTER_RIP ||
+        has_segment_override(load) || (d.load != jmp && !is_reg(load.ops[0], widest(op.reg))))
+      return fail(unresolved);
+    RegisterState at_load = facts.before(d.load);
+    if (m->base == ZYDIS_REGISTER_NONE) {
+      if (!image_.fixed_address()) return fail(unresolved);  // an absolute address in a PIE is not the module's
+      d.table = static_cast<uint64_t>(m->disp);
+    } else {
+      const RegisterFact& base = at_load[gpr_index(m->base)];
+      if (!base.constant) return fail(unresolved);
+      d.table = *base.constant + static_cast<uint64_t>(m->disp);
+    }
+    if (d.entry_size == 4) {
+      const RegisterFact& r = facts.before(d.add)[gpr_index(ins[d.add].ops[1].reg)];
+      if (!r.constant || *r.constant != d.table) return fail(unresolved);  // entries relative to the table
+    }
+    const uint64_t max = at_load[x].max;
+    if (max >= kMaxTableEntries)
+      return fail(fmt::format("jump table without a provable bound at {:#x}", ins[jmp].addr));
+    d.entries = max + 1;
+    return d;
+  }
+
+  // A proven table is rebuilt when the entry it loads (J) is used by
+  // nothing but the jump: read by no instruction between the load and the
+  // jump but the PIC add, and dead where the jump lands. The copy's J holds
+  // a copy's address where the original's held the original target's: code
+  // that kept or compared it (a computed goto's pointer, still live after
+  // the jump) would see the difference. An absolute entry is a label's
+  // address that C can name (&&label), so a function could even return it:
+  // there a return reads rax and rdx too. A PIC entry plus base is a
+  // compiler's temporary that no source expression names.
   void mark_rebuildable() {
     for (JumpTable& t : cfg_.tables) {
-      auto p = patterns_.find(t.jump_addr);
-      if (t.entry_size == 4 && p != patterns_.end()) t.rebuildable = rebuildable_pic_table(t, p->second);
+      auto d = dispatch_.find(t.jump_addr);
+      t.rebuildable = t.proven && d != dispatch_.end() && entry_used_only_by_jump(d->second, index_.at(t.jump_addr));
     }
   }
 
-  bool rebuildable_pic_table(const JumpTable& t, const TablePattern& p) const {
-    const auto& ins = cfg_.instructions;
-    const std::size_t jmp = index_.at(t.jump_addr);
-    const Block* d = cfg_.block_at(t.jump_addr);
-    if (!d || d->start == cfg_.start || ins[p.lea_at].addr < d->start) return false;
-    if (!(p.lea_at < p.load_at && p.load_at < p.add_at && p.add_at < jmp)) return false;
-    for (std::size_t i = p.lea_at + 1; i < p.add_at; ++i)
-      if (may_write_gpr(ins[i], p.base)) return false;
-    for (std::size_t i = p.load_at + 1; i < jmp; ++i)
-      if (i != p.add_at && may_write_gpr(ins[i], p.index_target)) return false;
-    std::vector<const Block*> ways = ways_into(*d);
-    if (ways.empty()) return false;
-    for (const Block* g : ways)
-      if (!guards(*g, *d, t.targets.size(), p)) return false;
+  bool entry_used_only_by_jump(const Dispatch& d, std::size_t jmp) {
+    if (d.entry_reg == ZYDIS_REGISTER_NONE) return true;  // jmp [mem]: the entry is in no register
+    const uint16_t bit = gpr_bit(d.entry_reg);
+    for (std::size_t i = d.load + 1; i < jmp; ++i)
+      if (i != d.add && (use_of(i).read & bit)) return false;
+    for (uint64_t target : cfg_.tables[table_index(cfg_.instructions[jmp].addr)].targets)
+      if (inside(target) && !dead_from(target, d.entry_reg, d.entry_size == 8)) return false;
     return true;
   }
 
-  // Every block with an edge into `d`; none when a table or the function's
-  // entry leads there too.
-  std::vector<const Block*> ways_into(const Block& d) const {
-    std::vector<const Block*> ways;
-    for (const Block& b : cfg_.blocks)
-      if (std::find(b.successors.begin(), b.successors.end(), d.start) != b.successors.end()) ways.push_back(&b);
-    for (const JumpTable& other : cfg_.tables)
-      if (std::find(other.targets.begin(), other.targets.end(), d.start) != other.targets.end()) return {};
-    return ways;
+  std::size_t table_index(uint64_t jump) const {
+    for (std::size_t k = 0; k < cfg_.tables.size(); ++k)
+      if (cfg_.tables[k].jump_addr == jump) return k;
+    return 0;
   }
 
-  // `g` ends in `cmp R, imm; jcc` that lets only indices below `entries`
-  // into `d`, and the load's index holds R's value there.
-  bool guards(const Block& g, const Block& d, uint64_t entries, const TablePattern& p) const {
-    const auto& ins = cfg_.instructions;
-    if (g.count < 2) return false;
-    const std::size_t jcc = g.first + g.count - 1, cmp = jcc - 1;
-    const Instruction& j = ins[jcc];
-    const Instruction& c = ins[cmp];
-    bool falls_in = (j.mnemonic == ZYDIS_MNEMONIC_JNBE || j.mnemonic == ZYDIS_MNEMONIC_JNB) && g.end == d.start &&
-                    j.target != d.start;
-    bool branches_in = (j.mnemonic == ZYDIS_MNEMONIC_JBE || j.mnemonic == ZYDIS_MNEMONIC_JB) &&
-                       j.target == d.start && g.end != d.start;
-    if (!falls_in && !branches_in) return false;
-    if (c.mnemonic != ZYDIS_MNEMONIC_CMP || c.ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
-        c.ops[1].type != ZYDIS_OPERAND_TYPE_IMMEDIATE || bound_of(j.mnemonic, c.ops[1].imm) != entries)
-      return false;
-    return index_is_compared_value(cmp, g, d, p.load_at, p.index);
+  // Whether `r`'s value is dead at `from`: on every path it is written
+  // whole before anything reads it. Leaving the function counts as a read
+  // of what the caller or callee may see: a return reads the callee-saved
+  // registers (and rax and rdx when `returned` counts); a tail jump the
+  // argument registers and the callee-saved ones.
+  bool dead_from(uint64_t from, ZydisRegister r, bool returned) {
+    const Block* b = cfg_.block_at(from);
+    if (!b) return false;
+    return !live_in(r, returned)[b - cfg_.blocks.data()];
   }
 
-  // Whether the load's index X holds the value `cmp` compared, with bits
-  // 32-63 zero when only 32 bits were compared, followed forward through
-  // register moves from the cmp to the end of its block `g`, then from the
-  // start of `d` to the load.
-  bool index_is_compared_value(std::size_t cmp, const Block& g, const Block& d, std::size_t load,
-                               ZydisRegister index) const {
-    const auto& ins = cfg_.instructions;
-    const Operand& compared = ins[cmp].ops[0];
-    if (compared.size != 64 && compared.size != 32) return false;
-    ZydisRegister holder = widest(compared.reg);
-    bool full = compared.size == 64 || zero_extended_before(cmp, holder, g);
-    auto follow = [&](std::size_t from, std::size_t to) {
-      for (std::size_t i = from; i < to; ++i) {
-        const Instruction& in = ins[i];
-        bool from_holder = in.mnemonic == ZYDIS_MNEMONIC_MOV && in.ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
-                           in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && widest(in.ops[1].reg) == holder &&
-                           in.ops[0].size == in.ops[1].size && in.ops[0].size >= compared.size;
-        if (from_holder) {
-          holder = widest(in.ops[0].reg);
-          full = full || in.ops[0].size == 32;  // a 32-bit write zero-extends
-        } else if (may_write_gpr(in, holder)) {
-          return false;
-        }
-      }
-      return true;
-    };
-    return follow(cmp + 1, g.first + g.count) && follow(d.first, load) && full && holder == index;
-  }
+  enum class Effect { Reads, Kills, Through };
 
-  // The last write to `r` before the cmp is an explicit 32-bit one (any
-  // 32-bit write zero-extends to 64 bits): searched back through the guard
-  // block `g`, then through blocks that are each the only way into the next.
-  bool zero_extended_before(std::size_t cmp, ZydisRegister r, const Block& g) const {
-    const auto& ins = cfg_.instructions;
-    const Block* b = &g;
-    std::size_t end = cmp;
-    for (int hops = 0; hops < 8; ++hops) {
-      for (std::size_t i = end; i-- > b->first;) {
-        if (!may_write_gpr(ins[i], r)) continue;
-        return writes_register(ins[i], r) && ins[i].ops[0].size == 32;
-      }
-      std::vector<const Block*> ways = b->start == cfg_.start ? std::vector<const Block*>{} : ways_into(*b);
-      if (ways.size() != 1) return false;
-      b = ways[0];
-      end = b->first + b->count;
+  // What block `b` does to `r` first: reads it, writes it whole, or neither.
+  Effect effect_on(const Block& b, ZydisRegister r) {
+    const uint16_t bit = gpr_bit(r);
+    for (std::size_t i = b.first; i < b.first + b.count; ++i) {
+      const Instruction& in = cfg_.instructions[i];
+      const RegisterUse& use = use_of(i);
+      bool zeroing = (in.mnemonic == ZYDIS_MNEMONIC_XOR || in.mnemonic == ZYDIS_MNEMONIC_SUB) &&
+                     in.operand_count == 2 && is_reg(in.ops[0], r) && is_reg(in.ops[1], r);
+      if (zeroing) return Effect::Kills;
+      if (use.read & bit) return Effect::Reads;
+      const Operand& dst = in.ops[0];
+      bool whole = in.operand_count >= 1 && is_reg(dst, r) && dst.size >= 32 &&
+                   (dst.actions & ZYDIS_OPERAND_ACTION_WRITE) && !(dst.actions & ZYDIS_OPERAND_ACTION_CONDWRITE);
+      bool clobbered = (use.written & bit) && (in.flow == Flow::Call || in.flow == Flow::IndirectCall);
+      if (whole || clobbered) return Effect::Kills;
     }
-    return false;
+    return Effect::Through;
+  }
+
+  // Per block: whether `r` is live at its start (backward, to a fixed point).
+  const std::vector<bool>& live_in(ZydisRegister r, bool returned) {
+    constexpr uint16_t kReturned = (1u << 0) | (1u << 2);
+    constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);
+    auto key = std::pair{widest(r), returned};
+    if (auto it = live_.find(key); it != live_.end()) return it->second;
+    const std::size_t n = cfg_.blocks.size();
+    const uint16_t bit = gpr_bit(r);
+    std::vector<Effect> effect(n);
+    std::vector<bool> live(n, false);
+    for (std::size_t k = 0; k < n; ++k) {
+      const Block& b = cfg_.blocks[k];
+      effect[k] = effect_on(b, widest(r));
+      const Instruction& last = cfg_.instructions[b.first + b.count - 1];
+      uint16_t leaving = last.flow == Flow::Return ? ((returned ? kReturned : 0) | kCalleeSaved)
+                         : last.flow == Flow::Stop ? 0
+                                                   : (kArguments | kCalleeSaved);
+      live[k] = effect[k] == Effect::Reads || (effect[k] == Effect::Through && b.exits && (leaving & bit));
+    }
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (std::size_t k = n; k-- > 0;) {
+        if (live[k] || effect[k] != Effect::Through) continue;
+        for (uint64_t s : cfg_.blocks[k].successors)
+          if (live[cfg_.block_at(s) - cfg_.blocks.data()]) {
+            live[k] = true, changed = true;
+            break;
+          }
+      }
+    }
+    return live_[key] = std::move(live);
+  }
+
+  const RegisterUse& use_of(std::size_t i) {
+    if (uses_.empty())
+      for (const Instruction& in : cfg_.instructions) uses_.push_back(register_use(in));
+    return uses_[i];
   }
 
   Status find_leaders() {
@@ -451,7 +601,12 @@ class CfgBuilder {
   FunctionCfg& cfg_;
   const ModuleImage& image_;
   std::map<uint64_t, std::size_t> index_;
-  std::map<uint64_t, TablePattern> patterns_;  // by jump address
+  std::vector<std::size_t> jumps_;             // indirect jumps that are not pointer tail calls
+  std::map<uint64_t, JumpTable> tables_;       // by jump address
+  std::map<uint64_t, Dispatch> dispatch_;      // by jump address: how the facts resolved it
+  std::map<uint64_t, std::string> unresolved_; // by jump address: why not
+  std::vector<RegisterUse> uses_;              // per instruction, once asked for
+  std::map<std::pair<ZydisRegister, bool>, std::vector<bool>> live_;  // live_in's, for the final CFG
   std::set<uint64_t> leaders_;
 };
 

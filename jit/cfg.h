@@ -17,12 +17,15 @@ namespace dyni::jit {
 struct JumpTable {
   uint64_t jump_addr = 0;   // the indirect jmp using it
   uint64_t table_addr = 0;  // where the entries are
-  unsigned entry_size = 0;  // 4 (PIC: base-relative int32) or 8 (absolute)
+  unsigned entry_size = 0;  // 4 (PIC: int32 relative to the table) or 8 (absolute, link-time)
   std::vector<uint64_t> targets;
-  uint64_t load_addr = 0;   // the instruction that reads an entry
+  uint64_t load_addr = 0;   // the instruction that reads an entry (the jmp itself for jmp [mem])
+  // The bound is proven by the register dataflow (register_facts.h): no
+  // execution of the load reads past `targets`' entries.
+  bool proven = false;
   // The copy may read a table of its own (emitter.h), with entries that
-  // point at the copies: proven only when every execution of the load reads
-  // one of `targets`' entries through this table (rebuildable_pic_table).
+  // point at the copies: proven, and nothing but the jump uses the entry it
+  // loads (cfg.cpp, rebuildable).
   bool rebuildable = false;
 };
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <set>
 
 #include "jit/verifier.h"
@@ -30,7 +31,7 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
   for (const HotCode& f : functions) {
     at = align_up(at, kFunctionAlignment);
     cache.redirects.to[f.cfg->start] = at;
-    CachedFunction copy{f.cfg->start, {at, {}, {}, 0, {}}, {f.cfg->start, {}}, "", {}};
+    CachedFunction copy{f.cfg->start, {at, {}, {}, 0, {}, {}}, {f.cfg->start, {}}, "", {}};
     auto patch = f.shares_entry_bytes
                      ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
                      : plan_patch(*f.cfg, at);
@@ -76,6 +77,18 @@ std::vector<TranslationEntry> CodeCache::translation() const {
   std::vector<TranslationEntry> all;
   for (const CachedFunction& f : functions) all.insert(all.end(), f.code.translation.begin(), f.code.translation.end());
   return all;
+}
+
+std::vector<uint8_t> CodeCache::loaded_at(uint64_t bias) const {
+  std::vector<uint8_t> out = bytes;
+  for (const CachedFunction& f : functions)
+    for (uint64_t slot : f.code.absolute_slots) {
+      uint64_t value;
+      std::memcpy(&value, out.data() + (slot - base), 8);
+      value += bias;
+      std::memcpy(out.data() + (slot - base), &value, 8);
+    }
+  return out;
 }
 
 Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt,

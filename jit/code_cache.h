@@ -52,6 +52,10 @@ struct CodeCache {
 
   // Every cache instruction → its original address, over all functions.
   std::vector<TranslationEntry> translation() const;
+  // The bytes as they go into a process that loaded the module `bias` bytes
+  // from its link-time addresses: every absolute slot (rebuilt tables of
+  // 8-byte entries) holds a run-time address. PC-relative code needs nothing.
+  std::vector<uint8_t> loaded_at(uint64_t bias) const;
 };
 
 constexpr uint64_t kFunctionAlignment = 16;

@@ -120,19 +120,64 @@ bool may_write_gpr(const Instruction& in, ZydisRegister r) {
   return false;
 }
 
+uint16_t gpr_bit(ZydisRegister r) {
+  ZydisRegister wide = ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
+  if (wide < ZYDIS_REGISTER_RAX || wide > ZYDIS_REGISTER_R15) return 0;
+  return static_cast<uint16_t>(1u << (wide - ZYDIS_REGISTER_RAX));
+}
+
+RegisterUse register_use(const Instruction& in) {
+  constexpr uint16_t kAll = 0xffff;
+  constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);
+  constexpr uint16_t kRsp = 1u << 4;
+  RegisterUse use;
+  ZydisDecodedInstruction zy;
+  std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data())))
+    return {kAll, kAll, true};
+  switch (zy.meta.category) {
+    case ZYDIS_CATEGORY_INTERRUPT:
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_SYSTEM: return {kAll, kAll, true};
+    default: break;
+  }
+  if (zy.mnemonic == ZYDIS_MNEMONIC_NOP) return use;  // nop [rax+rax]: padding, the address is never formed
+  for (unsigned i = 0; i < zy.operand_count; ++i) {
+    const ZydisDecodedOperand& op = ops[i];
+    if (op.type == ZYDIS_OPERAND_TYPE_MEMORY) use.read |= gpr_bit(op.mem.base) | gpr_bit(op.mem.index);
+    if (op.type != ZYDIS_OPERAND_TYPE_REGISTER) continue;
+    if (op.actions & ZYDIS_OPERAND_ACTION_MASK_READ) use.read |= gpr_bit(op.reg.value);
+    if (op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) use.written |= gpr_bit(op.reg.value);
+  }
+  if (in.flow == Flow::Call || in.flow == Flow::IndirectCall) {
+    use.read |= kArguments | kRsp;
+    use.written |= static_cast<uint16_t>(kAll & ~kCalleeSaved & ~kRsp);
+  }
+  const ZydisAccessedFlags* f = zy.cpu_flags;
+  use.writes_flags = in.flow == Flow::Call || in.flow == Flow::IndirectCall ||
+                     (f && (f->modified | f->set_0 | f->set_1 | f->undefined) != 0);
+  return use;
+}
+
 Result<std::vector<uint8_t>> with_displacement(const Instruction& in, int32_t disp) {
   ZydisDecodedInstruction zy;
   std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
-  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data())) ||
-      zy.operand_count_visible != 2 || ops[1].type != ZYDIS_OPERAND_TYPE_MEMORY ||
-      ops[1].mem.base == ZYDIS_REGISTER_RIP || ops[1].mem.base == ZYDIS_REGISTER_NONE)
+  auto memory = [&]() -> int {
+    int found = -1;
+    for (unsigned i = 0; i < zy.operand_count_visible; ++i)
+      if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY) found = found < 0 ? static_cast<int>(i) : -2;
+    return found;
+  };
+  int m = -1;
+  if (ZYAN_SUCCESS(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data()))) m = memory();
+  if (m < 0 || ops[m].mem.base == ZYDIS_REGISTER_RIP || ops[m].mem.type != ZYDIS_MEMOP_TYPE_MEM)
     return fail(fmt::format("not a base+index load at {:#x}", in.addr));
   ZydisEncoderRequest req;
   if (ZYAN_FAILED(ZydisEncoderDecodedInstructionToEncoderRequest(&zy, ops.data(), zy.operand_count_visible, &req)))
     return fail(fmt::format("cannot re-encode the load at {:#x}", in.addr));
   // A displacement that needs 32 bits: the encoder picks disp32, and the
   // length is then the same for every address the cache may get.
-  req.operands[1].mem.displacement = disp;
+  req.operands[m].mem.displacement = disp;
   std::array<uint8_t, ZYDIS_MAX_INSTRUCTION_LENGTH> out{};
   ZyanUSize length = out.size();
   if (ZYAN_FAILED(ZydisEncoderEncodeInstruction(&req, out.data(), &length)))

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "jit/decoder.h"
 #include "jit/relocator.h"
@@ -34,7 +35,25 @@ std::size_t table_load_length(const Instruction& in) {
   return bytes ? bytes->size() : 0;  // 0: not re-encodable, the table is not rebuilt
 }
 
-uint64_t align4(uint64_t a) { return (a + 3) & ~uint64_t{3}; }
+uint64_t align_to(uint64_t a, unsigned n) { return (a + n - 1) / n * n; }
+
+// Loads of one original table with one bound share one rebuilt table (an
+// interpreter duplicates its dispatch into every handler: 200 loads of one
+// 256-entry table).
+using TableKey = std::tuple<uint64_t, unsigned, std::size_t>;
+TableKey key_of(const JumpTable& t) { return {t.table_addr, t.entry_size, t.targets.size()}; }
+
+// Where each distinct rebuilt table goes, from `at` (the end of the code) on;
+// returns the end of the last.
+uint64_t place_tables(const std::vector<Piece>& pieces, uint64_t at, std::map<TableKey, uint64_t>& table_at) {
+  for (const Piece& p : pieces)
+    if (p.table && !table_at.count(key_of(*p.table))) {
+      at = align_to(at, p.table->entry_size);
+      table_at[key_of(*p.table)] = at;
+      at += p.table->entry_size * p.table->targets.size();
+    }
+  return at;
+}
 
 class Planner {
  public:
@@ -112,9 +131,11 @@ Result<std::vector<uint8_t>> jmp_rel32(uint64_t at, uint64_t to) {
 // The copy of a table's load, reading the rebuilt table at `rebuilt`: the
 // same instruction with its displacement moved by rebuilt - original (the
 // base register still holds the original table's address).
+// For a load without base register the displacement is the table's
+// address itself (a position-dependent executable's: cfg.cpp), and moves the same way.
 Result<std::vector<uint8_t>> rebuilt_table_load(const Instruction& load, std::size_t planned, uint64_t original,
                                                 uint64_t rebuilt) {
-  int64_t disp = static_cast<int64_t>(rebuilt - original) + load.ops[1].disp;
+  int64_t disp = static_cast<int64_t>(rebuilt - original) + load.memory()->disp;
   if (disp < INT32_MIN || disp > INT32_MAX)
     return fail(fmt::format("rebuilt jump table beyond ±2 GB of its original at {:#x}", load.addr));
   auto bytes = with_displacement(load, static_cast<int32_t>(disp));
@@ -123,15 +144,32 @@ Result<std::vector<uint8_t>> rebuilt_table_load(const Instruction& load, std::si
   return bytes;
 }
 
+// Appends the entry for `t`'s last target: relative to the original table
+// (4 bytes), or absolute (8 bytes, a slot the injector relocates).
+Status append_entry(EmittedCode& code, const RebuiltTable& t) {
+  uint64_t target = t.targets.back();
+  if (t.entry_size == 8) {
+    code.absolute_slots.push_back(code.base + code.bytes.size());
+    const auto* raw = reinterpret_cast<const uint8_t*>(&target);
+    code.bytes.insert(code.bytes.end(), raw, raw + 8);
+    return ok();
+  }
+  int64_t entry = static_cast<int64_t>(target - t.original);
+  if (entry < INT32_MIN || entry > INT32_MAX) return fail("rebuilt jump table entry beyond ±2 GB");
+  int32_t e = static_cast<int32_t>(entry);
+  const auto* raw = reinterpret_cast<const uint8_t*>(&e);
+  code.bytes.insert(code.bytes.end(), raw, raw + 4);
+  return ok();
+}
+
 }  // namespace
 
 uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout) {
   uint64_t n = 0;
   std::vector<Piece> pieces = Planner(cfg, layout).plan();
   for (const Piece& p : pieces) n += p.length;
-  for (const Piece& p : pieces)
-    if (p.table) n = align4(n) + 4 * p.table->targets.size();
-  return n;
+  std::map<TableKey, uint64_t> table_at;
+  return place_tables(pieces, n, table_at);
 }
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
@@ -139,7 +177,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   std::vector<Piece> pieces = Planner(cfg, layout).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy
   uint64_t at = base;
-  EmittedCode code{base, {}, {}, 0, {}};
+  EmittedCode code{base, {}, {}, 0, {}, {}};
   for (const Piece& p : pieces) {
     uint64_t original = p.in ? p.in->addr : p.continue_at;
     if (p.in) copy_of[original] = at;  // a dropped jmp's image is where its target's copy follows
@@ -153,20 +191,15 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     return it == copy_of.end() ? target : it->second;
   };
   code.code_size = at - base;
-  std::map<const JumpTable*, uint64_t> table_at;  // rebuilt tables, in load order
-  for (const Piece& p : pieces)
-    if (p.table) {
-      at = align4(at);
-      table_at[p.table] = at;
-      at += 4 * p.table->targets.size();
-    }
+  std::map<TableKey, uint64_t> table_at;  // rebuilt tables, in load order
+  place_tables(pieces, at, table_at);
   std::size_t k = 0;
   for (const Piece& p : pieces) {
     if (p.dropped) continue;
     uint64_t here = code.translation[k++].new_addr;
     Result<std::vector<uint8_t>> bytes;
     if (p.table) {
-      bytes = rebuilt_table_load(*p.in, p.length, p.table->table_addr, table_at[p.table]);
+      bytes = rebuilt_table_load(*p.in, p.length, p.table->table_addr, table_at[key_of(*p.table)]);
     } else if (p.kind == Translation::Jump) {
       bytes = jmp_rel32(here, image(p.continue_at));
     } else if (p.kind == Translation::Inverted) {
@@ -181,16 +214,13 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   }
   for (const Piece& p : pieces) {
     if (!p.table) continue;
-    RebuiltTable t{p.table->table_addr, table_at[p.table], p.in->addr, {}};
-    code.bytes.resize(t.addr - base, kTablePadding);
+    RebuiltTable t{p.table->table_addr, table_at[key_of(*p.table)], p.in->addr, p.table->entry_size, {}};
+    const bool first = t.addr >= base + code.bytes.size();  // else an earlier load's, already written
+    if (first) code.bytes.resize(t.addr - base, kTablePadding);
     for (uint64_t target : p.table->targets) {
       t.targets.push_back(image(target));
-      int64_t entry = static_cast<int64_t>(t.targets.back() - t.original);
-      if (entry < INT32_MIN || entry > INT32_MAX)
-        return fail(fmt::format("rebuilt jump table entry beyond ±2 GB at {:#x}", p.in->addr));
-      int32_t e = static_cast<int32_t>(entry);
-      const auto* raw = reinterpret_cast<const uint8_t*>(&e);
-      code.bytes.insert(code.bytes.end(), raw, raw + 4);
+      if (!first) continue;
+      if (auto r = append_entry(code, t); !r) return fail(fmt::format("{} at {:#x}", r.error().message(), p.in->addr));
     }
     code.tables.push_back(std::move(t));
   }

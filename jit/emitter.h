@@ -48,12 +48,16 @@ struct Redirects {
 // A jump table rebuilt for a copy: the copy's load reads it instead of the
 // original (its displacement moved by addr - original), and each entry is
 // the image of the original's: the copy of the target block, or the
-// original block when that was not copied (an exit). Entries stay relative
-// to the original table, whose address the base register still holds.
+// original block when that was not copied (an exit). 4-byte entries stay
+// relative to the original table, whose address the base register still
+// holds; 8-byte entries are absolute, in link-time numbering like every
+// address here, and listed in EmittedCode::absolute_slots: the injector adds
+// the module's load bias to each (CodeCache::loaded_at).
 struct RebuiltTable {
   uint64_t original = 0;  // the original table
   uint64_t addr = 0;      // the rebuilt one, in the cache after the code
   uint64_t load = 0;      // the original load instruction
+  unsigned entry_size = 4;
   std::vector<uint64_t> targets;  // where each entry sends execution now
 };
 
@@ -63,6 +67,7 @@ struct EmittedCode {
   std::vector<TranslationEntry> translation;  // one per cache instruction, in address order
   uint64_t code_size = 0;                     // the instructions' bytes (the tables follow)
   std::vector<RebuiltTable> tables;
+  std::vector<uint64_t> absolute_slots;       // 8-byte link-time addresses in `bytes`, by address
 };
 
 // The size emit_function() will produce for `layout` (known before the address).

@@ -56,6 +56,12 @@ struct Instruction {
   std::array<Operand, 2> ops{};  // the first two visible operands
 
   uint64_t end() const { return addr + length; }
+  // The first visible memory operand among the two kept, if any.
+  const Operand* memory() const {
+    for (std::size_t k = 0; k < operand_count && k < ops.size(); ++k)
+      if (ops[k].type == ZYDIS_OPERAND_TYPE_MEMORY) return &ops[k];
+    return nullptr;
+  }
   bool ends_block() const { return flow != Flow::Next && flow != Flow::Call && flow != Flow::IndirectCall; }
   // Whether execution may go on at end() (a call's return included).
   bool falls_through() const { return !ends_block() || flow == Flow::CondBranch; }

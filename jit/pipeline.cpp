@@ -147,12 +147,19 @@ void reject_callers_of_return_address_users(const ModuleInput& in, const std::ma
 }
 
 // Step 2: block layout from the function's samples.
+// A function whose dispatch goes through a rebuilt table keeps every block
+// in the cache: a cold block left in the original code would send the rest
+// of the call there, every dispatch after it reading the original table (an
+// interpreter's rarely used opcode would take the whole loop out).
 BlockLayout lay_out(const ModuleInput& in, const FunctionCfg& cfg, const LayoutOptions& options) {
   const FunctionSamples* s = samples_of(in, cfg.start);
   if (!s && !options.shuffle_seed) return original_layout(cfg);
   if (!s) return layout_blocks(cfg, block_counts(cfg, {}), options);
+  LayoutOptions chosen = options;
+  if (std::any_of(cfg.tables.begin(), cfg.tables.end(), [](const JumpTable& t) { return t.rebuildable; }))
+    chosen.cold = ColdBlocks::CopyLast;
   std::vector<EdgeCount> lbr = measured_edges(cfg, s->branches, s->traces);  // all zero without LBR
-  return layout_blocks(cfg, block_counts(cfg, s->by_offset), options, &lbr);
+  return layout_blocks(cfg, block_counts(cfg, s->by_offset), chosen, &lbr);
 }
 
 // Step 3: function order by call-graph affinity.

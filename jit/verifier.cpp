@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -103,7 +104,7 @@ class Verifier {
     const Instruction& o = *orig->second;
     if (const RebuiltTable* table = rebuilt_for(o.addr)) {
       if (auto r = check_rebuilt_load(t, o, next, *table); !r) return r;
-      return check_continues(k, o.end());
+      return o.falls_through() ? check_continues(k, o.end()) : ok();  // jmp [table]: the load is the jump
     }
     if (next - t.new_addr != relocated_length(o))
       return fail(fmt::format("verifier: {:#x} has the wrong length", t.new_addr));
@@ -153,34 +154,51 @@ class Verifier {
 
   // A rebuilt table's load: the original instruction with only its
   // displacement moved to the rebuilt table, which lies after the code and
-  // holds, entry by entry, the image of the original's target relative to
-  // the original table (the base register's value).
+  // holds, entry by entry, the image of the original's target: relative to
+  // the original table (the base register's value), or absolute in a slot
+  // the injector relocates.
   Status check_rebuilt_load(const TranslationEntry& t, const Instruction& o, uint64_t next,
                             const RebuiltTable& table) const {
     // Byte for byte the original re-encoded with the displacement moved to
     // the rebuilt table (same registers, segment, prefixes and width).
     auto d = decode_at(t.new_addr, next);
-    int64_t disp = o.ops[1].disp + static_cast<int64_t>(table.addr - table.original);
+    const Operand* om = o.memory();
+    int64_t disp = om ? om->disp + static_cast<int64_t>(table.addr - table.original) : INT64_MAX;
     auto want = disp >= INT32_MIN && disp <= INT32_MAX ? with_displacement(o, static_cast<int32_t>(disp))
                                                        : fail("beyond ±2 GB");
     bool same = d && want && d->length == next - t.new_addr && want->size() == d->length &&
                 std::equal(want->begin(), want->end(), code_.bytes.begin() + (t.new_addr - code_.base));
-    if (!same || d->mnemonic != o.mnemonic || d->ops[1].base != o.ops[1].base || d->ops[1].index != o.ops[1].index ||
-        d->ops[1].disp != disp)
+    const Operand* dm = d ? d->memory() : nullptr;
+    if (!same || !dm || d->mnemonic != o.mnemonic || dm->base != om->base || dm->index != om->index ||
+        dm->scale != om->scale || dm->disp != disp)
       return fail(fmt::format("verifier: {:#x} does not read the rebuilt table of {:#x}", t.new_addr, o.addr));
     const JumpTable* original = nullptr;
     for (const JumpTable& j : cfg_.tables)
       if (j.load_addr == o.addr && j.rebuildable) original = &j;
-    uint64_t size = original ? 4 * original->targets.size() : 0;
-    if (!original || table.addr < code_end() || table.addr % 4 || table.addr + size > code_.base + code_.bytes.size())
+    const unsigned size = table.entry_size;
+    if (!original || original->entry_size != size || table.addr < code_end() || table.addr % size ||
+        table.addr + size * original->targets.size() > code_.base + code_.bytes.size())
       return fail(fmt::format("verifier: the rebuilt table of {:#x} is misplaced", o.addr));
-    for (std::size_t k = 0; k < original->targets.size(); ++k) {
-      int32_t entry;
-      std::memcpy(&entry, code_.bytes.data() + (table.addr - code_.base) + 4 * k, 4);
-      if (table.original + static_cast<uint64_t>(static_cast<int64_t>(entry)) != image(original->targets[k]))
+    for (std::size_t k = 0; k < original->targets.size(); ++k)
+      if (entry_at(table, k) != image(original->targets[k]))
         return fail(fmt::format("verifier: entry {} of the rebuilt table of {:#x} misses its image", k, o.addr));
-    }
     return ok();
+  }
+
+  // Entry `k` of a rebuilt table, as the address it sends execution to
+  // (link-time; an absolute entry must be a slot the injector relocates).
+  uint64_t entry_at(const RebuiltTable& table, std::size_t k) const {
+    const uint8_t* at = code_.bytes.data() + (table.addr - code_.base) + table.entry_size * k;
+    if (table.entry_size == 8) {
+      const uint64_t slot = table.addr + 8 * k;
+      if (!std::binary_search(code_.absolute_slots.begin(), code_.absolute_slots.end(), slot)) return 0;
+      uint64_t entry;
+      std::memcpy(&entry, at, 8);
+      return entry;
+    }
+    int32_t entry;
+    std::memcpy(&entry, at, 4);
+    return table.original + static_cast<uint64_t>(static_cast<int64_t>(entry));
   }
 
   Status check_instruction(const TranslationEntry& t, const Instruction& o, uint64_t next) const {

@@ -52,7 +52,8 @@ LoadedModule::~LoadedModule() {
 Status LoadedModule::write(const jit::CodeCache& cache) {
   if (cache.bytes.size() > kCacheArea || cache.base != cache_base()) return fail("cache does not fit its area");
   std::memset(area_, jit::kPadding, kCacheArea);
-  std::memcpy(area_, cache.bytes.data(), cache.bytes.size());
+  std::vector<uint8_t> loaded = cache.loaded_at(bias_);
+  std::memcpy(area_, loaded.data(), loaded.size());
   __builtin___clear_cache(static_cast<char*>(area_), static_cast<char*>(area_) + kCacheArea);
   return ok();
 }

@@ -118,7 +118,8 @@ jit::CodeCache AsmModule::build(const std::vector<std::string>& hot,
   EXPECT_TRUE(cache) << cache.error().message();
   if (!cache || cache->bytes.size() > kArea) return {};
   std::memset(area_ + kArea, 0xcc, kArea);  // no bytes of an earlier cache past this one's end
-  std::memcpy(area_ + kArea, cache->bytes.data(), cache->bytes.size());
+  std::vector<uint8_t> loaded = cache->loaded_at(0);  // assembled where it runs: no bias
+  std::memcpy(area_ + kArea, loaded.data(), loaded.size());
   for (const jit::CachedFunction& f : cache->functions)
     for (const jit::EntryPatch& p : f.patch.entries) {
       std::memcpy(area_ + (p.addr - original_), p.replacement.data(), p.replacement.size());

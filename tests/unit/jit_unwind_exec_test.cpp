@@ -68,7 +68,8 @@ class UnwindInProcess : public ThisBinary {
     ASSERT_TRUE(built) << built.error().message();
     plan = std::make_unique<ModulePlan>(std::move(*built));
     ASSERT_EQ(plan->cache.functions.size(), kThrowing.size());
-    std::memcpy(buffer, plan->cache.bytes.data(), plan->cache.bytes.size());
+    std::vector<uint8_t> loaded = plan->cache.loaded_at(bias);
+    std::memcpy(buffer, loaded.data(), loaded.size());
     std::vector<CopyFrames> copies;
     for (const CachedFunction& f : plan->cache.functions) {
       ASSERT_FALSE(f.unwind.empty());
