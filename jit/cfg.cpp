@@ -447,9 +447,15 @@ class CfgBuilder {
   // a copy's address where the original's held the original target's: code
   // that kept or compared it (a computed goto's pointer, still live after
   // the jump) would see the difference. An absolute entry is a label's
-  // address that C can name (&&label), so a function could even return it:
-  // there a return reads rax and rdx too. A PIC entry plus base is a
-  // compiler's temporary that no source expression names.
+  // address that C can name (&&label), so a function could pass it on or
+  // return it: it must be dead where the jump lands, a call reading the
+  // argument registers and a return rax and rdx. A 4-byte entry plus the
+  // table's own address is a switch's temporary that no source expression
+  // names (a relative computed goto adds a label's address, not the
+  // table's, and is not resolved): compilers merge case code across paths,
+  // so a target may read the register on a path where the result is unused
+  // (gawk: `test eax, eax; setle r13b` shared by two switches); no
+  // liveness is asked there.
   void mark_rebuildable() {
     for (JumpTable& t : cfg_.tables) {
       auto d = dispatch_.find(t.jump_addr);
@@ -462,8 +468,9 @@ class CfgBuilder {
     const uint16_t bit = gpr_bit(d.entry_reg);
     for (std::size_t i = d.load + 1; i < jmp; ++i)
       if (i != d.add && (use_of(i).read & bit)) return false;
+    if (d.entry_size == 4) return true;
     for (uint64_t target : cfg_.tables[table_index(cfg_.instructions[jmp].addr)].targets)
-      if (inside(target) && !dead_from(target, d.entry_reg, d.entry_size == 8)) return false;
+      if (inside(target) && !dead_from(target, d.entry_reg)) return false;
     return true;
   }
 
@@ -475,13 +482,13 @@ class CfgBuilder {
 
   // Whether `r`'s value is dead at `from`: on every path it is written
   // whole before anything reads it. Leaving the function counts as a read
-  // of what the caller or callee may see: a return reads the callee-saved
-  // registers (and rax and rdx when `returned` counts); a tail jump the
-  // argument registers and the callee-saved ones.
-  bool dead_from(uint64_t from, ZydisRegister r, bool returned) {
+  // of what a callee or caller may see: a call or tail jump reads the
+  // argument registers and the callee-saved ones, a return rax, rdx and
+  // the callee-saved ones.
+  bool dead_from(uint64_t from, ZydisRegister r) {
     const Block* b = cfg_.block_at(from);
     if (!b) return false;
-    return !live_in(r, returned)[b - cfg_.blocks.data()];
+    return !live_in(r)[b - cfg_.blocks.data()];
   }
 
   enum class Effect { Reads, Kills, Through };
@@ -506,11 +513,10 @@ class CfgBuilder {
   }
 
   // Per block: whether `r` is live at its start (backward, to a fixed point).
-  const std::vector<bool>& live_in(ZydisRegister r, bool returned) {
+  const std::vector<bool>& live_in(ZydisRegister r) {
     constexpr uint16_t kReturned = (1u << 0) | (1u << 2);
     constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);
-    auto key = std::pair{widest(r), returned};
-    if (auto it = live_.find(key); it != live_.end()) return it->second;
+    if (auto it = live_.find(widest(r)); it != live_.end()) return it->second;
     const std::size_t n = cfg_.blocks.size();
     const uint16_t bit = gpr_bit(r);
     std::vector<Effect> effect(n);
@@ -519,9 +525,9 @@ class CfgBuilder {
       const Block& b = cfg_.blocks[k];
       effect[k] = effect_on(b, widest(r));
       const Instruction& last = cfg_.instructions[b.first + b.count - 1];
-      uint16_t leaving = last.flow == Flow::Return ? ((returned ? kReturned : 0) | kCalleeSaved)
-                         : last.flow == Flow::Stop ? 0
-                                                   : (kArguments | kCalleeSaved);
+      uint16_t leaving = last.flow == Flow::Stop     ? 0
+                         : last.flow == Flow::Return ? (kReturned | kCalleeSaved)
+                                                      : (kArguments | kCalleeSaved);
       live[k] = effect[k] == Effect::Reads || (effect[k] == Effect::Through && b.exits && (leaving & bit));
     }
     for (bool changed = true; changed;) {
@@ -535,7 +541,7 @@ class CfgBuilder {
           }
       }
     }
-    return live_[key] = std::move(live);
+    return live_[widest(r)] = std::move(live);
   }
 
   const RegisterUse& use_of(std::size_t i) {
@@ -606,7 +612,7 @@ class CfgBuilder {
   std::map<uint64_t, Dispatch> dispatch_;      // by jump address: how the facts resolved it
   std::map<uint64_t, std::string> unresolved_; // by jump address: why not
   std::vector<RegisterUse> uses_;              // per instruction, once asked for
-  std::map<std::pair<ZydisRegister, bool>, std::vector<bool>> live_;  // live_in's, for the final CFG
+  std::map<ZydisRegister, std::vector<bool>> live_;  // live_in's, for the final CFG
   std::set<uint64_t> leaders_;
 };
 

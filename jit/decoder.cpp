@@ -134,22 +134,26 @@ RegisterUse register_use(const Instruction& in) {
   ZydisDecodedInstruction zy;
   std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
   if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data())))
-    return {kAll, kAll, true};
+    return {kAll, kAll, true, true};
   switch (zy.meta.category) {
     case ZYDIS_CATEGORY_INTERRUPT:
     case ZYDIS_CATEGORY_SYSCALL:
-    case ZYDIS_CATEGORY_SYSTEM: return {kAll, kAll, true};
+    case ZYDIS_CATEGORY_SYSTEM: return {kAll, kAll, true, true};
     default: break;
   }
   if (zy.mnemonic == ZYDIS_MNEMONIC_NOP) return use;  // nop [rax+rax]: padding, the address is never formed
   for (unsigned i = 0; i < zy.operand_count; ++i) {
     const ZydisDecodedOperand& op = ops[i];
-    if (op.type == ZYDIS_OPERAND_TYPE_MEMORY) use.read |= gpr_bit(op.mem.base) | gpr_bit(op.mem.index);
+    if (op.type == ZYDIS_OPERAND_TYPE_MEMORY) {
+      use.read |= gpr_bit(op.mem.base) | gpr_bit(op.mem.index);
+      if (op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) use.writes_memory = true;
+    }
     if (op.type != ZYDIS_OPERAND_TYPE_REGISTER) continue;
     if (op.actions & ZYDIS_OPERAND_ACTION_MASK_READ) use.read |= gpr_bit(op.reg.value);
     if (op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) use.written |= gpr_bit(op.reg.value);
   }
   if (in.flow == Flow::Call || in.flow == Flow::IndirectCall) {
+    use.writes_memory = true;
     use.read |= kArguments | kRsp;
     use.written |= static_cast<uint16_t>(kAll & ~kCalleeSaved & ~kRsp);
   }

@@ -35,6 +35,7 @@ bool may_write_gpr(const Instruction& in, ZydisRegister r);
 struct RegisterUse {
   uint16_t read = 0, written = 0;
   bool writes_flags = false;
+  bool writes_memory = false;  // a store, push, call, string op, or anything not known
 };
 RegisterUse register_use(const Instruction& in);
 

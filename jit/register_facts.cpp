@@ -27,6 +27,48 @@ RegisterFact narrowed(const RegisterFact& f, unsigned bits) {
   return out;
 }
 
+bool has_segment_override(const Instruction& in) {
+  for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
+    if (in.bytes[k] == 0x64 || in.bytes[k] == 0x65) return true;  // fs:/gs: another address space
+  return false;
+}
+
+// `op` of `in` by its registers, when it is a plain memory operand.
+std::optional<MemoryRef> memory_ref(const Instruction& in, const Operand& op) {
+  if (op.type != ZYDIS_OPERAND_TYPE_MEMORY || has_segment_override(in)) return std::nullopt;
+  MemoryRef ref;
+  ref.scale = op.scale, ref.disp = op.disp, ref.size = op.size;
+  if (op.base == ZYDIS_REGISTER_RIP) {
+    ref.base = MemoryRef::kRip, ref.disp = static_cast<int64_t>(in.rip_address);
+  } else if (op.base != ZYDIS_REGISTER_NONE) {
+    int b = gpr_index(op.base);
+    if (b < 0) return std::nullopt;
+    ref.base = static_cast<int8_t>(b);
+  }
+  if (op.index != ZYDIS_REGISTER_NONE) {
+    int x = gpr_index(op.index);
+    if (x < 0) return std::nullopt;
+    ref.index = static_cast<int8_t>(x);
+  }
+  return ref;
+}
+
+bool uses_register(const MemoryRef& m, uint16_t registers) {
+  return (m.base >= 0 && (registers >> m.base) & 1) || (m.index >= 0 && (registers >> m.index) & 1);
+}
+
+// The flags `cmp R, imm` or `cmp [mem], imm` at `in` leaves.
+std::optional<CompareFact> compare_of(const Instruction& in) {
+  if (in.mnemonic != ZYDIS_MNEMONIC_CMP || in.operand_count != 2 || in.ops[1].type != ZYDIS_OPERAND_TYPE_IMMEDIATE)
+    return std::nullopt;
+  const unsigned w = in.ops[0].size;
+  const uint64_t imm = in.ops[1].imm & mask_of(w);
+  if (auto ref = memory_ref(in, in.ops[0])) return CompareFact{-1, 0, imm, ref};
+  int r = in.ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER ? gpr_index(in.ops[0].reg) : -1;
+  if (r < 0) return std::nullopt;
+  return CompareFact{static_cast<int8_t>(r), static_cast<uint8_t>(w), imm, std::nullopt};
+}
+
 }  // namespace
 
 uint64_t RegisterFact::max_of_low(unsigned w) const {
@@ -39,14 +81,15 @@ int gpr_index(ZydisRegister r) {
   return bit ? __builtin_ctz(bit) : -1;
 }
 
-// A block's last jcc testing `cmp R, imm`: along one of its edges the
-// compared bits of R are at most `bound`, and so is every register holding
-// the same name in no more bits.
+// A block's last jcc testing a compare: along one of its edges the compared
+// bits are at most `bound`: the low `bits` bits of the value named `value`
+// (so every register holding that name in no more bits), or `memory`.
 struct RegisterFacts::Guard {
   uint32_t value = 0;
   uint8_t bits = 0;
   uint64_t bound = 0;
   bool on_taken = false;  // else on the fall-through
+  std::optional<MemoryRef> memory;
 };
 
 RegisterFacts::RegisterFacts(const FunctionCfg& cfg) : cfg_(cfg) {
@@ -57,7 +100,7 @@ RegisterFacts::RegisterFacts(const FunctionCfg& cfg) : cfg_(cfg) {
 
 RegisterState RegisterFacts::entry_state(std::size_t block) const {
   RegisterState s;
-  for (std::size_t r = 0; r < s.size(); ++r) s[r].value = phi(block, r);
+  for (std::size_t r = 0; r < s.regs.size(); ++r) s[r].value = phi(block, r);
   return s;
 }
 
@@ -72,8 +115,12 @@ bool RegisterFacts::is_phi_of(std::size_t block, uint32_t value) const {
   return value >= phi(block, 0) && value <= phi(block, 15);
 }
 
-// The value instruction `i` leaves in its destination, for the forms the
-// proofs need; any other write is a new, unbounded value of its own.
+// What a load of `op` at `in` is known to read at most (UINT64_MAX: nothing known).
+uint64_t RegisterFacts::bound_in_memory(const Instruction& in, const Operand& op, const RegisterState& s) const {
+  auto ref = memory_ref(in, op);
+  return ref && s.memory && s.memory->ref == *ref ? s.memory->max : UINT64_MAX;
+}
+
 RegisterFact RegisterFacts::produced(std::size_t i, const RegisterState& s) const {
   const Instruction& in = cfg_.instructions[i];
   const Operand& d = in.ops[0];
@@ -92,10 +139,11 @@ RegisterFact RegisterFacts::produced(std::size_t i, const RegisterState& s) cons
         out.constant = src.imm & mask_of(d.size);
         out.max = *out.constant;
       }
+      if (two && src.size == d.size) out.max = std::min(out.max, bound_in_memory(in, src, s));
       return out;
     case ZYDIS_MNEMONIC_MOVZX:
       if (from >= 0) return narrowed(s[from], src.size);
-      out.max = mask_of(src.size);  // from memory
+      out.max = std::min(mask_of(src.size), bound_in_memory(in, src, s));  // from memory
       return out;
     case ZYDIS_MNEMONIC_MOVSXD:
       // Sign-extending a value below 2^31 is zero-extending it.
@@ -124,11 +172,14 @@ RegisterFact RegisterFacts::produced(std::size_t i, const RegisterState& s) cons
 }
 
 void RegisterFacts::step(std::size_t i, RegisterState& s) const {
-  for (RegisterFact& f : s)  // this instruction runs again: its old values have no name now
+  for (RegisterFact& f : s.regs)  // this instruction runs again: its old values have no name now
     if (f.value >= def_name(i, 0) && f.value <= def_name(i, 15)) f.value = 0;
-  const uint16_t written = uses_[i].written;
-  if (!written) return;
+  const RegisterUse& use = uses_[i];
+  const uint16_t written = use.written;
   const Instruction& in = cfg_.instructions[i];
+  if (use.writes_flags) s.flags = compare_of(in);
+  if (s.memory && (use.writes_memory || uses_register(s.memory->ref, written))) s.memory.reset();
+  if (!written) return;
   const Operand& d = in.ops[0];
   int dest = -1;
   if (in.operand_count >= 1 && d.type == ZYDIS_OPERAND_TYPE_REGISTER && (d.actions & ZYDIS_OPERAND_ACTION_WRITE) &&
@@ -137,41 +188,39 @@ void RegisterFacts::step(std::size_t i, RegisterState& s) const {
   RegisterFact result = dest >= 0 ? produced(i, s) : RegisterFact{};
   // Every other register written (hidden operands, a call's clobbers, a
   // conditional write) is unknown, a value of its own.
-  for (std::size_t r = 0; r < s.size(); ++r)
+  for (std::size_t r = 0; r < s.regs.size(); ++r)
     if (written & (1u << r)) s[r] = RegisterFact{}, s[r].value = def_name(i, r);
   if (dest >= 0) s[dest] = result;
+  // Flags about a register (or an address) this wrote no longer describe it.
+  if (s.flags && !use.writes_flags &&
+      ((s.flags->reg >= 0 && (written >> s.flags->reg) & 1) ||
+       (s.flags->memory && uses_register(*s.flags->memory, written))))
+    s.flags.reset();
 }
 
-std::optional<RegisterFacts::Guard> RegisterFacts::guard_of(const Block& b, RegisterState s) const {
-  const auto& ins = cfg_.instructions;
-  const Instruction& last = ins[b.first + b.count - 1];
-  if (last.flow != Flow::CondBranch) return std::nullopt;
-  std::optional<Guard> g;  // from the latest flag writer, when it is cmp R, imm
-  for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) {
-    const Instruction& in = ins[i];
-    if (uses_[i].writes_flags) {
-      g.reset();
-      int r = in.operand_count == 2 && in.ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER ? gpr_index(in.ops[0].reg) : -1;
-      if (in.mnemonic == ZYDIS_MNEMONIC_CMP && r >= 0 && in.ops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
-          s[r].value != 0) {
-        const unsigned w = in.ops[0].size;
-        const RegisterFact& f = s[r];
-        // The compared bits are all of R when R fits in them.
-        unsigned bits = f.max <= mask_of(w) ? f.bits : std::min<unsigned>(w, f.bits);
-        g = Guard{f.value, static_cast<uint8_t>(bits), in.ops[1].imm & mask_of(w), false};
-      }
-    }
-    step(i, s);
+// The bound the block's last jcc puts on one of its edges, from the flags
+// at its end (set in this block or, when nothing in it writes flags, in
+// the blocks before: the state carries them). For a register compare, the
+// compared bits are all of R when R fits in them.
+std::optional<RegisterFacts::Guard> RegisterFacts::guard_of(const Block& b, const RegisterState& end) const {
+  const Instruction& last = cfg_.instructions[b.first + b.count - 1];
+  if (last.flow != Flow::CondBranch || !end.flags) return std::nullopt;
+  const CompareFact& c = *end.flags;
+  Guard g{0, 0, c.imm, false, c.memory};
+  if (!c.memory) {
+    const RegisterFact& f = end[c.reg];
+    if (!f.value) return std::nullopt;
+    g.value = f.value;
+    g.bits = static_cast<uint8_t>(f.max <= mask_of(c.width) ? f.bits : std::min<unsigned>(c.width, f.bits));
   }
-  if (!g) return std::nullopt;
   switch (last.mnemonic) {
-    case ZYDIS_MNEMONIC_JNBE: g->on_taken = false; break;  // ja: falls through when <= imm
-    case ZYDIS_MNEMONIC_JBE: g->on_taken = true; break;
+    case ZYDIS_MNEMONIC_JNBE: g.on_taken = false; break;  // ja: falls through when <= imm
+    case ZYDIS_MNEMONIC_JBE: g.on_taken = true; break;
     case ZYDIS_MNEMONIC_JNB:  // jae: falls through when < imm
     case ZYDIS_MNEMONIC_JB:
-      if (g->bound == 0) return std::nullopt;
-      g->bound -= 1;
-      g->on_taken = last.mnemonic == ZYDIS_MNEMONIC_JB;
+      if (g.bound == 0) return std::nullopt;
+      g.bound -= 1;
+      g.on_taken = last.mnemonic == ZYDIS_MNEMONIC_JB;
       break;
     default: return std::nullopt;
   }
@@ -181,14 +230,18 @@ std::optional<RegisterFacts::Guard> RegisterFacts::guard_of(const Block& b, Regi
 RegisterState RegisterFacts::out_along(std::size_t from, uint64_t to) const {
   const Block& b = cfg_.blocks[from];
   RegisterState s = in_[from] ? *in_[from] : entry_state(from);
-  std::optional<Guard> g = guard_of(b, s);
   for (std::size_t i = b.first; i < b.first + b.count; ++i) step(i, s);
+  std::optional<Guard> g = guard_of(b, s);
   if (!g) return s;
   const Instruction& last = cfg_.instructions[b.first + b.count - 1];
   bool taken = to == last.target && to != last.end();
   bool falls = to == last.end() && to != last.target;
   if ((g->on_taken && !taken) || (!g->on_taken && !falls)) return s;
-  for (RegisterFact& f : s) {
+  if (g->memory) {
+    s.memory = MemoryBound{*g->memory, g->bound};
+    return s;
+  }
+  for (RegisterFact& f : s.regs) {
     if (f.value != g->value) continue;
     if (f.bits <= g->bits) f.max = std::min(f.max, g->bound);
     else f.low_max[low_slot(g->bits)] = std::min(f.low_max[low_slot(g->bits)], g->bound);  // bits > g->bits: 8, 16 or 32
@@ -196,12 +249,19 @@ RegisterState RegisterFacts::out_along(std::size_t from, uint64_t to) const {
   return s;
 }
 
-// Joins `incoming` into the block's state; true when it changed. A name
-// that differs between paths, or that this block's own join gave (it came
-// around a loop: an older entry's value), becomes this block's phi.
+// Joins `incoming` into the block's state; true when it changed. Facts only
+// weaken, so the iteration ends: a bound grows, a constant or a flags or
+// memory fact that differs is dropped, and a name that differs between
+// paths, or that this block's own join gave (it came around a loop: an
+// older entry's value), becomes this block's phi, for good.
 bool RegisterFacts::join_into(std::size_t block, const RegisterState& incoming) {
   RegisterState merged = in_[block] ? *in_[block] : incoming;
-  for (std::size_t r = 0; r < merged.size(); ++r) {
+  if (merged.flags != incoming.flags) merged.flags.reset();
+  if (merged.memory && incoming.memory && merged.memory->ref == incoming.memory->ref)
+    merged.memory->max = std::max(merged.memory->max, incoming.memory->max);
+  else
+    merged.memory.reset();
+  for (std::size_t r = 0; r < merged.regs.size(); ++r) {
     RegisterFact& m = merged[r];
     const RegisterFact& c = incoming[r];
     m.max = std::max(m.max, c.max);
@@ -223,8 +283,7 @@ void RegisterFacts::solve() {
   // Only the start: a block no path from it reaches (padding after a jmp,
   // code only other functions jumped to) never runs in the copy, and
   // before() gives it the unknown state.
-  const Block* first = cfg_.block_at(cfg_.start);
-  if (!first) return;
+  if (!cfg_.block_at(cfg_.start)) return;
   std::deque<std::size_t> work{index_of(cfg_.start)};
   in_[work.front()] = entry_state(work.front());
   queued[work.front()] = true;

@@ -58,7 +58,53 @@ struct RegisterFact {
   bool operator==(const RegisterFact&) const = default;
 };
 
-using RegisterState = std::array<RegisterFact, 16>;  // rax ... r15, Zydis's order
+// A memory operand by the registers that form its address:
+// [base + index*scale + disp], `size` bits (base kRip: disp is the
+// absolute address). It names the same memory for as long as neither
+// register is written.
+struct MemoryRef {
+  static constexpr int8_t kNone = -1, kRip = -2;
+  int8_t base = kNone, index = kNone;
+  uint8_t scale = 0;
+  int64_t disp = 0;
+  uint16_t size = 0;
+
+  bool operator==(const MemoryRef&) const = default;
+};
+
+// What the status flags hold: `cmp R, imm` of register `reg`'s low `width`
+// bits, or `cmp [memory], imm`, for as long as R (or the address's
+// registers) is not written: a jcc may test them blocks later.
+struct CompareFact {
+  int8_t reg = -1;
+  uint8_t width = 0;
+  uint64_t imm = 0;
+  std::optional<MemoryRef> memory;
+
+  bool operator==(const CompareFact&) const = default;
+};
+
+// A bound on what a memory operand holds, from a guard on a compare of it
+// (`cmp word [r14], 4; ja default; movzx eax, word [r14]`), kept until
+// anything may write memory or the address's registers. Another thread's
+// store in between would be a data race, which the compiler that reloaded
+// the operand assumed away too.
+struct MemoryBound {
+  MemoryRef ref;
+  uint64_t max = 0;
+
+  bool operator==(const MemoryBound&) const = default;
+};
+
+struct RegisterState {
+  std::array<RegisterFact, 16> regs;  // rax ... r15, Zydis's order
+  std::optional<CompareFact> flags;
+  std::optional<MemoryBound> memory;
+
+  RegisterFact& operator[](std::size_t r) { return regs[r]; }
+  const RegisterFact& operator[](std::size_t r) const { return regs[r]; }
+  bool operator==(const RegisterState&) const = default;
+};
 
 // The index of a general-purpose register (any width) in a RegisterState;
 // -1 for any other register.
@@ -83,8 +129,9 @@ class RegisterFacts {
   uint32_t phi(std::size_t block, std::size_t reg) const;
   bool is_phi_of(std::size_t block, uint32_t value) const;
   RegisterFact produced(std::size_t i, const RegisterState& s) const;
+  uint64_t bound_in_memory(const Instruction& in, const Operand& op, const RegisterState& s) const;
   void step(std::size_t i, RegisterState& s) const;
-  std::optional<Guard> guard_of(const Block& b, RegisterState s) const;
+  std::optional<Guard> guard_of(const Block& b, const RegisterState& end) const;
   RegisterState out_along(std::size_t from, uint64_t to) const;
   bool join_into(std::size_t block, const RegisterState& incoming);
 

@@ -507,6 +507,83 @@ end:
   EXPECT_NE(kind_of(*a), "accepted");
 }
 
+// gcc's switch on a field: `cmp word [r14], 4; ja default; movzx eax, word
+// [r14]`, the bound on the memory the load reads again.
+TEST(CfgAsm, ABoundOnTheComparedMemoryIsProvenUntilAStore) {
+  EXPECT_TRUE(rebuildable(R"(
+  cmp word ptr [r14], 2
+  ja def
+  movzx eax, word ptr [r14]
+  lea rcx, [rip + table]
+  movsxd rax, dword ptr [rcx + rax*4]
+  add rax, rcx
+  jmp rax
+)"));
+  auto stored = analyse(std::string(R"(
+  cmp word ptr [r14], 2
+  ja def
+  mov word ptr [rsi], 7
+  movzx eax, word ptr [r14]
+  lea rcx, [rip + table]
+  movsxd rax, dword ptr [rcx + rax*4]
+  add rax, rcx
+  jmp rax
+)") + kTableTail);
+  EXPECT_EQ(kind_of(*stored), "jump table without a provable bound") << "the store may write [r14]";
+  auto moved = analyse(std::string(R"(
+  cmp word ptr [r14], 2
+  ja def
+  add r14, 2
+  movzx eax, word ptr [r14]
+  lea rcx, [rip + table]
+  movsxd rax, dword ptr [rcx + rax*4]
+  add rax, rcx
+  jmp rax
+)") + kTableTail);
+  EXPECT_EQ(kind_of(*moved), "jump table without a provable bound") << "r14 points elsewhere now";
+}
+
+// python3.11: `cmp rbx, 7; jle L ... L: mov r14, rax; mov esi, 0; ja
+// default; jmp [rbx*8 + T]`: the flags the ja tests were set a block before.
+TEST(CfgAsm, AGuardWhoseCompareIsInTheBlockBeforeIsProven) {
+  std::string text = R"(
+f:
+  cmp rbx, 2
+  jle next
+  mov eax, 1
+next:
+  mov r14, rax
+  mov esi, 0
+  ja def
+  jmp qword ptr [rbx*8 + 0x401800]
+c0: mov eax, 1
+  ret
+c1: mov eax, 2
+  ret
+def: xor eax, eax
+  ret
+end:
+  .org 0x800
+  .quad 0x401000 + (c0 - f)
+  .quad 0x401000 + (c1 - f)
+  .quad 0x401000 + (c0 - f)
+)";
+  auto a = analyse(text);
+  ASSERT_TRUE(a->cfg) << a->cfg.error().message();
+  ASSERT_EQ(a->cfg->tables.size(), 1u);
+  EXPECT_EQ(a->cfg->tables[0].targets.size(), 3u);
+  EXPECT_TRUE(a->cfg->tables[0].rebuildable);
+  std::string clobbered = text;
+  clobbered.replace(clobbered.find("  mov esi, 0\n"), 13, "  add esi, 0\n");  // add writes the flags
+  auto b = analyse(clobbered);
+  // The window patterns may still guess the compare (the copy's jump then
+  // reads the original table): never proven, never rebuilt.
+  ASSERT_TRUE(!b->cfg || b->cfg->tables.size() == 1u);
+  if (b->cfg) {
+    EXPECT_FALSE(b->cfg->tables[0].proven) << "the flags are add's, not the compare's";
+  }
+}
+
 TEST(CfgAsm, TableEntriesInOtherCodeAreExits) {
   auto a = analyse(R"(
   cmp edi, 1

@@ -11,12 +11,14 @@
 // --shuffle lays every function out in a random block order (with
 // --leave-cold, leaving a random quarter of blocks behind): a stress test of
 // the emitter and verifier on real code.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
 #include <string>
 
 #include "elf/elf_file.h"
@@ -36,6 +38,7 @@ struct Args {
   std::string elf, profile;
   uint64_t shuffle = 0;
   bool leave_cold = false;
+  bool leaving = false;  // --leaving: list the sampled functions whose copies leave the cache
 };
 
 bool parse(int argc, char** argv, Args& a) {
@@ -44,6 +47,7 @@ bool parse(int argc, char** argv, Args& a) {
     if (s == "--profile" && i + 1 < argc) a.profile = argv[++i];
     else if (s == "--shuffle" && i + 1 < argc) a.shuffle = std::strtoull(argv[++i], nullptr, 0);
     else if (s == "--leave-cold") a.leave_cold = true;
+    else if (s == "--leaving") a.leaving = true;
     else if (!s.starts_with("-") && a.elf.empty()) a.elf = s;
     else return false;
   }
@@ -117,35 +121,63 @@ std::size_t verify_all(const jit::ModulePlan& plan) {
 
 }  // namespace
 
+// Why a copy leaves the cache at a dispatch: its first indirect jump that
+// is not through a table rebuilt for it (a tail call through a pointer, or
+// a table read from the original); "" when every one stays.
+std::string first_exit(const jit::FunctionCfg& cfg, const jit::CachedFunction& copy) {
+  std::set<uint64_t> rebuilt_loads;
+  for (const jit::RebuiltTable& t : copy.code.tables) rebuilt_loads.insert(t.load);
+  for (const jit::Instruction& in : cfg.instructions) {
+    if (in.flow != jit::Flow::IndirectBranch) continue;
+    auto table = std::find_if(cfg.tables.begin(), cfg.tables.end(),
+                              [&](const jit::JumpTable& t) { return t.jump_addr == in.addr; });
+    if (table == cfg.tables.end()) return fmt::format("tail call through a pointer at {:#x}", in.addr);
+    if (!rebuilt_loads.count(table->load_addr))
+      return fmt::format("table not rebuilt at {:#x}{}", in.addr, table->proven ? "" : " (bound not proven)");
+  }
+  return "";
+}
+
+// The accepted functions with samples, each with first_exit's answer.
+std::vector<std::pair<const jit::FunctionCfg*, std::string>> exits_of(const jit::ModulePlan& plan) {
+  std::map<uint64_t, const jit::CachedFunction*> cached;
+  for (const jit::CachedFunction& f : plan.cache.functions) cached[f.original_entry] = &f;
+  std::vector<std::pair<const jit::FunctionCfg*, std::string>> out;
+  for (const auto& cfg : plan.cfgs)
+    if (auto f = cached.find(cfg->start); f != cached.end()) out.emplace_back(cfg.get(), first_exit(*cfg, *f->second));
+  return out;
+}
+
 // Samples of the accepted functions whose every indirect jump stays in the
 // cache: each goes through a table rebuilt for the copy (a tail call through
 // a pointer, or a table read from the original, leaves it at every dispatch).
 uint64_t staying_samples(const jit::ModulePlan& plan, const jit::ModuleProfile& profile) {
-  std::map<uint64_t, const jit::CachedFunction*> cached;
-  for (const jit::CachedFunction& f : plan.cache.functions) cached[f.original_entry] = &f;
   uint64_t staying = 0;
-  for (const auto& cfg : plan.cfgs) {
-    auto f = cached.find(cfg->start);
+  for (const auto& [cfg, exit] : exits_of(plan)) {
     auto s = profile.functions.find(cfg->start);
-    if (f == cached.end() || s == profile.functions.end()) continue;
-    std::set<uint64_t> rebuilt_loads;
-    for (const jit::RebuiltTable& t : f->second->code.tables) rebuilt_loads.insert(t.load);
-    bool stays = true;
-    for (const jit::Instruction& in : cfg->instructions) {
-      if (in.flow != jit::Flow::IndirectBranch) continue;
-      auto table = std::find_if(cfg->tables.begin(), cfg->tables.end(),
-                                [&](const jit::JumpTable& t) { return t.jump_addr == in.addr; });
-      stays = stays && table != cfg->tables.end() && rebuilt_loads.count(table->load_addr);
-    }
-    if (stays) staying += s->second.samples;
+    if (exit.empty() && s != profile.functions.end()) staying += s->second.samples;
   }
   return staying;
+}
+
+// --leaving: the sampled copies that leave the cache, heaviest first.
+void print_leaving(const jit::ModulePlan& plan, const jit::ModuleProfile& profile, const elf::FunctionTable& table) {
+  std::vector<std::tuple<uint64_t, std::string, std::string>> rows;
+  for (const auto& [cfg, exit] : exits_of(plan)) {
+    auto s = profile.functions.find(cfg->start);
+    if (exit.empty() || s == profile.functions.end()) continue;
+    const elf::Function* f = table.find(cfg->start);
+    rows.emplace_back(s->second.samples, f && !f->name.empty() ? f->name : fmt::format("func_{:x}", cfg->start), exit);
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  for (const auto& [samples, name, exit] : rows)
+    std::printf("leaving:   %6llu samples  %s: %s\n", static_cast<unsigned long long>(samples), name.c_str(), exit.c_str());
 }
 
 int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, args)) {
-    std::fprintf(stderr, "usage: dyni-scan ELF-FILE [--profile FILE] [--shuffle SEED] [--leave-cold]\n");
+    std::fprintf(stderr, "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold]\n");
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -195,6 +227,7 @@ int main(int argc, char** argv) {
     std::printf("           staying in the cache %llu (%.1f%% of sampled CPU): copies whose every indirect jump "
                 "reaches copies (no table left to the original, no tail call through a pointer)\n",
                 static_cast<unsigned long long>(staying), percent(staying, plan->hot_samples));
+    if (args.leaving) print_leaving(*plan, *profile, *table);
   }
   print_rejections(*plan);
   std::map<std::string, std::size_t> unpatched;
