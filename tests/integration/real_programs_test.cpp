@@ -1,5 +1,5 @@
 // Real programs from Debian, as they run in production (no special build),
-// dynimized by a real dynid: python3, php-cli and gawk, each running a
+// dynimized by a real dynid: python3, php-cli, gawk and mawk, each running a
 // CPU-bound script that prints one checksum per round, the same in every
 // round. Each must become dynimized and keep printing exactly what an
 // undynimized run prints. The interpreter is a copy under a test-only name,
@@ -105,7 +105,9 @@ INSTANTIATE_TEST_SUITE_P(
     Debian, RealPrograms,
     ::testing::Values(Program{"python3", "/usr/bin/python3.11", "python3.11", {"-u", script("work.py"), "ROUNDS"}},
                       Program{"php", "/usr/bin/php8.2", "php8.2-cli", {script("work.php"), "ROUNDS"}},
-                      Program{"gawk", "/usr/bin/gawk", "gawk", {"-v", "rounds=ROUNDS", "-f", script("work.awk")}}),
+                      Program{"gawk", "/usr/bin/gawk", "gawk", {"-v", "rounds=ROUNDS", "-f", script("work.awk")}},
+                      // A PIE whose interpreter loop switches through jump tables rebuilt in the cache.
+                      Program{"mawk", "/usr/bin/mawk", "mawk", {"-v", "rounds=ROUNDS", "-f", script("work_posix.awk")}}),
     [](const ::testing::TestParamInfo<Program>& info) { return std::string(info.param.name); });
 
 // mariadbd (a copy, under a test-only name) serving sysbench oltp_read_only
