@@ -427,12 +427,15 @@ class CfgBuilder {
       d.table = static_cast<uint64_t>(m->disp);
     } else {
       const RegisterFact& base = at_load[gpr_index(m->base)];
-      if (!base.constant) return fail(unresolved);
+      // In a PIE only a module address (lea [rip+x]) moves with the bias as the table does.
+      if (!base.constant || (!base.address && !image_.fixed_address())) return fail(unresolved);
       d.table = *base.constant + static_cast<uint64_t>(m->disp);
     }
     if (d.entry_size == 4) {
-      const RegisterFact& r = facts.before(d.add)[gpr_index(ins[d.add].ops[1].reg)];
-      if (!r.constant || *r.constant != d.table) return fail(unresolved);  // entries relative to the table
+      const RegisterState at_add = facts.before(d.add);
+      const RegisterFact& r = at_add[gpr_index(ins[d.add].ops[1].reg)];
+      if (!r.constant || *r.constant != d.table || (!r.address && !image_.fixed_address()))
+        return fail(unresolved);  // entries relative to the table
     }
     const uint64_t max = at_load[x].max;
     if (max >= kMaxTableEntries)
@@ -459,7 +462,8 @@ class CfgBuilder {
   void mark_rebuildable() {
     for (JumpTable& t : cfg_.tables) {
       auto d = dispatch_.find(t.jump_addr);
-      t.rebuildable = t.proven && d != dispatch_.end() && entry_used_only_by_jump(d->second, index_.at(t.jump_addr));
+      t.rebuildable = t.proven && d != dispatch_.end() && entry_used_only_by_jump(d->second, index_.at(t.jump_addr)) &&
+                      image_.is_read_only(t.table_addr, t.entry_size * t.targets.size());
     }
   }
 
@@ -469,6 +473,9 @@ class CfgBuilder {
     for (std::size_t i = d.load + 1; i < jmp; ++i)
       if (i != d.add && (use_of(i).read & bit)) return false;
     if (d.entry_size == 4) return true;
+    // Outside the function (a .cold part) nothing shows what reads J: the
+    // rebuilt table sends those entries to the original target itself, not
+    // to a copy of it, so J holds there what it held (emitter.cpp).
     for (uint64_t target : cfg_.tables[table_index(cfg_.instructions[jmp].addr)].targets)
       if (inside(target) && !dead_from(target, d.entry_reg)) return false;
     return true;
@@ -500,7 +507,8 @@ class CfgBuilder {
       const Instruction& in = cfg_.instructions[i];
       const RegisterUse& use = use_of(i);
       bool zeroing = (in.mnemonic == ZYDIS_MNEMONIC_XOR || in.mnemonic == ZYDIS_MNEMONIC_SUB) &&
-                     in.operand_count == 2 && is_reg(in.ops[0], r) && is_reg(in.ops[1], r);
+                     in.operand_count == 2 && is_reg(in.ops[0], r) && in.ops[0].size >= 32 &&
+                     in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && in.ops[1].reg == in.ops[0].reg;
       if (zeroing) return Effect::Kills;
       if (use.read & bit) return Effect::Reads;
       const Operand& dst = in.ops[0];

@@ -38,7 +38,7 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
     if (patch) copy.patch = std::move(*patch);
     else copy.unpatched = patch.error().message();
     cache.functions.push_back(std::move(copy));
-    at += emitted_size(*f.cfg, f.layout);
+    at += emitted_size(*f.cfg, f.layout, at);
   }
   for (const auto& [stub, callee] : plt.to) {
     auto copy = cache.redirects.to.find(callee);
@@ -61,7 +61,7 @@ Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const
                  bool verify) {
   auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects);
   if (!code) return fail("copy cannot be emitted: " + code.error().message());
-  if (code->bytes.size() != emitted_size(*f.cfg, f.layout))  // its slot was sized by the plan
+  if (code->bytes.size() != emitted_size(*f.cfg, f.layout, slot.code.base))  // its slot was sized by the plan
     return fail("copy cannot be emitted: its size differs from its plan");
   if (verify)
     if (auto checked = jit::verify(*f.cfg, *code, cache.redirects, patched); !checked)

@@ -55,9 +55,17 @@ uint64_t place_tables(const std::vector<Piece>& pieces, uint64_t at, std::map<Ta
   return at;
 }
 
+// A load without base register ([X*8 + T], a position-dependent
+// executable's) holds the rebuilt table's absolute address in a signed
+// 32-bit displacement: only a copy whose tables lie below 2 GiB can use
+// one (a function and its tables never span 64 MiB). Decided from the
+// copy's base, so that the size planned and the bytes emitted agree.
+constexpr uint64_t kBaseLessLimit = (uint64_t{1} << 31) - (uint64_t{64} << 20);
+
 class Planner {
  public:
-  Planner(const FunctionCfg& cfg, const BlockLayout& layout) : cfg_(cfg), layout_(layout) {
+  Planner(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base)
+      : cfg_(cfg), layout_(layout), base_(base) {
     for (std::size_t i = 0; i < cfg.blocks.size(); ++i) block_index_[cfg.blocks[i].start] = i;
   }
 
@@ -74,8 +82,9 @@ class Planner {
 
  private:
   Piece copied(const Instruction& in) const {
+    const bool base_less = in.memory() && in.memory()->base == ZYDIS_REGISTER_NONE;
     for (const JumpTable& t : cfg_.tables)
-      if (t.rebuildable && t.load_addr == in.addr)
+      if (t.rebuildable && t.load_addr == in.addr && (!base_less || base_ < kBaseLessLimit))
         if (std::size_t length = table_load_length(in)) return {Translation::Copied, &in, 0, length, false, &t};
     return {Translation::Copied, &in, 0, relocated_length(in)};
   }
@@ -116,6 +125,7 @@ class Planner {
 
   const FunctionCfg& cfg_;
   const BlockLayout& layout_;
+  const uint64_t base_;
   std::map<uint64_t, std::size_t> block_index_;
 };
 
@@ -164,9 +174,9 @@ Status append_entry(EmittedCode& code, const RebuiltTable& t) {
 
 }  // namespace
 
-uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout) {
+uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base) {
   uint64_t n = 0;
-  std::vector<Piece> pieces = Planner(cfg, layout).plan();
+  std::vector<Piece> pieces = Planner(cfg, layout, base).plan();
   for (const Piece& p : pieces) n += p.length;
   std::map<TableKey, uint64_t> table_at;
   return place_tables(pieces, n, table_at);
@@ -174,7 +184,7 @@ uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout) {
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
                                   const Redirects& redirects) {
-  std::vector<Piece> pieces = Planner(cfg, layout).plan();
+  std::vector<Piece> pieces = Planner(cfg, layout, base).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy
   uint64_t at = base;
   EmittedCode code{base, {}, {}, 0, {}, {}};
@@ -218,7 +228,11 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     const bool first = t.addr >= base + code.bytes.size();  // else an earlier load's, already written
     if (first) code.bytes.resize(t.addr - base, kTablePadding);
     for (uint64_t target : p.table->targets) {
-      t.targets.push_back(image(target));
+      // An absolute entry may be a pointer the code keeps (cfg.cpp,
+      // entry_used_only_by_jump): one that leaves the function keeps its
+      // original value, not a redirect to the copy of what it reaches.
+      bool keep = p.table->entry_size == 8 && (target < cfg.start || target >= cfg.end);
+      t.targets.push_back(keep ? target : image(target));
       if (!first) continue;
       if (auto r = append_entry(code, t); !r) return fail(fmt::format("{} at {:#x}", r.error().message(), p.in->addr));
     }

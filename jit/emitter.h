@@ -70,8 +70,10 @@ struct EmittedCode {
   std::vector<uint64_t> absolute_slots;       // 8-byte link-time addresses in `bytes`, by address
 };
 
-// The size emit_function() will produce for `layout` (known before the address).
-uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout);
+// The size emit_function() will produce for `layout` at `base` (known
+// before the bytes: only whether a base-less table load can be rebuilt
+// depends on the address, emitter.cpp).
+uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base);
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
                                   const Redirects& redirects = {});

@@ -13,8 +13,10 @@ ModuleImage::ModuleImage(const elf::ElfFile& file) {
     if (!(s.flags & SHF_ALLOC) || s.type == SHT_NOBITS || s.size == 0) continue;
     auto bytes = file.contents(s);
     if (!bytes) continue;
-    ranges_.push_back({s.addr, s.size, *bytes, (s.flags & SHF_EXECINSTR) != 0});
+    ranges_.push_back({s.addr, s.size, *bytes, (s.flags & SHF_EXECINSTR) != 0, (s.flags & SHF_WRITE) != 0});
   }
+  for (const auto& seg : file.segments())
+    if (seg.type == PT_GNU_RELRO) relro_.push_back({seg.vaddr, seg.vaddr + seg.memsz});
   fixed_address_ = file.type() == ET_EXEC;
   if (!fixed_address_) read_relocations(file);
 }
@@ -74,8 +76,8 @@ Result<uint64_t> ModuleImage::read_address(uint64_t slot) const {
   return value;
 }
 
-void ModuleImage::add(uint64_t addr, std::span<const uint8_t> bytes, bool executable) {
-  ranges_.push_back({addr, bytes.size(), bytes, executable});
+void ModuleImage::add(uint64_t addr, std::span<const uint8_t> bytes, bool executable, bool writable) {
+  ranges_.push_back({addr, bytes.size(), bytes, executable, writable});
 }
 
 Result<std::span<const uint8_t>> ModuleImage::read(uint64_t addr, uint64_t size) const {
@@ -86,6 +88,14 @@ Result<std::span<const uint8_t>> ModuleImage::read(uint64_t addr, uint64_t size)
     return r.bytes.subspan(offset, size);
   }
   return fail(fmt::format("no file contents for {:#x}+{}", addr, size));
+}
+
+bool ModuleImage::is_read_only(uint64_t addr, uint64_t size) const {
+  for (const auto& [start, end] : relro_)
+    if (addr >= start && addr <= end && size <= end - addr) return true;
+  for (const Range& r : ranges_)
+    if (addr >= r.addr && addr - r.addr < r.size) return !r.writable && size <= r.size - (addr - r.addr);
+  return false;
 }
 
 bool ModuleImage::is_code(uint64_t addr) const {

@@ -20,12 +20,17 @@ class ModuleImage {
   explicit ModuleImage(const elf::ElfFile& file);
   ModuleImage() = default;
   // Adds bytes that load at `addr` (tests build images from plain buffers).
-  void add(uint64_t addr, std::span<const uint8_t> bytes, bool executable);
+  void add(uint64_t addr, std::span<const uint8_t> bytes, bool executable, bool writable = false);
 
   // `size` bytes at `addr`, all inside one section with file contents.
   Result<std::span<const uint8_t>> read(uint64_t addr, uint64_t size) const;
   // True when `addr` lies in an executable section.
   bool is_code(uint64_t addr) const;
+  // True when [addr, addr+size) is data no store can change once the module
+  // is loaded: a section without SHF_WRITE, or in PT_GNU_RELRO (read-only
+  // after relocation, .data.rel.ro). A table elsewhere may be rewritten at
+  // run time, so the file's entries are not the process's.
+  bool is_read_only(uint64_t addr, uint64_t size) const;
 
   // The address an 8-byte slot holds once the module is loaded, in link-time
   // numbering: in a position-dependent executable the file's bytes; in a PIE
@@ -50,8 +55,10 @@ class ModuleImage {
     uint64_t addr, size;
     std::span<const uint8_t> bytes;
     bool executable;
+    bool writable = false;
   };
   std::vector<Range> ranges_;
+  std::vector<std::pair<uint64_t, uint64_t>> relro_;  // [start, end) of PT_GNU_RELRO
   bool fixed_address_ = true;
   std::unordered_map<uint64_t, uint64_t> relative_;  // slot → link-time address (RELATIVE)
   std::unordered_set<uint64_t> relocated_otherwise_;  // slots the loader fills with other values

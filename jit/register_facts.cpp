@@ -23,6 +23,7 @@ RegisterFact narrowed(const RegisterFact& f, unsigned bits) {
   for (unsigned w : {8u, 16u, 32u})
     if (w >= bits) out.low_max[low_slot(w)] = UINT64_MAX;  // out.max says it
   if (f.constant) out.constant = *f.constant & mask_of(bits);
+  out.address = f.address && bits == 64;
   out.bits = static_cast<uint8_t>(std::min<unsigned>(f.bits, bits));
   return out;
 }
@@ -77,6 +78,9 @@ uint64_t RegisterFact::max_of_low(unsigned w) const {
 }
 
 int gpr_index(ZydisRegister r) {
+  // ah, bh, ch, dh are bits 8-15: no fact here is about them (their writes
+  // still make the whole register unknown, through register_use).
+  if (r == ZYDIS_REGISTER_AH || r == ZYDIS_REGISTER_BH || r == ZYDIS_REGISTER_CH || r == ZYDIS_REGISTER_DH) return -1;
   uint16_t bit = gpr_bit(r);
   return bit ? __builtin_ctz(bit) : -1;
 }
@@ -150,7 +154,7 @@ RegisterFact RegisterFacts::produced(std::size_t i, const RegisterState& s) cons
       if (from >= 0 && s[from].max_of_low(32) <= mask_of(31)) return narrowed(s[from], 32);
       return out;
     case ZYDIS_MNEMONIC_LEA:
-      if (in.rip_relative && d.size == 64) out.constant = out.max = in.rip_address;
+      if (in.rip_relative && d.size == 64) out.constant = out.max = in.rip_address, out.address = true;
       return out;
     case ZYDIS_MNEMONIC_AND: {
       const RegisterFact& old = s[gpr_index(d.reg)];
@@ -266,7 +270,7 @@ bool RegisterFacts::join_into(std::size_t block, const RegisterState& incoming) 
     const RegisterFact& c = incoming[r];
     m.max = std::max(m.max, c.max);
     for (std::size_t k = 0; k < m.low_max.size(); ++k) m.low_max[k] = std::max(m.low_max[k], c.low_max[k]);
-    if (m.constant != c.constant) m.constant.reset();
+    if (m.constant != c.constant || m.address != c.address) m.constant.reset(), m.address = false;
     bool same_name = m.value == c.value && m.bits == c.bits && m.value != 0;
     if (!same_name || is_phi_of(block, m.value)) m.value = phi(block, r), m.bits = 64;
   }

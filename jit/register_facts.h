@@ -49,6 +49,7 @@ struct RegisterFact {
   uint64_t max = UINT64_MAX;
   std::array<uint64_t, 3> low_max{UINT64_MAX, UINT64_MAX, UINT64_MAX};  // of its low 8, 16, 32 bits
   std::optional<uint64_t> constant;
+  bool address = false;  // the constant is a module address (lea [rip+x]): it moves with the load bias
   uint32_t value = 0;  // 0: no name (relates to nothing)
   uint8_t bits = 64;
 
@@ -106,8 +107,8 @@ struct RegisterState {
   bool operator==(const RegisterState&) const = default;
 };
 
-// The index of a general-purpose register (any width) in a RegisterState;
-// -1 for any other register.
+// The index of a general-purpose register (any width but ah, bh, ch, dh,
+// which are not its low bits) in a RegisterState; -1 for any other.
 int gpr_index(ZydisRegister r);
 
 class RegisterFacts {

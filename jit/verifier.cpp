@@ -44,6 +44,7 @@ class Verifier {
     for (std::size_t k = 0; k < code_.translation.size(); ++k)
       if (auto r = check(k); !r) return r;
     if (auto r = check_table_exits(); !r) return r;
+    if (auto r = check_absolute_slots(); !r) return r;
     return check_dropped();
   }
 
@@ -138,6 +139,18 @@ class Verifier {
     return fail(fmt::format("verifier: exit at {:#x} lands in patched bytes at {:#x}", from, target));
   }
 
+  // The injector adds the load bias to every absolute slot: each must be an
+  // entry of a rebuilt 8-byte table, and nothing else.
+  Status check_absolute_slots() const {
+    for (uint64_t slot : code_.absolute_slots) {
+      bool entry = std::any_of(code_.tables.begin(), code_.tables.end(), [&](const RebuiltTable& t) {
+        return t.entry_size == 8 && slot >= t.addr && slot < t.addr + 8 * t.targets.size() && (slot - t.addr) % 8 == 0;
+      });
+      if (!entry) return fail(fmt::format("verifier: absolute slot at {:#x} is no rebuilt table's entry", slot));
+    }
+    return ok();
+  }
+
   // A copied jmp through a jump table reads the original table, whose
   // entries are exits to the original code, or a rebuilt one, whose entries
   // are the images of the original's.
@@ -147,7 +160,7 @@ class Verifier {
       if (jmp == copy_of_.end()) continue;
       bool rebuilt = rebuilt_for(t.load_addr) != nullptr;
       for (uint64_t target : t.targets)
-        if (auto r = check_exit(rebuilt ? image(target) : target, jmp->second); !r) return r;
+        if (auto r = check_exit(rebuilt ? entry_image(t, target) : target, jmp->second); !r) return r;
     }
     return ok();
   }
@@ -169,20 +182,49 @@ class Verifier {
     bool same = d && want && d->length == next - t.new_addr && want->size() == d->length &&
                 std::equal(want->begin(), want->end(), code_.bytes.begin() + (t.new_addr - code_.base));
     const Operand* dm = d ? d->memory() : nullptr;
-    if (!same || !dm || d->mnemonic != o.mnemonic || dm->base != om->base || dm->index != om->index ||
-        dm->scale != om->scale || dm->disp != disp)
+    if (!same || !dm || !same_but_displacement(*d, o) || dm->disp != disp)
       return fail(fmt::format("verifier: {:#x} does not read the rebuilt table of {:#x}", t.new_addr, o.addr));
     const JumpTable* original = nullptr;
     for (const JumpTable& j : cfg_.tables)
       if (j.load_addr == o.addr && j.rebuildable) original = &j;
     const unsigned size = table.entry_size;
-    if (!original || original->entry_size != size || table.addr < code_end() || table.addr % size ||
+    if (!original || original->entry_size != size || original->table_addr != table.original ||
+        table.addr < code_end() || table.addr % size ||
         table.addr + size * original->targets.size() > code_.base + code_.bytes.size())
       return fail(fmt::format("verifier: the rebuilt table of {:#x} is misplaced", o.addr));
     for (std::size_t k = 0; k < original->targets.size(); ++k)
-      if (entry_at(table, k) != image(original->targets[k]))
+      if (entry_at(table, k) != entry_image(*original, original->targets[k]))
         return fail(fmt::format("verifier: entry {} of the rebuilt table of {:#x} misses its image", k, o.addr));
     return ok();
+  }
+
+  // The decoded copy `d` is the original `o` but for the memory operand's
+  // displacement: mnemonic, every operand (register, width, base, index,
+  // scale) and the segment, compared field by field, not through the
+  // encoder that made the copy.
+  static bool same_but_displacement(const Instruction& d, const Instruction& o) {
+    if (d.mnemonic != o.mnemonic || d.operand_count != o.operand_count) return false;
+    auto segment = [](const Instruction& in) {
+      for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
+        if (in.bytes[k] == 0x64 || in.bytes[k] == 0x65) return in.bytes[k];
+      return uint8_t{0};
+    };
+    if (segment(d) != segment(o)) return false;
+    for (std::size_t k = 0; k < d.ops.size() && k < d.operand_count; ++k) {
+      const Operand& a = d.ops[k];
+      const Operand& b = o.ops[k];
+      if (a.type != b.type || a.size != b.size || a.reg != b.reg || a.base != b.base || a.index != b.index ||
+          a.scale != b.scale || a.actions != b.actions)
+        return false;
+    }
+    return true;
+  }
+
+  // Where a rebuilt table's entry for `target` must send execution: the
+  // image, except that an absolute entry leaving the function keeps its
+  // original value (emitter.cpp).
+  uint64_t entry_image(const JumpTable& t, uint64_t target) const {
+    return t.entry_size == 8 && !inside(target) ? target : image(target);
   }
 
   // Entry `k` of a rebuilt table, as the address it sends execution to

@@ -584,6 +584,131 @@ end:
   }
 }
 
+// Review findings (issue 12): each once made a table provable that is not.
+
+TEST(CfgAsm, TheHighByteRegistersBoundNothing) {
+  auto ah = analyse(R"(
+  movzx eax, word ptr [rdi]
+  cmp al, 2
+  ja def
+  movzx ecx, ah
+  cmp ecx, 9
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rcx*4]
+  add rax, rdx
+  jmp rax
+c0: mov eax, 1
+  ret
+def: xor eax, eax
+  ret
+end:
+  .p2align 2
+table:
+  .rept 10
+  .long c0 - table
+  .endr
+)");
+  ASSERT_TRUE(ah->cfg) << ah->cfg.error().message();
+  ASSERT_EQ(ah->cfg->tables.size(), 1u);
+  EXPECT_EQ(ah->cfg->tables[0].targets.size(), 10u) << "ah is bits 8-15 of rax, which cmp al says nothing of";
+  auto compared = analyse(std::string(R"(
+  movzx eax, byte ptr [rdi]
+  cmp ah, 2
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)") + kTableTail);
+  EXPECT_FALSE(compared->cfg && compared->cfg->tables[0].proven) << "cmp ah bounds bits 8-15, not rax";
+}
+
+TEST(CfgAsm, ATableInWritableDataIsNotRebuilt) {
+  auto a = test::assemble_with_labels(R"(
+  cmp rdi, 1
+  ja def
+  lea rdx, [rip + 0x1000]
+after:
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+def: xor eax, eax
+  ret
+end:
+)");
+  ASSERT_TRUE(a) << a.error().message();
+  // The table sits in its own range 0x1000 past the lea's end: entries relative to it.
+  const uint64_t table = kBase + a->labels.at("after") + 0x1000;
+  std::vector<uint8_t> entries(8);
+  for (int k = 0; k < 2; ++k) {
+    int32_t rel = static_cast<int32_t>(kBase + a->labels.at("def") - table);
+    std::memcpy(entries.data() + 4 * k, &rel, 4);
+  }
+  for (bool writable : {false, true}) {
+    ModuleImage image;
+    image.add(kBase, a->bytes, true);
+    image.add(table, entries, false, writable);
+    auto cfg = build_cfg(elf::Function{kBase, a->labels.at("end"), "f", false, 0}, image);
+    ASSERT_TRUE(cfg) << cfg.error().message();
+    ASSERT_EQ(cfg->tables.size(), 1u);
+    EXPECT_TRUE(cfg->tables[0].proven);
+    EXPECT_EQ(cfg->tables[0].rebuildable, !writable) << "a table the process may rewrite is read where it is";
+  }
+}
+
+TEST(CfgAsm, AnEntryKeptPastAPartialZeroingIsNotRebuilt) {
+  auto a = analyse(R"(
+f:
+  lea r15, [rip + table]
+  movzx eax, byte ptr [rdi]
+  and eax, 1
+  mov rax, qword ptr [r15 + rax*8]
+  jmp rax
+c0: xor al, al
+  mov qword ptr [rsi], rax
+  ret
+c1: xor eax, eax
+  ret
+end:
+  .p2align 3
+table:
+slots:
+  .quad 0x401000 + (c0 - f)
+  .quad 0x401000 + (c1 - f)
+slots_end:
+)", true);
+  ASSERT_TRUE(a->cfg) << a->cfg.error().message();
+  EXPECT_TRUE(a->cfg->tables[0].proven);
+  EXPECT_FALSE(a->cfg->tables[0].rebuildable) << "xor al, al leaves bits 8-63 of the label's address";
+}
+
+TEST(CfgAsm, ANumberIsNoTableBaseInAPie) {
+  std::string text = R"(
+f:
+  mov r15d, 0x401800
+  movzx eax, byte ptr [rdi]
+  and eax, 1
+  mov rax, qword ptr [r15 + rax*8]
+  jmp rax
+c0: mov eax, 1
+  ret
+c1: xor eax, eax
+  ret
+end:
+  .org 0x800
+slots:
+  .quad 0x401000 + (c0 - f)
+  .quad 0x401000 + (c1 - f)
+slots_end:
+)";
+  auto fixed = analyse(text);
+  ASSERT_TRUE(fixed->cfg) << fixed->cfg.error().message();
+  EXPECT_TRUE(fixed->cfg->tables[0].rebuildable) << "at its link-time address the number is the table's";
+  auto pie = analyse(text, true);
+  EXPECT_EQ(kind_of(*pie), "indirect jump unresolved") << "in a PIE the table moves, the number does not";
+}
+
 TEST(CfgAsm, TableEntriesInOtherCodeAreExits) {
   auto a = analyse(R"(
   cmp edi, 1

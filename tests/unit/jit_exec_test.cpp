@@ -276,6 +276,12 @@ TEST_F(CacheInProcess, AComputedGotoLoopCopyDispatchesThroughItsRelocatedTable) 
     auto bad = verify(*cfgs["jit_computed_goto"], unlisted, cache.redirects);
     ASSERT_FALSE(bad);
     EXPECT_NE(bad.error().message().find("misses its image"), std::string::npos) << bad.error().message();
+    // A slot the injector would relocate that is no table entry (here: code) is caught.
+    EmittedCode stray = code;
+    stray.absolute_slots.insert(stray.absolute_slots.begin(), code.base);
+    auto wrong = verify(*cfgs["jit_computed_goto"], stray, cache.redirects);
+    ASSERT_FALSE(wrong);
+    EXPECT_NE(wrong.error().message().find("no rebuilt table's entry"), std::string::npos) << wrong.error().message();
   }
 }
 
