@@ -245,12 +245,6 @@ struct Dispatch {
   uint64_t entries = 0;
 };
 
-bool has_segment_override(const Instruction& in) {
-  for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
-    if (in.bytes[k] == 0x64 || in.bytes[k] == 0x65) return true;
-  return false;
-}
-
 class CfgBuilder {
  public:
   CfgBuilder(FunctionCfg& cfg, const ModuleImage& image) : cfg_(cfg), image_(image) {
@@ -419,7 +413,7 @@ class CfgBuilder {
     const Operand* m = load.memory();
     const int x = m ? gpr_index(m->index) : -1;
     if (!m || x < 0 || widest(m->index) != m->index || m->scale != d.entry_size || m->base == ZYDIS_REGISTER_RIP ||
-        has_segment_override(load) || (d.load != jmp && !is_reg(load.ops[0], widest(op.reg))))
+        load.segment_override() || (d.load != jmp && !is_reg(load.ops[0], widest(op.reg))))
       return fail(unresolved);
     RegisterState at_load = facts.before(d.load);
     if (m->base == ZYDIS_REGISTER_NONE) {

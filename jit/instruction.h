@@ -56,6 +56,13 @@ struct Instruction {
   std::array<Operand, 2> ops{};  // the first two visible operands
 
   uint64_t end() const { return addr + length; }
+  // The fs: or gs: override (0x64, 0x65) among its prefixes, or 0: such an
+  // operand is in another address space.
+  uint8_t segment_override() const {
+    for (std::size_t k = 0; k < prefix_count && k < length; ++k)
+      if (bytes[k] == 0x64 || bytes[k] == 0x65) return bytes[k];
+    return 0;
+  }
   // The first visible memory operand among the two kept, if any.
   const Operand* memory() const {
     for (std::size_t k = 0; k < operand_count && k < ops.size(); ++k)

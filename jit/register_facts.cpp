@@ -28,15 +28,9 @@ RegisterFact narrowed(const RegisterFact& f, unsigned bits) {
   return out;
 }
 
-bool has_segment_override(const Instruction& in) {
-  for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
-    if (in.bytes[k] == 0x64 || in.bytes[k] == 0x65) return true;  // fs:/gs: another address space
-  return false;
-}
-
 // `op` of `in` by its registers, when it is a plain memory operand.
 std::optional<MemoryRef> memory_ref(const Instruction& in, const Operand& op) {
-  if (op.type != ZYDIS_OPERAND_TYPE_MEMORY || has_segment_override(in)) return std::nullopt;
+  if (op.type != ZYDIS_OPERAND_TYPE_MEMORY || in.segment_override()) return std::nullopt;
   MemoryRef ref;
   ref.scale = op.scale, ref.disp = op.disp, ref.size = op.size;
   if (op.base == ZYDIS_REGISTER_RIP) {

@@ -204,12 +204,7 @@ class Verifier {
   // encoder that made the copy.
   static bool same_but_displacement(const Instruction& d, const Instruction& o) {
     if (d.mnemonic != o.mnemonic || d.operand_count != o.operand_count) return false;
-    auto segment = [](const Instruction& in) {
-      for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
-        if (in.bytes[k] == 0x64 || in.bytes[k] == 0x65) return in.bytes[k];
-      return uint8_t{0};
-    };
-    if (segment(d) != segment(o)) return false;
+    if (d.segment_override() != o.segment_override()) return false;
     for (std::size_t k = 0; k < d.ops.size() && k < d.operand_count; ++k) {
       const Operand& a = d.ops[k];
       const Operand& b = o.ops[k];
