@@ -358,6 +358,10 @@ class CfgBuilder {
         continue;
       }
       dispatch_.erase(addr);
+      if (had == tables_.end() && loads_a_pointer(i, facts)) {
+        unresolved_.erase(addr);  // a tail call through a pointer loaded blocks before: an exit
+        continue;
+      }
       if (had != tables_.end() && !had->second.proven) continue;  // the local guess stands
       if (had != tables_.end()) tables_.erase(had), changed = true;
       auto local = checked(resolve_locally(cfg_.instructions, i, image_));
@@ -366,6 +370,17 @@ class CfgBuilder {
       else unresolved_[addr] = dispatch ? table.error().message() : local.error().message();
     }
     return changed;
+  }
+
+  // `jmp reg` whose register holds, on every path, a value loaded whole
+  // from an unindexed slot (an object's or a global's function pointer):
+  // a tail call, like is_pointer_tail_call's but loaded in another block.
+  // The copy jumps where the original would.
+  bool loads_a_pointer(std::size_t jmp, const RegisterFacts& facts) const {
+    const Operand& op = cfg_.instructions[jmp].ops[0];
+    if (op.type != ZYDIS_OPERAND_TYPE_REGISTER || op.size != 64) return false;
+    const RegisterState at = facts.before(jmp);
+    return at[gpr_index(op.reg)].pointer;
   }
 
   Result<JumpTable> table_of(std::size_t jmp, const Dispatch& d) const {

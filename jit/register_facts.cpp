@@ -24,6 +24,7 @@ RegisterFact narrowed(const RegisterFact& f, unsigned bits) {
     if (w >= bits) out.low_max[low_slot(w)] = UINT64_MAX;  // out.max says it
   if (f.constant) out.constant = *f.constant & mask_of(bits);
   out.address = f.address && bits == 64;
+  out.pointer = f.pointer && bits == 64;
   out.bits = static_cast<uint8_t>(std::min<unsigned>(f.bits, bits));
   return out;
 }
@@ -138,6 +139,7 @@ RegisterFact RegisterFacts::produced(std::size_t i, const RegisterState& s) cons
         out.max = *out.constant;
       }
       if (two && src.size == d.size) out.max = std::min(out.max, bound_in_memory(in, src, s));
+      out.pointer = two && d.size == 64 && src.type == ZYDIS_OPERAND_TYPE_MEMORY && src.index == ZYDIS_REGISTER_NONE;
       return out;
     case ZYDIS_MNEMONIC_MOVZX:
       if (from >= 0) return narrowed(s[from], src.size);
@@ -265,6 +267,7 @@ bool RegisterFacts::join_into(std::size_t block, const RegisterState& incoming) 
     m.max = std::max(m.max, c.max);
     for (std::size_t k = 0; k < m.low_max.size(); ++k) m.low_max[k] = std::max(m.low_max[k], c.low_max[k]);
     if (m.constant != c.constant || m.address != c.address) m.constant.reset(), m.address = false;
+    m.pointer = m.pointer && c.pointer;
     bool same_name = m.value == c.value && m.bits == c.bits && m.value != 0;
     if (!same_name || is_phi_of(block, m.value)) m.value = phi(block, r), m.bits = 64;
   }

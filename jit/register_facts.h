@@ -50,6 +50,7 @@ struct RegisterFact {
   std::array<uint64_t, 3> low_max{UINT64_MAX, UINT64_MAX, UINT64_MAX};  // of its low 8, 16, 32 bits
   std::optional<uint64_t> constant;
   bool address = false;  // the constant is a module address (lea [rip+x]): it moves with the load bias
+  bool pointer = false;  // loaded whole from an unindexed slot ([reg+disp], [rip+x]): a function pointer
   uint32_t value = 0;  // 0: no name (relates to nothing)
   uint8_t bits = 64;
 

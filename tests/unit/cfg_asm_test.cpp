@@ -746,6 +746,39 @@ TEST(CfgAsm, TailCallsThroughPointersLeaveTheFunction) {
   EXPECT_EQ(kind_of(*got), "accepted");
 }
 
+// python3.11's PyObject_Free: the allocator's pointer is loaded, compared,
+// and jumped through blocks later.
+TEST(CfgAsm, ATailCallThroughAPointerLoadedBlocksBeforeLeavesTheFunction) {
+  auto a = analyse(R"(
+  mov rax, qword ptr [rip + slot]
+  mov rdx, qword ptr [rip + slot + 8]
+  cmp rax, 0x1234
+  jne other
+  xor eax, eax
+  ret
+other:
+  mov rsi, rdi
+  mov rdi, rdx
+  jmp rax
+end:
+slot: .quad 0
+  .quad 0
+)");
+  ASSERT_TRUE(a->cfg) << a->cfg.error().message();
+  EXPECT_TRUE(a->cfg->blocks.back().exits);
+  auto computed = analyse(R"(
+  mov rax, qword ptr [rip + slot]
+  test rdi, rdi
+  jne other
+  lea rax, [rdi + rsi]
+other:
+  jmp rax
+end:
+slot: .quad 0
+)");
+  EXPECT_EQ(kind_of(*computed), "indirect jump unresolved") << "on one path rax is arithmetic";
+}
+
 TEST(CfgAsm, ComputedJumpsStayRejected) {
   EXPECT_EQ(kind_of(*analyse("lea rax, [rdi + rsi]\njmp rax\nend:")), "indirect jump unresolved");
   EXPECT_EQ(kind_of(*analyse("mov rax, qword ptr [rdi + rsi*8]\njmp rax\nend:")), "indirect jump unresolved");
