@@ -61,9 +61,9 @@ for pair in $(seq 1 "$PAIRS"); do
     sleep "$WINDOW"
     la=$(($(lines "$oa") - la)); lb=$(($(lines "$ob") - lb))
     ca=$(($(cpu_ticks "$a") - ca)); cb=$(($(cpu_ticks "$b") - cb))
-    ra=$(awk -v l="$la" -v c="$ca" -v t="$TICKS" 'BEGIN { printf "%.3f", c ? l * t / c : 0 }')
-    rb=$(awk -v l="$lb" -v c="$cb" -v t="$TICKS" 'BEGIN { printf "%.3f", c ? l * t / c : 0 }')
-    r=$(awk -v a="$ra" -v b="$rb" 'BEGIN { printf "%.3f", a > 0 ? b / a : 0 }')
+    ra=$(awk -v l="$la" -v c="$ca" -v t="$TICKS" 'BEGIN { printf "%.3f", (c ? l * t / c : 0) }')
+    rb=$(awk -v l="$lb" -v c="$cb" -v t="$TICKS" 'BEGIN { printf "%.3f", (c ? l * t / c : 0) }')
+    r=$(awk -v a="$ra" -v b="$rb" 'BEGIN { printf "%.3f", (a > 0 ? b / a : 0) }')
     printf "%4d  %6d  %14s  %14s  %s\n" "$pair" "$w" "$ra" "$rb" "$r"
     all+=("$r")
   done

@@ -1,6 +1,7 @@
 # A CPU-bound round of pure Perl (arithmetic, strings, hashes, arrays, sorting,
 # subs), repeated: one checksum per round, the same in every round.
 # usage: perl work.pl ROUNDS (0: forever)
+$| = 1;  # one line per round, as it happens
 my $n = shift // 0;
 for (my $round = 1; $n == 0 || $round <= $n; $round++) {
   my %h; my @a; my $s = 0;

@@ -18,5 +18,6 @@ BEGIN {
     for (k in seen) acc = (acc + seen[k]) % 1000000007
     acc += fib(15)
     printf "%d\n", acc
+    fflush()  # one line per round, as it happens (awk buffers a file)
   }
 }
