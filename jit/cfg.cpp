@@ -498,9 +498,10 @@ class CfgBuilder {
 
   // Whether `r`'s value is dead at `from`: on every path it is written
   // whole before anything reads it. Leaving the function counts as a read
-  // of what a callee or caller may see: a call or tail jump reads the
-  // argument registers and the callee-saved ones, a return rax, rdx and
-  // the callee-saved ones.
+  // of what a callee or caller may see: a call or a tail call through a
+  // pointer reads the argument registers and the callee-saved ones, a
+  // return rax, rdx and the callee-saved ones; a direct branch out (to the
+  // function's .cold part, say) is followed there.
   bool dead_from(uint64_t from, ZydisRegister r) {
     const Block* b = cfg_.block_at(from);
     if (!b) return false;
@@ -529,33 +530,116 @@ class CfgBuilder {
     return Effect::Through;
   }
 
+  static constexpr uint16_t kReturned = (1u << 0) | (1u << 2);  // rax, rdx
+  static constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);
+  static constexpr std::size_t kOutsideBudget = 256;  // instructions decoded past the function, per exit
+
+  // What the code at `from`, outside the function (its .cold part, or a
+  // function it tail-calls), does with `r`: `live` when some path may read
+  // it (or the scan cannot tell within its budget), else the addresses in
+  // the function where paths come back, whose liveness then decides.
+  struct Outside {
+    bool live = false;
+    std::vector<uint64_t> back_in;
+  };
+  Outside scan_outside(uint64_t from, ZydisRegister r) const {
+    const uint16_t bit = gpr_bit(r);
+    Outside out;
+    std::vector<uint64_t> work{from};
+    std::set<uint64_t> seen;
+    std::size_t budget = kOutsideBudget;
+    while (!work.empty() && !out.live) {
+      uint64_t at = work.back();
+      work.pop_back();
+      if (!seen.insert(at).second) continue;
+      if (inside(at)) {
+        out.back_in.push_back(at);
+        continue;
+      }
+      while (true) {
+        auto bytes = image_.read(at, 1);
+        auto in = bytes && image_.is_code(at) ? decode_one(image_.read(at, 15).value_or(*bytes), at)
+                                              : fail("not code");
+        if (!in || budget-- == 0) return {true, {}};
+        RegisterUse use = register_use(*in);
+        bool zeroing = (in->mnemonic == ZYDIS_MNEMONIC_XOR || in->mnemonic == ZYDIS_MNEMONIC_SUB) &&
+                       in->operand_count == 2 && is_reg(in->ops[0], r) && in->ops[0].size >= 32 &&
+                       in->ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && in->ops[1].reg == in->ops[0].reg;
+        if (zeroing) break;
+        if (use.read & bit) return {true, {}};
+        const Operand& dst = in->ops[0];
+        bool whole = in->operand_count >= 1 && is_reg(dst, r) && dst.size >= 32 &&
+                     (dst.actions & ZYDIS_OPERAND_ACTION_WRITE) && !(dst.actions & ZYDIS_OPERAND_ACTION_CONDWRITE);
+        bool call = in->flow == Flow::Call || in->flow == Flow::IndirectCall;
+        if (whole || (call && (use.written & bit))) break;
+        if (in->flow == Flow::Return) {
+          if (bit & (kReturned | kCalleeSaved)) return {true, {}};
+          break;
+        }
+        if (in->flow == Flow::Stop) break;
+        if (in->flow == Flow::IndirectBranch) {
+          if (bit & (kArguments | kCalleeSaved)) return {true, {}};
+          break;
+        }
+        if (in->flow == Flow::Branch) {
+          work.push_back(in->target);
+          break;
+        }
+        if (in->flow == Flow::CondBranch) work.push_back(in->target);
+        at = in->end();
+        if (inside(at)) {
+          work.push_back(at);
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
   // Per block: whether `r` is live at its start (backward, to a fixed point).
+  // A branch out of the function is followed into the code it reaches
+  // (scan_outside); a path that comes back adds that block as a successor.
   const std::vector<bool>& live_in(ZydisRegister r) {
-    constexpr uint16_t kReturned = (1u << 0) | (1u << 2);
-    constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);
     if (auto it = live_.find(widest(r)); it != live_.end()) return it->second;
     const std::size_t n = cfg_.blocks.size();
     const uint16_t bit = gpr_bit(r);
     std::vector<Effect> effect(n);
     std::vector<bool> live(n, false);
+    std::vector<std::vector<std::size_t>> back_in(n);
+    auto leaves_to = [&](std::size_t k, uint64_t target) {
+      Outside o = scan_outside(target, widest(r));
+      for (uint64_t a : o.back_in) {
+        const Block* in = cfg_.block_at(a);
+        if (!in || in->start != a) o.live = true;  // back into the middle of a block: not followed
+        else back_in[k].push_back(in - cfg_.blocks.data());
+      }
+      return o.live;
+    };
     for (std::size_t k = 0; k < n; ++k) {
       const Block& b = cfg_.blocks[k];
       effect[k] = effect_on(b, widest(r));
+      if (effect[k] != Effect::Through) {
+        live[k] = effect[k] == Effect::Reads;
+        continue;
+      }
+      if (!b.exits) continue;
       const Instruction& last = cfg_.instructions[b.first + b.count - 1];
-      uint16_t leaving = last.flow == Flow::Stop     ? 0
-                         : last.flow == Flow::Return ? (kReturned | kCalleeSaved)
-                                                      : (kArguments | kCalleeSaved);
-      live[k] = effect[k] == Effect::Reads || (effect[k] == Effect::Through && b.exits && (leaving & bit));
+      if (last.flow == Flow::Return) live[k] = (kReturned | kCalleeSaved) & bit;
+      else if (last.flow == Flow::IndirectBranch) live[k] = (kArguments | kCalleeSaved) & bit;
+      else if (last.flow != Flow::Stop) {
+        bool out = false;
+        if (last.has_target && !inside(last.target)) out = out || leaves_to(k, last.target);
+        if (last.falls_through() && !inside(last.end())) out = out || leaves_to(k, last.end());
+        live[k] = out;
+      }
     }
     for (bool changed = true; changed;) {
       changed = false;
       for (std::size_t k = n; k-- > 0;) {
         if (live[k] || effect[k] != Effect::Through) continue;
-        for (uint64_t s : cfg_.blocks[k].successors)
-          if (live[cfg_.block_at(s) - cfg_.blocks.data()]) {
-            live[k] = true, changed = true;
-            break;
-          }
+        bool any = std::any_of(back_in[k].begin(), back_in[k].end(), [&](std::size_t j) { return live[j]; });
+        for (uint64_t s : cfg_.blocks[k].successors) any = any || live[cfg_.block_at(s) - cfg_.blocks.data()];
+        if (any) live[k] = true, changed = true;
       }
     }
     return live_[widest(r)] = std::move(live);

@@ -177,15 +177,18 @@ void RegisterFacts::step(std::size_t i, RegisterState& s) const {
   const RegisterUse& use = uses_[i];
   const uint16_t written = use.written;
   const Instruction& in = cfg_.instructions[i];
-  if (use.writes_flags) s.flags = compare_of(in);
-  if (s.memory && (use.writes_memory || uses_register(s.memory->ref, written))) s.memory.reset();
-  if (!written) return;
   const Operand& d = in.ops[0];
   int dest = -1;
-  if (in.operand_count >= 1 && d.type == ZYDIS_OPERAND_TYPE_REGISTER && (d.actions & ZYDIS_OPERAND_ACTION_WRITE) &&
-      !(d.actions & ZYDIS_OPERAND_ACTION_CONDWRITE))
+  if (written && in.operand_count >= 1 && d.type == ZYDIS_OPERAND_TYPE_REGISTER &&
+      (d.actions & ZYDIS_OPERAND_ACTION_WRITE) && !(d.actions & ZYDIS_OPERAND_ACTION_CONDWRITE))
     dest = gpr_index(d.reg);
+  // What it leaves, from the state before it (mov eax, [rax] reads the bound on [rax]).
   RegisterFact result = dest >= 0 ? produced(i, s) : RegisterFact{};
+  if (use.writes_flags) s.flags = compare_of(in);
+  // A store may change the compared memory, or the bounded one.
+  if (s.flags && s.flags->memory && use.writes_memory) s.flags.reset();
+  if (s.memory && (use.writes_memory || uses_register(s.memory->ref, written))) s.memory.reset();
+  if (!written) return;
   // Every other register written (hidden operands, a call's clobbers, a
   // conditional write) is unknown, a value of its own.
   for (std::size_t r = 0; r < s.regs.size(); ++r)

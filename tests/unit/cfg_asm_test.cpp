@@ -709,6 +709,185 @@ slots_end:
   EXPECT_EQ(kind_of(*pie), "indirect jump unresolved") << "in a PIE the table moves, the number does not";
 }
 
+// Second review's cases (issue 12): the entries a rebuilt table gets, or 0
+// when it is not rebuilt (or the function is rejected).
+uint64_t rebuilt_entries(const std::string& text) {
+  auto a = analyse(text + kTableTail);
+  if (!a->cfg || a->cfg->tables.size() != 1) return 0;
+  const JumpTable& t = a->cfg->tables[0];
+  return t.rebuildable ? t.targets.size() : 0;
+}
+
+TEST(CfgAsm, AStoreBetweenAMemoryCompareAndItsJccLosesTheBound) {
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp dword ptr [rdi], 2
+  mov dword ptr [rdi], 200
+  ja def
+  mov eax, dword ptr [rdi]
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "the store between cmp and ja writes the compared memory";
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp dword ptr [rdi], 2
+  call qword ptr [rsi]
+  ja def
+  mov eax, dword ptr [rdi]
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "call (resets flags)";
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp dword ptr [rdi], 2
+  jmp b
+b:
+  mov dword ptr [rsi], 200
+  ja def
+  mov eax, dword ptr [rdi]
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "aliasing store in a later block, before the jcc";
+}
+
+TEST(CfgAsm, StringInstructionsMoveRsiAndRdi) {
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp byte ptr [rdi], 2
+  ja def
+  scasb
+  movzx eax, byte ptr [rdi]
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "scasb moves rdi: [rdi] is another byte";
+  EXPECT_EQ(rebuilt_entries(R"(
+  mov edi, edi
+  cmp edi, 2
+  ja def
+  scasb
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "scasb increments rdi, the index";
+  EXPECT_EQ(rebuilt_entries(R"(
+  mov esi, esi
+  cmp esi, 2
+  ja def
+  repe cmpsb
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rsi*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "repe cmpsb advances rsi, the index";
+}
+
+TEST(CfgAsm, ALoadIntoItsOwnAddressRegisterKeepsTheBound) {
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp dword ptr [rax], 2
+  ja def
+  mov eax, dword ptr [rax]
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)"), 3u) << "load into its own address register";
+}
+
+TEST(CfgAsm, WhatEndsAGuard) {
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp edi, 2
+  mov edi, 100
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "redefined between cmp and jcc";
+  EXPECT_EQ(rebuilt_entries(R"(
+  mov edi, edi
+  cmp edi, 2
+  ja b
+b:
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)"), 0u) << "both edges to one block";
+  EXPECT_EQ(rebuilt_entries(R"(
+  mov edi, edi
+  cmp edi, 2
+  ja def
+  shl edi, cl
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)"), 0u);
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp byte ptr [rdi], 2
+  ja def
+  lock xadd dword ptr [rsi], eax
+  movzx eax, byte ptr [rdi]
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)"), 0u);
+  EXPECT_EQ(rebuilt_entries(R"(
+  cmp byte ptr [rdi], 2
+  ja def
+  push rax
+  pop rax
+  movzx eax, byte ptr [rdi]
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rax*4]
+  add rax, rdx
+  jmp rax
+)"), 0u);
+  EXPECT_EQ(rebuilt_entries(R"(
+  mov edi, edi
+loop:
+  cmp edi, 2
+  ja def
+  lea rdx, [rip + table]
+  movsxd rax, dword ptr [rdx + rdi*4]
+  add rax, rdx
+  jmp rax
+)"), 3u);
+}
+
+TEST(CfgAsm, AnEntryReadInTheColdPartIsNotRebuilt) {
+  auto a = analyse(R"(
+f:
+  movzx eax, byte ptr [rdi]
+  and eax, 1
+  mov rax, qword ptr [rax*8 + 0x401800]
+  jmp rax
+c0: test esi, esi
+  jne cold
+  xor eax, eax
+  ret
+c1: xor eax, eax
+  ret
+end:
+cold:
+  mov qword ptr [rdx], rax
+  ret
+  .org 0x800
+table:
+  .quad 0x401000 + (c1 - f)
+  .quad 0x401000 + (c0 - f)
+)");
+  ASSERT_TRUE(a->cfg) << a->cfg.error().message();
+  ASSERT_EQ(a->cfg->tables.size(), 1u);
+  EXPECT_FALSE(a->cfg->tables[0].rebuildable) << "rax (the label's address) is read by the .cold part";
+}
+
 TEST(CfgAsm, TableEntriesInOtherCodeAreExits) {
   auto a = analyse(R"(
   cmp edi, 1
