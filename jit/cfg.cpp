@@ -482,6 +482,10 @@ class CfgBuilder {
     for (std::size_t i = d.load + 1; i < jmp; ++i)
       if (i != d.add && (use_of(i).read & bit)) return false;
     if (d.entry_size == 4) return true;
+    // A landing pad (in the original code) reached from a call after the
+    // jump would see a callee-saved J as the unwinder restores it: the
+    // copy's address. Compilers dispatch through scratch registers.
+    if (gpr_bit(d.entry_reg) & kCalleeSaved) return false;
     // Outside the function (a .cold part) nothing shows what reads J: the
     // rebuilt table sends those entries to the original target itself, not
     // to a copy of it, so J holds there what it held (emitter.cpp).
@@ -510,23 +514,28 @@ class CfgBuilder {
 
   enum class Effect { Reads, Kills, Through };
 
-  // What block `b` does to `r` first: reads it, writes it whole, or neither.
-  Effect effect_on(const Block& b, ZydisRegister r) {
+  // What one instruction does to `r`: reads it, writes all of it (a 32- or
+  // 64-bit destination, `xor r, r`, a call's clobber), or neither. bsf and
+  // bsr keep their destination when the source is 0: no kill.
+  static Effect effect_of(const Instruction& in, const RegisterUse& use, ZydisRegister r) {
     const uint16_t bit = gpr_bit(r);
-    for (std::size_t i = b.first; i < b.first + b.count; ++i) {
-      const Instruction& in = cfg_.instructions[i];
-      const RegisterUse& use = use_of(i);
-      bool zeroing = (in.mnemonic == ZYDIS_MNEMONIC_XOR || in.mnemonic == ZYDIS_MNEMONIC_SUB) &&
-                     in.operand_count == 2 && is_reg(in.ops[0], r) && in.ops[0].size >= 32 &&
-                     in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && in.ops[1].reg == in.ops[0].reg;
-      if (zeroing) return Effect::Kills;
-      if (use.read & bit) return Effect::Reads;
-      const Operand& dst = in.ops[0];
-      bool whole = in.operand_count >= 1 && is_reg(dst, r) && dst.size >= 32 &&
-                   (dst.actions & ZYDIS_OPERAND_ACTION_WRITE) && !(dst.actions & ZYDIS_OPERAND_ACTION_CONDWRITE);
-      bool clobbered = (use.written & bit) && (in.flow == Flow::Call || in.flow == Flow::IndirectCall);
-      if (whole || clobbered) return Effect::Kills;
-    }
+    bool zeroing = (in.mnemonic == ZYDIS_MNEMONIC_XOR || in.mnemonic == ZYDIS_MNEMONIC_SUB) &&
+                   in.operand_count == 2 && is_reg(in.ops[0], r) && in.ops[0].size >= 32 &&
+                   in.ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && in.ops[1].reg == in.ops[0].reg;
+    if (zeroing) return Effect::Kills;
+    if (use.read & bit) return Effect::Reads;
+    const Operand& dst = in.ops[0];
+    bool keeps = in.mnemonic == ZYDIS_MNEMONIC_BSF || in.mnemonic == ZYDIS_MNEMONIC_BSR;
+    bool whole = !keeps && in.operand_count >= 1 && is_reg(dst, r) && dst.size >= 32 &&
+                 (dst.actions & ZYDIS_OPERAND_ACTION_WRITE) && !(dst.actions & ZYDIS_OPERAND_ACTION_CONDWRITE);
+    bool clobbered = (use.written & bit) && (in.flow == Flow::Call || in.flow == Flow::IndirectCall);
+    return whole || clobbered ? Effect::Kills : Effect::Through;
+  }
+
+  // What block `b` does to `r` first.
+  Effect effect_on(const Block& b, ZydisRegister r) {
+    for (std::size_t i = b.first; i < b.first + b.count; ++i)
+      if (Effect e = effect_of(cfg_.instructions[i], use_of(i), r); e != Effect::Through) return e;
     return Effect::Through;
   }
 
@@ -561,26 +570,17 @@ class CfgBuilder {
         auto in = bytes && image_.is_code(at) ? decode_one(image_.read(at, 15).value_or(*bytes), at)
                                               : fail("not code");
         if (!in || budget-- == 0) return {true, {}};
-        RegisterUse use = register_use(*in);
-        bool zeroing = (in->mnemonic == ZYDIS_MNEMONIC_XOR || in->mnemonic == ZYDIS_MNEMONIC_SUB) &&
-                       in->operand_count == 2 && is_reg(in->ops[0], r) && in->ops[0].size >= 32 &&
-                       in->ops[1].type == ZYDIS_OPERAND_TYPE_REGISTER && in->ops[1].reg == in->ops[0].reg;
-        if (zeroing) break;
-        if (use.read & bit) return {true, {}};
-        const Operand& dst = in->ops[0];
-        bool whole = in->operand_count >= 1 && is_reg(dst, r) && dst.size >= 32 &&
-                     (dst.actions & ZYDIS_OPERAND_ACTION_WRITE) && !(dst.actions & ZYDIS_OPERAND_ACTION_CONDWRITE);
-        bool call = in->flow == Flow::Call || in->flow == Flow::IndirectCall;
-        if (whole || (call && (use.written & bit))) break;
+        Effect e = effect_of(*in, register_use(*in), r);
+        if (e == Effect::Reads) return {true, {}};
+        if (e == Effect::Kills) break;
         if (in->flow == Flow::Return) {
           if (bit & (kReturned | kCalleeSaved)) return {true, {}};
           break;
         }
         if (in->flow == Flow::Stop) break;
-        if (in->flow == Flow::IndirectBranch) {
-          if (bit & (kArguments | kCalleeSaved)) return {true, {}};
-          break;
-        }
+        // A jump through a register or table out there may come back
+        // anywhere, or to code that reads r.
+        if (in->flow == Flow::IndirectBranch) return {true, {}};
         if (in->flow == Flow::Branch) {
           work.push_back(in->target);
           break;
@@ -624,9 +624,19 @@ class CfgBuilder {
       }
       if (!b.exits) continue;
       const Instruction& last = cfg_.instructions[b.first + b.count - 1];
-      if (last.flow == Flow::Return) live[k] = (kReturned | kCalleeSaved) & bit;
-      else if (last.flow == Flow::IndirectBranch) live[k] = (kArguments | kCalleeSaved) & bit;
-      else if (last.flow != Flow::Stop) {
+      const JumpTable* table = nullptr;
+      for (const JumpTable& t : cfg_.tables)
+        if (t.jump_addr == last.addr) table = &t;
+      if (last.flow == Flow::Return) {
+        live[k] = (kReturned | kCalleeSaved) & bit;
+      } else if (table) {  // a switch whose entries leave for the .cold part: followed there
+        bool out = false;
+        for (uint64_t target : table->targets)
+          if (!inside(target)) out = out || leaves_to(k, target);
+        live[k] = out;
+      } else if (last.flow == Flow::IndirectBranch) {
+        live[k] = (kArguments | kCalleeSaved) & bit;
+      } else if (last.flow != Flow::Stop) {
         bool out = false;
         if (last.has_target && !inside(last.target)) out = out || leaves_to(k, last.target);
         if (last.falls_through() && !inside(last.end())) out = out || leaves_to(k, last.end());

@@ -152,10 +152,10 @@ RegisterUse register_use(const Instruction& in) {
     if (op.actions & ZYDIS_OPERAND_ACTION_MASK_READ) use.read |= gpr_bit(op.reg.value);
     if (op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) use.written |= gpr_bit(op.reg.value);
   }
-  // Zydis 4 lists no rsi/rdi (nor rcx under rep) for cmps and scas; every
-  // string instruction is taken to move all three. clzero stores 64 bytes
+  // Zydis 4 lists no rsi/rdi (nor rcx under rep) for cmps, scas, ins and
+  // outs; every string instruction is taken to move all three. clzero stores 64 bytes
   // at [rax] without a memory operand.
-  if (zy.meta.category == ZYDIS_CATEGORY_STRINGOP) {
+  if (zy.meta.category == ZYDIS_CATEGORY_STRINGOP || zy.meta.category == ZYDIS_CATEGORY_IOSTRINGOP) {
     constexpr uint16_t kStringRegisters = (1u << 6) | (1u << 7) | (1u << 1);  // rsi rdi rcx
     use.read |= kStringRegisters;
     use.written |= kStringRegisters;

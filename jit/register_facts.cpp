@@ -130,6 +130,8 @@ RegisterFact RegisterFacts::produced(std::size_t i, const RegisterState& s) cons
   RegisterFact out;
   out.value = name;
   if (d.size < 32) return out;  // a partial write keeps bits nothing tracks
+  // bsf/bsr leave the destination as it was when the source is 0.
+  if (in.mnemonic == ZYDIS_MNEMONIC_BSF || in.mnemonic == ZYDIS_MNEMONIC_BSR) return out;
   if (d.size == 32) out.max = mask_of(32);
   switch (in.mnemonic) {
     case ZYDIS_MNEMONIC_MOV:

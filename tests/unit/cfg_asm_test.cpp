@@ -888,6 +888,127 @@ table:
   EXPECT_FALSE(a->cfg->tables[0].rebuildable) << "rax (the label's address) is read by the .cold part";
 }
 
+// Third review's cases (issue 12): a computed goto through rax whose
+// targets are given, with code outside the function after `end`.
+std::unique_ptr<Analysed> goto_with(const std::string& targets_and_cold, const std::string& extra_entries = "") {
+  return analyse(R"(
+f:
+  movzx eax, byte ptr [rdi]
+  and eax, 1
+  mov rax, qword ptr [rax*8 + 0x401800]
+  jmp rax
+)" + targets_and_cold + R"(
+  .org 0x800
+table:
+  .quad 0x401000 + (c1 - f)
+  .quad 0x401000 + (c0 - f)
+)" + extra_entries);
+}
+
+void expect_not_rebuildable(const Analysed& a, const char* why) {
+  ASSERT_TRUE(a.cfg) << a.cfg.error().message();
+  ASSERT_GE(a.cfg->tables.size(), 1u);
+  for (auto& t : a.cfg->tables) {
+    if (t.entry_size == 8) {
+      EXPECT_FALSE(t.rebuildable) << why;
+      return;
+    }
+  }
+}
+
+TEST(CfgAsm, AnEntryReadThroughASwitchIntoTheColdPartIsNotRebuilt) {
+  auto a = goto_with(R"(
+c0: cmp esi, 1
+  ja c1
+  jmp qword ptr [rsi*8 + 0x401810]
+c1: xor eax, eax
+  ret
+end:
+cold:
+  mov qword ptr [rdx], rax
+  ret
+)", R"(
+  .quad 0x401000 + (c1 - f)
+  .quad 0x401000 + (cold - f)
+)");
+  ASSERT_TRUE(a->cfg) << a->cfg.error().message();
+  EXPECT_FALSE(a->cfg->tables[0].rebuildable) << "cold switch entry stores rax";
+}
+
+TEST(CfgAsm, AnEntryReadThroughARelativeSwitchIntoTheColdPartIsNotRebuilt) {
+  auto a = goto_with(R"(
+c0: cmp esi, 1
+  ja c1
+  lea rdx, [rip + rtab]
+  movsxd rcx, dword ptr [rdx + rsi*4]
+  add rcx, rdx
+  jmp rcx
+c1: xor eax, eax
+  ret
+end:
+cold:
+  mov qword ptr [rdi], rax
+  ret
+  .p2align 2
+rtab:
+  .long c1 - rtab
+  .long cold - rtab
+)");
+  ASSERT_TRUE(a->cfg) << a->cfg.error().message();
+  for (auto& t : a->cfg->tables) {
+    if (t.entry_size == 8) {
+      EXPECT_FALSE(t.rebuildable) << "cold switch entry stores rax";
+    }
+  }
+}
+
+TEST(CfgAsm, AnIndirectJumpInTheColdPartKeepsTheEntryLive) {
+  auto a = goto_with(R"(
+c0: test esi, esi
+  jne cold
+  xor eax, eax
+  ret
+c1: xor eax, eax
+  ret
+back:
+  mov qword ptr [rdx], rax
+  ret
+end:
+cold:
+  lea rcx, [rip + back]
+  jmp rcx
+)");
+  expect_not_rebuildable(*a, "cold part jumps through rcx back to code storing rax");
+}
+
+TEST(CfgAsm, BsfKeepsTheEntryWhenItsSourceIsZero) {
+  auto a = goto_with(R"(
+c0: bsf rax, rsi
+  mov qword ptr [rdx], rax
+  ret
+c1: xor eax, eax
+  ret
+end:
+)");
+  expect_not_rebuildable(*a, "bsf with a zero source leaves rax");
+}
+
+TEST(CfgAsm, BsfInTheColdPartKeepsTheEntry) {
+  auto a = goto_with(R"(
+c0: test esi, esi
+  jne cold
+  xor eax, eax
+  ret
+c1: xor eax, eax
+  ret
+end:
+cold:
+  bsf rax, rsi
+  ret
+)");
+  expect_not_rebuildable(*a, "bsf with zero source leaves rax, returned");
+}
+
 TEST(CfgAsm, TableEntriesInOtherCodeAreExits) {
   auto a = analyse(R"(
   cmp edi, 1
