@@ -255,7 +255,7 @@ class CfgBuilder {
     for (const Instruction& in : cfg_.instructions)
       if (auto r = check_relocatable(in); !r) return r;
     if (auto r = check_references(); !r) return r;
-    if (auto r = resolve_locally_all(); !r) return r;
+    resolve_locally_all();
     // Tables add edges, edges change the facts, the facts resolve and bound
     // tables: repeated until nothing changes, so that the last facts are
     // those of the final CFG and every proven table is proven on it.
@@ -328,7 +328,7 @@ class CfgBuilder {
     return t;
   }
 
-  Status resolve_locally_all() {
+  void resolve_locally_all() {
     const auto& ins = cfg_.instructions;
     for (std::size_t i = 0; i < ins.size(); ++i) {
       if (ins[i].flow != Flow::IndirectBranch) continue;
@@ -338,7 +338,6 @@ class CfgBuilder {
       if (table) tables_[ins[i].addr] = std::move(*table);
       else unresolved_[ins[i].addr] = table.error().message();
     }
-    return ok();
   }
 
   // One round: every jump the facts resolve takes that table (proven);
@@ -471,14 +470,15 @@ class CfgBuilder {
   void mark_rebuildable() {
     for (JumpTable& t : cfg_.tables) {
       auto d = dispatch_.find(t.jump_addr);
-      t.rebuildable = t.proven && d != dispatch_.end() && entry_used_only_by_jump(d->second, index_.at(t.jump_addr)) &&
+      t.rebuildable = t.proven && d != dispatch_.end() && entry_used_only_by_jump(d->second, t) &&
                       image_.is_read_only(t.table_addr, t.entry_size * t.targets.size());
     }
   }
 
-  bool entry_used_only_by_jump(const Dispatch& d, std::size_t jmp) {
+  bool entry_used_only_by_jump(const Dispatch& d, const JumpTable& t) {
     if (d.entry_reg == ZYDIS_REGISTER_NONE) return true;  // jmp [mem]: the entry is in no register
     const uint16_t bit = gpr_bit(d.entry_reg);
+    const std::size_t jmp = index_.at(t.jump_addr);
     for (std::size_t i = d.load + 1; i < jmp; ++i)
       if (i != d.add && (use_of(i).read & bit)) return false;
     if (d.entry_size == 4) return true;
@@ -489,15 +489,9 @@ class CfgBuilder {
     // Outside the function (a .cold part) nothing shows what reads J: the
     // rebuilt table sends those entries to the original target itself, not
     // to a copy of it, so J holds there what it held (emitter.cpp).
-    for (uint64_t target : cfg_.tables[table_index(cfg_.instructions[jmp].addr)].targets)
+    for (uint64_t target : t.targets)
       if (inside(target) && !dead_from(target, d.entry_reg)) return false;
     return true;
-  }
-
-  std::size_t table_index(uint64_t jump) const {
-    for (std::size_t k = 0; k < cfg_.tables.size(); ++k)
-      if (cfg_.tables[k].jump_addr == jump) return k;
-    return 0;
   }
 
   // Whether `r`'s value is dead at `from`: on every path it is written
@@ -540,7 +534,6 @@ class CfgBuilder {
   }
 
   static constexpr uint16_t kReturned = (1u << 0) | (1u << 2);  // rax, rdx
-  static constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);
   static constexpr std::size_t kOutsideBudget = 256;  // instructions decoded past the function, per exit
 
   // What the code at `from`, outside the function (its .cold part, or a
@@ -624,9 +617,8 @@ class CfgBuilder {
       }
       if (!b.exits) continue;
       const Instruction& last = cfg_.instructions[b.first + b.count - 1];
-      const JumpTable* table = nullptr;
-      for (const JumpTable& t : cfg_.tables)
-        if (t.jump_addr == last.addr) table = &t;
+      auto found = tables_.find(last.addr);  // cfg_.tables holds the same, by jump
+      const JumpTable* table = found == tables_.end() ? nullptr : &found->second;
       if (last.flow == Flow::Return) {
         live[k] = (kReturned | kCalleeSaved) & bit;
       } else if (table) {  // a switch whose entries leave for the .cold part: followed there

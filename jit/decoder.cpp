@@ -128,7 +128,6 @@ uint16_t gpr_bit(ZydisRegister r) {
 
 RegisterUse register_use(const Instruction& in) {
   constexpr uint16_t kAll = 0xffff;
-  constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);
   constexpr uint16_t kRsp = 1u << 4;
   RegisterUse use;
   ZydisDecodedInstruction zy;

@@ -44,6 +44,7 @@ RegisterUse register_use(const Instruction& in);
 uint16_t gpr_bit(ZydisRegister r);
 
 constexpr uint16_t kCalleeSaved = (1u << 3) | (1u << 5) | (0xfu << 12);  // rbx rbp r12-r15
+constexpr uint16_t kArguments = (1u << 7) | (1u << 6) | (1u << 2) | (1u << 1) | (1u << 8) | (1u << 9);  // rdi rsi rdx rcx r8 r9
 
 // `in`, an instruction with one memory operand `[base + index*scale + disp]`
 // (base may be absent, never rip), encoded again with displacement `disp`
