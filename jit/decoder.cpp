@@ -98,28 +98,6 @@ Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr) {
   return in;
 }
 
-bool may_write_gpr(const Instruction& in, ZydisRegister r) {
-  if (in.flow == Flow::Call || in.flow == Flow::IndirectCall) return true;  // the callee may
-  ZydisDecodedInstruction zy;
-  std::array<ZydisDecodedOperand, ZYDIS_MAX_OPERAND_COUNT> ops;
-  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&decoder(), in.bytes.data(), in.length, &zy, ops.data()))) return true;
-  // The kernel's writes are not in Zydis's operand lists (int 0x80 returns
-  // in rax and clears r8-r11).
-  switch (zy.meta.category) {
-    case ZYDIS_CATEGORY_INTERRUPT:
-    case ZYDIS_CATEGORY_SYSCALL:
-    case ZYDIS_CATEGORY_SYSTEM: return true;
-    default: break;
-  }
-  const ZydisRegister wide = ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
-  for (unsigned i = 0; i < zy.operand_count; ++i) {
-    const ZydisDecodedOperand& op = ops[i];
-    if (op.type != ZYDIS_OPERAND_TYPE_REGISTER || !(op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE)) continue;
-    if (ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, op.reg.value) == wide) return true;
-  }
-  return false;
-}
-
 uint16_t gpr_bit(ZydisRegister r) {
   ZydisRegister wide = ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
   if (wide < ZYDIS_REGISTER_RAX || wide > ZYDIS_REGISTER_R15) return 0;

@@ -19,11 +19,6 @@ Result<std::vector<Instruction>> decode_function(std::span<const uint8_t> bytes,
 // Decodes a single instruction (for tests and the verifier).
 Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr);
 
-// Whether `in` may write general-purpose register `r` (any width of it), its
-// hidden operands included (mul writes rdx, a call's callee any caller-saved
-// register, rep movs rcx/rsi/rdi). True when in doubt.
-bool may_write_gpr(const Instruction& in, ZydisRegister r);
-
 // The general-purpose registers an instruction reads and writes, as masks
 // with bit k for the k-th 64-bit register (rax = 0 ... r15 = 15, Zydis's
 // order), hidden operands and address registers included, and whether it
