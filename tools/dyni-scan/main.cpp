@@ -1,9 +1,10 @@
-// dyni-scan ELF-FILE [--profile FILE] [--shuffle SEED] [--leave-cold]
+// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold]
 //
 // Runs the whole jit (jit/pipeline.h) over a binary: every function as if all
 // were hot, or the functions of a recorded profile (dyni-record) laid out by
 // it. Prints the functions and bytes accepted, the rejections by reason, the
-// share of sampled CPU accepted (with a profile), the cache built, and the
+// shares of sampled CPU accepted and staying in the cache (with a profile;
+// --leaving lists the sampled copies that leave it), the cache built, and the
 // verifier's verdict on every function: the copies it rejected while the
 // cache was built (those functions stay in the original code) and a second
 // check of every copy kept, frames included. Exits 1 on any verifier failure
@@ -121,57 +122,92 @@ std::size_t verify_all(const jit::ModulePlan& plan) {
 
 }  // namespace
 
-// Why a copy leaves the cache at a dispatch: its first indirect jump that
-// is not through a table rebuilt for it (a tail call through a pointer, or
-// a table read from the original); "" when every one stays.
-std::string first_exit(const jit::FunctionCfg& cfg, const jit::CachedFunction& copy) {
+// A dispatch of a copy that leaves the cache: an indirect jump that is not
+// through a table rebuilt for it (a tail call through a pointer, or a table
+// read from the original). `sampled` when its block has samples: a dispatch
+// in a block the profile never saw is cold code, like a cold block left in
+// the original code (GCC's speculative devirtualization puts the tail call
+// through the pointer on such a path, behind a compare with the function it
+// inlined).
+struct Exit {
+  uint64_t addr = 0;
+  std::string why;
+  bool sampled = false;
+};
+
+bool block_sampled(const jit::FunctionCfg& cfg, const jit::Block& b, const jit::FunctionSamples* samples) {
+  if (!samples) return false;
+  auto at = samples->by_offset.lower_bound(b.start - cfg.start);
+  return at != samples->by_offset.end() && at->first < b.end - cfg.start && at->second > 0;
+}
+
+std::vector<Exit> exits_of(const jit::FunctionCfg& cfg, const jit::CachedFunction& copy,
+                           const jit::FunctionSamples* samples) {
   std::set<uint64_t> rebuilt_loads;
   for (const jit::RebuiltTable& t : copy.code.tables) rebuilt_loads.insert(t.load);
-  for (const jit::Instruction& in : cfg.instructions) {
+  std::vector<Exit> out;
+  for (const jit::Block& b : cfg.blocks) {
+    const jit::Instruction& in = cfg.instructions[b.first + b.count - 1];
     if (in.flow != jit::Flow::IndirectBranch) continue;
     auto table = std::find_if(cfg.tables.begin(), cfg.tables.end(),
                               [&](const jit::JumpTable& t) { return t.jump_addr == in.addr; });
-    if (table == cfg.tables.end()) return fmt::format("tail call through a pointer at {:#x}", in.addr);
-    if (!rebuilt_loads.count(table->load_addr))
-      return fmt::format("table not rebuilt at {:#x}{}", in.addr, table->proven ? "" : " (bound not proven)");
+    std::string why;
+    if (table == cfg.tables.end()) why = fmt::format("tail call through a pointer at {:#x}", in.addr);
+    else if (!rebuilt_loads.count(table->load_addr))
+      why = fmt::format("table not rebuilt at {:#x}{}", in.addr, table->proven ? "" : " (bound not proven)");
+    if (!why.empty()) out.push_back({in.addr, why, block_sampled(cfg, b, samples)});
   }
-  return "";
-}
-
-// The accepted functions with samples, each with first_exit's answer.
-std::vector<std::pair<const jit::FunctionCfg*, std::string>> exits_of(const jit::ModulePlan& plan) {
-  std::map<uint64_t, const jit::CachedFunction*> cached;
-  for (const jit::CachedFunction& f : plan.cache.functions) cached[f.original_entry] = &f;
-  std::vector<std::pair<const jit::FunctionCfg*, std::string>> out;
-  for (const auto& cfg : plan.cfgs)
-    if (auto f = cached.find(cfg->start); f != cached.end()) out.emplace_back(cfg.get(), first_exit(*cfg, *f->second));
   return out;
 }
 
-// Samples of the accepted functions whose every indirect jump stays in the
-// cache: each goes through a table rebuilt for the copy (a tail call through
-// a pointer, or a table read from the original, leaves it at every dispatch).
-uint64_t staying_samples(const jit::ModulePlan& plan, const jit::ModuleProfile& profile) {
-  uint64_t staying = 0;
-  for (const auto& [cfg, exit] : exits_of(plan)) {
+// The accepted functions with samples, each with its samples and exits.
+struct SampledCopy {
+  const jit::FunctionCfg* cfg;
+  uint64_t samples;
+  std::vector<Exit> exits;
+};
+
+std::vector<SampledCopy> sampled_copies(const jit::ModulePlan& plan, const jit::ModuleProfile& profile) {
+  std::map<uint64_t, const jit::CachedFunction*> cached;
+  for (const jit::CachedFunction& f : plan.cache.functions) cached[f.original_entry] = &f;
+  std::vector<SampledCopy> out;
+  for (const auto& cfg : plan.cfgs) {
+    auto f = cached.find(cfg->start);
     auto s = profile.functions.find(cfg->start);
-    if (exit.empty() && s != profile.functions.end()) staying += s->second.samples;
+    if (f == cached.end() || s == profile.functions.end()) continue;
+    out.push_back({cfg.get(), s->second.samples, exits_of(*cfg, *f->second, &s->second)});
   }
+  return out;
+}
+
+bool leaves(const SampledCopy& c, bool count_cold) {
+  return std::any_of(c.exits.begin(), c.exits.end(), [&](const Exit& e) { return e.sampled || count_cold; });
+}
+
+// Samples of the accepted functions that stay in the cache: no dispatch in
+// a sampled block leaves it (with count_cold, no dispatch anywhere does).
+uint64_t staying_samples(const std::vector<SampledCopy>& copies, bool count_cold) {
+  uint64_t staying = 0;
+  for (const SampledCopy& c : copies)
+    if (!leaves(c, count_cold)) staying += c.samples;
   return staying;
 }
 
-// --leaving: the sampled copies that leave the cache, heaviest first.
-void print_leaving(const jit::ModulePlan& plan, const jit::ModuleProfile& profile, const elf::FunctionTable& table) {
+// --leaving: the sampled copies that leave the cache, heaviest first, each
+// with its first leaving dispatch (a sampled one if there is one).
+void print_leaving(const std::vector<SampledCopy>& copies, const elf::FunctionTable& table) {
   std::vector<std::tuple<uint64_t, std::string, std::string>> rows;
-  for (const auto& [cfg, exit] : exits_of(plan)) {
-    auto s = profile.functions.find(cfg->start);
-    if (exit.empty() || s == profile.functions.end()) continue;
-    const elf::Function* f = table.find(cfg->start);
-    rows.emplace_back(s->second.samples, f && !f->name.empty() ? f->name : fmt::format("func_{:x}", cfg->start), exit);
+  for (const SampledCopy& c : copies) {
+    if (c.exits.empty()) continue;
+    auto hot = std::find_if(c.exits.begin(), c.exits.end(), [](const Exit& e) { return e.sampled; });
+    const Exit& shown = hot != c.exits.end() ? *hot : c.exits.front();
+    const elf::Function* f = table.find(c.cfg->start);
+    std::string name = f && !f->name.empty() ? f->name : fmt::format("func_{:x}", c.cfg->start);
+    rows.emplace_back(c.samples, name, shown.why + (shown.sampled ? "" : " (in an unsampled block: cold)"));
   }
   std::sort(rows.rbegin(), rows.rend());
-  for (const auto& [samples, name, exit] : rows)
-    std::printf("leaving:   %6llu samples  %s: %s\n", static_cast<unsigned long long>(samples), name.c_str(), exit.c_str());
+  for (const auto& [samples, name, why] : rows)
+    std::printf("leaving:   %6llu samples  %s: %s\n", static_cast<unsigned long long>(samples), name.c_str(), why.c_str());
 }
 
 int main(int argc, char** argv) {
@@ -223,11 +259,14 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(plan->hot_samples),
                 static_cast<unsigned long long>(plan->accepted_samples),
                 percent(plan->accepted_samples, plan->hot_samples));
-    uint64_t staying = staying_samples(*plan, *profile);
+    auto copies = sampled_copies(*plan, *profile);
+    uint64_t staying = staying_samples(copies, false), staying_static = staying_samples(copies, true);
     std::printf("           staying in the cache %llu (%.1f%% of sampled CPU): copies whose every indirect jump "
-                "reaches copies (no table left to the original, no tail call through a pointer)\n",
+                "in a sampled block reaches copies (no table left to the original, no tail call through a pointer)\n",
                 static_cast<unsigned long long>(staying), percent(staying, plan->hot_samples));
-    if (args.leaving) print_leaving(*plan, *profile, *table);
+    std::printf("           staying, counting unsampled blocks too %llu (%.1f%% of sampled CPU)\n",
+                static_cast<unsigned long long>(staying_static), percent(staying_static, plan->hot_samples));
+    if (args.leaving) print_leaving(copies, *table);
   }
   print_rejections(*plan);
   std::map<std::string, std::size_t> unpatched;
