@@ -100,34 +100,77 @@ void set_space(unw_addr_space_t as, WindowMemory* memory, std::optional<std::pai
 }
 
 // glibc's clone and clone3 end their FDE just before `syscall` (in the new
-// thread the frame would be wrong), so a thread held right after that
-// syscall has no unwind information at its PC, and thread storms hold one
-// there in nearly every window. What follows the syscall is exactly
-// `test %rax,%rax; jl error; jz thread_start; ret`, nothing pushed since the
-// entry: in the new thread (rax 0) the stack begins there (thread_start
-// marks the outermost frame); in the parent the return address is at [rsp].
-enum class CloneExit { No, Child, Parent };
+// thread the frame would be wrong), so a thread held on the few
+// instructions after it has no unwind information at its PC, and thread
+// storms hold one there in nearly every window. Those instructions are
+// exactly
+//     mov $NR,%eax; syscall; test %rax,%rax; jl error; jz child; ret
+//   child: xor %ebp,%ebp; [and $-16,%rsp | pop %rax | pop %rdi | mov %r8,%rdi]...; call *%reg
+// with nothing pushed since the entry. In the parent (rax > 0 up to the
+// ret) the return address is at [rsp]; in the new thread (rax 0 up to the
+// jz, then the child path up to its call) the stack begins there
+// (thread_start marks the outermost frame). The whole sequence is matched,
+// NR included (clone or clone3), before a PC is placed in it.
+
+// The length of one child-path instruction at `b` (glibc's shapes), or 0.
+std::size_t child_step(const uint8_t* b, std::size_t left, bool& is_call) {
+  is_call = left >= 2 && b[0] == 0xff && (b[1] & 0xf8) == 0xd0;  // call *%reg
+  if (is_call) return 2;
+  if (left >= 2 && b[0] == 0x31 && b[1] == 0xed) return 2;                                    // xor %ebp,%ebp
+  if (left >= 4 && b[0] == 0x48 && b[1] == 0x83 && b[2] == 0xe4) return 4;                    // and $imm8,%rsp
+  if (left >= 3 && b[0] == 0x4c && b[1] == 0x89 && b[2] == 0xc7) return 3;                    // mov %r8,%rdi
+  if (left >= 1 && (b[0] == 0x58 || b[0] == 0x5f)) return 1;                                  // pop %rax / %rdi
+  return 0;
+}
+
+// Where PC `pc` stands in a clone exit sequence whose syscall is at `b + s`
+// (b holds the code from `base`).
+CloneExit place_in_clone_exit(const std::vector<uint8_t>& b, uint64_t base, std::size_t s, uint64_t pc, uint64_t rax) {
+  auto at = [&](std::size_t i) { return i < b.size() ? b[i] : uint8_t{0}; };
+  uint32_t nr = 0;
+  if (s < 5 || at(s - 5) != 0xb8) return CloneExit::No;
+  std::memcpy(&nr, &b[s - 4], 4);
+  if ((nr != SYS_clone && nr != SYS_clone3) || at(s) != 0x0f || at(s + 1) != 0x05) return CloneExit::No;
+  if (at(s + 2) != 0x48 || at(s + 3) != 0x85 || at(s + 4) != 0xc0) return CloneExit::No;  // test %rax,%rax
+  std::size_t jl = s + 5, jz = 0, ret = 0;
+  if (at(jl) == 0x7c) jz = jl + 2;
+  else if (at(jl) == 0x0f && at(jl + 1) == 0x8c) jz = jl + 6;
+  else return CloneExit::No;
+  if (at(jz) != 0x74 || at(jz + 1) != 0x01 || at(jz + 2) != 0xc3) return CloneExit::No;  // jz over the ret
+  ret = jz + 2;
+  const uint64_t off = pc - base;
+  if (off == s + 2 || off == jl || off == jz)
+    return rax == 0 ? CloneExit::Child : static_cast<int64_t>(rax) > 0 ? CloneExit::Parent : CloneExit::No;
+  if (off == ret) return CloneExit::Parent;
+  bool is_call = false;
+  for (std::size_t i = ret + 1; i < b.size();) {
+    std::size_t n = child_step(&b[i], b.size() - i, is_call);
+    if (n == 0) return CloneExit::No;
+    if (off == i) return CloneExit::Child;
+    if (is_call) return CloneExit::No;
+    i += n;
+  }
+  return CloneExit::No;
+}
+
+// The syscall lies less than 40 bytes before the PC (the child path's
+// call, the farthest, 2 + 3 + 6 + 2 + 1 + 9 bytes after it).
+constexpr uint64_t kCloneBack = 40, kCloneAhead = 16;
 
 CloneExit at_clone_exit(WindowMemory& memory, const user_regs_struct& regs) {
-  long nr = static_cast<long>(regs.orig_rax);
-  if (nr != SYS_clone && nr != SYS_clone3) return CloneExit::No;
-  auto code = memory.read(regs.rip - 2, 2 + 16);
-  if (!code) return CloneExit::No;
-  const std::vector<uint8_t>& b = *code;
-  std::size_t at = 0;
-  auto branch = [&](uint8_t short_op, uint8_t near_op) {  // jcc rel8 or 0f jcc rel32
-    if (b[at] == short_op) return at += 2, true;
-    if (b[at] == 0x0f && b[at + 1] == near_op) return at += 6, true;
-    return false;
-  };
-  if (b[0] != 0x0f || b[1] != 0x05) return CloneExit::No;                  // syscall
-  if (b[2] != 0x48 || b[3] != 0x85 || b[4] != 0xc0) return CloneExit::No;  // test %rax,%rax
-  at = 5;
-  if (!branch(0x7c, 0x8c) || !branch(0x74, 0x84) || b[at] != 0xc3) return CloneExit::No;  // jl; jz; ret
-  return regs.rax == 0 ? CloneExit::Child : CloneExit::Parent;
+  if (regs.rip < kCloneBack) return CloneExit::No;
+  auto code = memory.read(regs.rip - kCloneBack, kCloneBack + kCloneAhead);
+  return code ? clone_exit_at(*code, regs.rip - kCloneBack, regs.rip, regs.rax) : CloneExit::No;
 }
 
 }  // namespace
+
+CloneExit clone_exit_at(const std::vector<uint8_t>& code, uint64_t code_addr, uint64_t pc, uint64_t rax) {
+  if (pc < code_addr || pc - code_addr > code.size()) return CloneExit::No;
+  for (std::size_t s = 5; s + 2 <= pc - code_addr; ++s)
+    if (CloneExit e = place_in_clone_exit(code, code_addr, s, pc, rax); e != CloneExit::No) return e;
+  return CloneExit::No;
+}
 
 struct StackReader::Space {
   pid_t pid = 0;

@@ -45,6 +45,15 @@ struct UnwindTable {
   uint64_t segbase = 0;               // 0: table_addr (an .eh_frame_hdr's own start otherwise)
 };
 
+// glibc's clone and clone3 end their FDE before their syscall, so a thread
+// on the instructions after it has no unwind information at its PC
+// (thread_unwind.cpp says what they are). Where `pc` stands in them, given
+// `code` read from `code_addr` (at least the 40 bytes before pc and 16
+// after) and the thread's rax: the new thread's first frame (Child), the
+// parent's with its return address at [rsp] (Parent), or neither (No).
+enum class CloneExit { No, Child, Parent };
+CloneExit clone_exit_at(const std::vector<uint8_t>& code, uint64_t code_addr, uint64_t pc, uint64_t rax);
+
 // Unwinds threads of one process; keeps libunwind's caches between threads.
 // Every thread passed must be held (ptrace-stopped) by the caller. Memory is
 // read a page at a time during one unwind() (never cached across calls).

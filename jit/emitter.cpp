@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "jit/decoder.h"
@@ -25,6 +27,7 @@ struct Piece {
   std::size_t length = 0;
   bool dropped = false;             // a jmp made redundant by the layout: no bytes
   const JumpTable* table = nullptr; // Copied: a load that reads its rebuilt table
+  BranchWidth width = BranchWidth::Near;  // a jmp/jcc whose target's copy is within rel8 reach: Short
 };
 
 // A displacement that needs 32 bits: the length of a rebuilt table's load.
@@ -77,10 +80,59 @@ class Planner {
       for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) pieces.push_back(copied(cfg_.instructions[i]));
       plan_block_end(cfg_.instructions[b.first + b.count - 1], next, pieces);
     }
+    shorten_branches(pieces);
     return pieces;
   }
 
  private:
+  // The original address a jmp/jcc piece goes to when that is inside the
+  // function (its copy may then be near), else none.
+  std::optional<uint64_t> internal_destination(const Piece& p) const {
+    uint64_t to = 0;
+    if (p.kind == Translation::Jump) to = p.continue_at;
+    else if (p.kind == Translation::Inverted) to = p.in->end();
+    else if (!p.dropped && !p.table && p.in->has_target && can_be_short(*p.in)) to = p.in->target;
+    else return std::nullopt;
+    if (to < cfg_.start || to >= cfg_.end) return std::nullopt;
+    return to;
+  }
+
+  // Branches inside the copy take the 2-byte rel8 form when their target's
+  // copy is within reach (emit_function aims them as it does: the copy of
+  // the target, where a dropped jmp's copy is where its target's follows).
+  // All start short; each out of reach is widened to rel32, until none is.
+  // Widening only lengthens pieces, so no distance ever shrinks: a branch
+  // widened stays out of reach, and the loop ends.
+  void shorten_branches(std::vector<Piece>& pieces) const {
+    std::vector<std::optional<uint64_t>> to(pieces.size());
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+      if ((to[i] = internal_destination(pieces[i]))) set_width(pieces[i], BranchWidth::Short);
+    for (bool widened = true; widened;) {
+      widened = false;
+      std::map<uint64_t, uint64_t> copy_at;  // original instruction → its copy's offset
+      std::vector<uint64_t> at(pieces.size());
+      uint64_t offset = 0;
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        at[i] = offset;
+        if (pieces[i].in) copy_at[pieces[i].in->addr] = offset;
+        offset += pieces[i].length;
+      }
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        if (pieces[i].width != BranchWidth::Short) continue;
+        auto target = copy_at.find(*to[i]);  // none: a block left in the original code
+        int64_t delta = target == copy_at.end() ? INT64_MAX
+                                                : static_cast<int64_t>(target->second - (at[i] + pieces[i].length));
+        if (delta < INT8_MIN || delta > INT8_MAX) set_width(pieces[i], BranchWidth::Near), widened = true;
+      }
+    }
+  }
+
+  static void set_width(Piece& p, BranchWidth width) {
+    p.width = width;
+    p.length = p.kind == Translation::Jump ? (width == BranchWidth::Short ? 2 : kJmpRel32)
+                                           : relocated_length(*p.in, width);
+  }
+
   Piece copied(const Instruction& in) const {
     const bool base_less = in.memory() && in.memory()->base == ZYDIS_REGISTER_NONE;
     for (const JumpTable& t : cfg_.tables)
@@ -129,7 +181,13 @@ class Planner {
   std::map<uint64_t, std::size_t> block_index_;
 };
 
-Result<std::vector<uint8_t>> jmp_rel32(uint64_t at, uint64_t to) {
+// An added jmp: rel32, or rel8 (EB) when the planner found its target near.
+Result<std::vector<uint8_t>> jmp_to(uint64_t at, uint64_t to, BranchWidth width) {
+  if (width == BranchWidth::Short) {
+    int64_t delta = static_cast<int64_t>(to - (at + 2));
+    if (delta < INT8_MIN || delta > INT8_MAX) return fail(fmt::format("short jump out of reach at {:#x}", at));
+    return std::vector<uint8_t>{0xeb, static_cast<uint8_t>(static_cast<int8_t>(delta))};
+  }
   int64_t delta = static_cast<int64_t>(to - (at + kJmpRel32));
   if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("jump beyond ±2 GB at {:#x}", at));
   std::vector<uint8_t> out = {0xe9, 0, 0, 0, 0};
@@ -211,15 +269,19 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     if (p.table) {
       bytes = rebuilt_table_load(*p.in, p.length, p.table->table_addr, table_at[key_of(*p.table)]);
     } else if (p.kind == Translation::Jump) {
-      bytes = jmp_rel32(here, image(p.continue_at));
+      bytes = jmp_to(here, image(p.continue_at), p.width);
     } else if (p.kind == Translation::Inverted) {
-      bytes = relocate_inverted(*p.in, here, image(p.in->end()));
+      bytes = relocate_inverted(*p.in, here, image(p.in->end()), p.width);
     } else {
       std::optional<uint64_t> target;
       if (p.in->has_target) target = image(p.in->target);
-      bytes = relocate(*p.in, here, target);
+      bytes = relocate(*p.in, here, target, p.width);
     }
     if (!bytes) return std::unexpected(bytes.error());
+    // Invariant: every piece is as long as planned (the translation's
+    // addresses, the tables' places and emitted_size rest on it).
+    if (bytes->size() != p.length)
+      return fail(fmt::format("emitter: {:#x} planned {} bytes, made {}", here, p.length, bytes->size()));
     code.bytes.insert(code.bytes.end(), bytes->begin(), bytes->end());
   }
   for (const Piece& p : pieces) {

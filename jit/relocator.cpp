@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -56,7 +57,14 @@ Status check_relocatable(const Instruction& in) {
   return ok();
 }
 
-std::size_t relocated_length(const Instruction& in) {
+bool can_be_short(const Instruction& in) {
+  if (!in.has_target || is_rel8_only(in)) return false;
+  if (in.flow == Flow::CondBranch) return jcc_condition(in).has_value();
+  return in.flow == Flow::Branch && in.mnemonic == ZYDIS_MNEMONIC_JMP;
+}
+
+std::size_t relocated_length(const Instruction& in, BranchWidth width) {
+  if (width == BranchWidth::Short && can_be_short(in)) return 2;
   switch (kind_of(in)) {
     case Kind::Copy:
     case Kind::PatchDisp:
@@ -68,10 +76,27 @@ std::size_t relocated_length(const Instruction& in) {
   return in.length;
 }
 
+namespace {
+
+// jmp rel8 (EB) or jcc rel8 (7x, condition `cc`) at `new_addr` to `target`.
+Result<std::vector<uint8_t>> short_branch(const Instruction& in, uint64_t new_addr, uint64_t target,
+                                          std::optional<unsigned> cc) {
+  int64_t delta = static_cast<int64_t>(target - (new_addr + 2));
+  if (delta < INT8_MIN || delta > INT8_MAX) return fail(fmt::format("short branch out of reach at {:#x}", in.addr));
+  uint8_t opcode = cc ? static_cast<uint8_t>(0x70 | *cc) : uint8_t{0xeb};
+  return std::vector<uint8_t>{opcode, static_cast<uint8_t>(static_cast<int8_t>(delta))};
+}
+
+}  // namespace
+
 Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
-                                      std::optional<uint64_t> new_target) {
+                                      std::optional<uint64_t> new_target, BranchWidth width) {
   std::vector<uint8_t> out(in.bytes.begin(), in.bytes.begin() + in.length);
   uint64_t target = new_target.value_or(in.target);
+  if (width == BranchWidth::Short) {
+    if (!can_be_short(in)) return fail(fmt::format("no short form for the branch at {:#x}", in.addr));
+    return short_branch(in, new_addr, target, jcc_condition(in));
+  }
   std::size_t len = relocated_length(in);
   switch (kind_of(in)) {
     case Kind::Copy: return out;
@@ -125,8 +150,11 @@ std::optional<unsigned> jcc_condition(const Instruction& in) {
   return std::nullopt;
 }
 
-Result<std::vector<uint8_t>> relocate_inverted(const Instruction& in, uint64_t new_addr, uint64_t new_target) {
-  if (!jcc_condition(in)) return fail(fmt::format("branch without an opposite condition at {:#x}", in.addr));
+Result<std::vector<uint8_t>> relocate_inverted(const Instruction& in, uint64_t new_addr, uint64_t new_target,
+                                               BranchWidth width) {
+  auto cc = jcc_condition(in);
+  if (!cc) return fail(fmt::format("branch without an opposite condition at {:#x}", in.addr));
+  if (width == BranchWidth::Short) return short_branch(in, new_addr, new_target, *cc ^ 1);
   auto out = relocate(in, new_addr, new_target);
   if (!out) return out;
   std::size_t opcode = out->size() >= 6 ? out->size() - 6 : 0;  // 0f 8x rel32, after any prefixes

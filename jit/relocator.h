@@ -8,6 +8,8 @@
 //   call/jmp/jcc rel32, xbegin  rel32 rewritten in place
 //   jmp/jcc rel8                widened: jmp rel32 (E9), jcc rel32 (0F 8x)
 //   jrcxz/jecxz/loop* rel8      expanded: op +2; jmp short +5; jmp rel32 target
+//   jmp/jcc, BranchWidth::Short jmp rel8 (EB), jcc rel8 (7x), prefixes dropped:
+//                               the emitter's choice for a target within reach
 #pragma once
 
 #include <cstdint>
@@ -27,11 +29,21 @@ Status check_relocatable(const Instruction& in);
 // into three instructions ending in the jmp rel32 that carries the target.
 bool is_rel8_only(const Instruction& in);
 
-// The length relocate() will produce for `in` (known before addresses are).
-std::size_t relocated_length(const Instruction& in);
+// The encoding of a relocated jmp or jcc: rel32 (Near), or rel8 (Short)
+// when the emitter knows its target's copy lies within reach.
+enum class BranchWidth { Near, Short };
 
+// A jmp or jcc (rel8 or rel32), which has a 2-byte rel8 form; not a call,
+// xbegin, or a rel8-only branch.
+bool can_be_short(const Instruction& in);
+
+// The length relocate() will produce for `in` (known before addresses are).
+std::size_t relocated_length(const Instruction& in, BranchWidth width = BranchWidth::Near);
+
+// Short needs can_be_short(in), and fails when the target is out of reach.
 Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
-                                      std::optional<uint64_t> new_target = std::nullopt);
+                                      std::optional<uint64_t> new_target = std::nullopt,
+                                      BranchWidth width = BranchWidth::Near);
 
 // The condition code (0..15) of a jcc, read at its opcode (7x rel8, 0f 8x
 // rel32), or none for every other branch: jmp, xbegin, loop*, jrcxz have no
@@ -41,6 +53,7 @@ std::optional<unsigned> jcc_condition(const Instruction& in);
 // jcc `in` at `new_addr` with the opposite condition, going to `new_target`.
 // The condition is flipped in the opcode (the last 6 bytes of a jcc rel32 are
 // 0f 8x rel32), never found by a byte pattern that a displacement may hold.
-Result<std::vector<uint8_t>> relocate_inverted(const Instruction& in, uint64_t new_addr, uint64_t new_target);
+Result<std::vector<uint8_t>> relocate_inverted(const Instruction& in, uint64_t new_addr, uint64_t new_target,
+                                               BranchWidth width = BranchWidth::Near);
 
 }  // namespace dyni::jit

@@ -107,7 +107,9 @@ class Verifier {
       if (auto r = check_rebuilt_load(t, o, next, *table); !r) return r;
       return o.falls_through() ? check_continues(k, o.end()) : ok();  // jmp [table]: the load is the jump
     }
-    if (next - t.new_addr != relocated_length(o))
+    // A jmp/jcc may have either form; the decode below checks its target.
+    bool short_form = can_be_short(o) && next - t.new_addr == relocated_length(o, BranchWidth::Short);
+    if (next - t.new_addr != relocated_length(o) && !short_form)
       return fail(fmt::format("verifier: {:#x} has the wrong length", t.new_addr));
     if (auto r = check_instruction(t, o, next); !r) return r;
     if (t.kind == Translation::Inverted) return check_continues(k, o.target);

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 
 #include <chrono>
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 
@@ -132,6 +134,47 @@ TEST(ModuleUnwindTables, AreFoundInMemoryForTheExecutableLibcAndTheVdso) {
   EXPECT_EQ(libc->entries, count);
   EXPECT_EQ(libc->segbase, libc->code_lo + hdr->addr) << "libc's .eh_frame_hdr, where the loader put it";
   EXPECT_EQ(libc->table_addr, libc->segbase + 12);
+}
+
+// Every instruction of glibc's own clone exit (this process's libc: clone's
+// `mov $56,%eax; syscall; test; jl; jz; ret` and the child path up to its
+// call) is placed: the parent's up to the ret, the new thread's up to the
+// call; the instruction after the call, a wrong syscall number and an
+// error result are not.
+TEST(CloneExit, EveryInstructionAfterGlibcsCloneSyscallIsPlaced) {
+  const auto* fn = reinterpret_cast<const uint8_t*>(&::clone);
+  const std::vector<uint8_t> want = {0xb8, 0x38, 0, 0, 0, 0x0f, 0x05};
+  std::size_t mov = 0;
+  while (mov < 256 && !std::equal(want.begin(), want.end(), fn + mov)) ++mov;
+  ASSERT_LT(mov, 256u) << "no `mov $56,%eax; syscall` in clone";
+  const uint64_t syscall_end = reinterpret_cast<uint64_t>(fn + mov + 7);
+  auto code_around = [&](uint64_t pc) {
+    return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(pc - 40), reinterpret_cast<const uint8_t*>(pc + 16));
+  };
+  auto place = [&](uint64_t pc, uint64_t rax) { return clone_exit_at(code_around(pc), pc - 40, pc, rax); };
+  // test %rax,%rax (3); jl (2 or 6); jz +1 (2); ret (1); child: xor; ...; call *%reg
+  const uint64_t jl = syscall_end + 3;
+  const uint64_t jz = jl + (*reinterpret_cast<const uint8_t*>(jl) == 0x7c ? 2 : 6);
+  const uint64_t ret = jz + 2;
+  for (uint64_t pc : {syscall_end, jl, jz}) {
+    EXPECT_EQ(place(pc, 0), CloneExit::Child) << std::hex << pc;
+    EXPECT_EQ(place(pc, 1234), CloneExit::Parent) << std::hex << pc;
+    EXPECT_EQ(place(pc, static_cast<uint64_t>(-11)), CloneExit::No) << "an error returns through the FDE's code";
+  }
+  EXPECT_EQ(place(ret, 1234), CloneExit::Parent);
+  int child_steps = 0;
+  uint64_t pc = ret + 1;
+  for (; child_steps < 8; ++child_steps) {
+    ASSERT_EQ(place(pc, 0), CloneExit::Child) << "child path instruction " << child_steps;
+    const auto* b = reinterpret_cast<const uint8_t*>(pc);
+    if (b[0] == 0xff) break;  // the call
+    pc += b[0] == 0x31 ? 2 : b[0] == 0x48 ? 4 : b[0] == 0x4c ? 3 : 1;
+  }
+  EXPECT_GE(child_steps, 2) << "xor %ebp,%ebp and more before the call";
+  EXPECT_EQ(place(pc + 2, 0), CloneExit::No) << "after the call the thread has frames of its own";
+  std::vector<uint8_t> other = code_around(jl);
+  other[40 - 3 - 7 + 1] = 0x27;  // mov $39 (getpid), not clone
+  EXPECT_EQ(clone_exit_at(other, jl - 40, jl, 0), CloneExit::No);
 }
 
 // glibc's clone3 ends its FDE before the syscall: a thread held just after it

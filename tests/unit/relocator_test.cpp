@@ -60,6 +60,64 @@ TEST(Relocator, ByteExact) {
             (Bytes{0xe2, 0x02, 0xeb, 0x05, 0xe9, 0xf7, 0xef, 0xff, 0xff}));
 }
 
+Bytes moved_short(Bytes original, uint64_t from, uint64_t to, uint64_t target, bool inverted = false) {
+  auto in = decode_one(original, from);
+  EXPECT_TRUE(in) << in.error().message();
+  auto out = inverted ? relocate_inverted(*in, to, target, BranchWidth::Short)
+                      : relocate(*in, to, target, BranchWidth::Short);
+  EXPECT_TRUE(out) << out.error().message();
+  EXPECT_EQ(out->size(), relocated_length(*in, BranchWidth::Short));
+  return out ? *out : Bytes{};
+}
+
+TEST(Relocator, ShortFormsOfJmpAndJcc) {
+  // 0f 85 00 01 00 00   jne rel32, retargeted to 0x2010 from 0x2000 → 75 0e
+  EXPECT_EQ(moved_short({0x0f, 0x85, 0, 1, 0, 0}, 0x1000, 0x2000, 0x2010), (Bytes{0x75, 0x0e}));
+  // e9 00 00 00 00      jmp rel32 back to 0x1f80: 0x1f80-0x2002 = -0x82, out of rel8 reach
+  auto far = decode_one(Bytes{0xe9, 0, 0, 0, 0}, 0x1000);
+  ASSERT_TRUE(far);
+  EXPECT_FALSE(relocate(*far, 0x2000, 0x1f80, BranchWidth::Short));
+  // -0x80 is the farthest back: 0x1f82 → eb 80
+  EXPECT_EQ(moved_short({0xe9, 0, 0, 0, 0}, 0x1000, 0x2000, 0x1f82), (Bytes{0xeb, 0x80}));
+  // 3e 74 05            je with a hint prefix, the prefix dropped → 74 7f (0x2081 is the farthest ahead)
+  EXPECT_EQ(moved_short({0x3e, 0x74, 0x05}, 0x1000, 0x2000, 0x2081), (Bytes{0x74, 0x7f}));
+  // 72 05               jb, inverted → jae (73) to 0x2002 + 3
+  EXPECT_EQ(moved_short({0x72, 0x05}, 0x1000, 0x2000, 0x2005, true), (Bytes{0x73, 0x03}));
+  // Only jmp and jcc have a short form: not call, loop, jrcxz, xbegin.
+  for (Bytes b : {Bytes{0xe8, 0, 0, 0, 0}, Bytes{0xe2, 0xfe}, Bytes{0xe3, 0x02}, Bytes{0xc7, 0xf8, 0, 0, 0, 0}}) {
+    auto in = decode_one(b, 0x1000);
+    ASSERT_TRUE(in);
+    EXPECT_FALSE(can_be_short(*in)) << in->mnemonic;
+    EXPECT_FALSE(relocate(*in, 0x2000, 0x2004, BranchWidth::Short));
+    EXPECT_EQ(relocated_length(*in, BranchWidth::Short), relocated_length(*in));
+  }
+}
+
+// Branches whose target's copy is within rel8 reach get the short form; the
+// others, and every exit, stay rel32; the verifier accepts both.
+TEST(Emitter, ShortensBranchesWithinReachOnly) {
+  // 0x1000: test edi,edi; je +0x80 (to the ret past 128 nops); jne -4 (to
+  // itself's block start: the test); 128 × nop; ret
+  Bytes fn = {0x85, 0xff, 0x0f, 0x84, 0x82, 0, 0, 0, 0x75, 0xf6};
+  fn.insert(fn.end(), 128, 0x90);
+  fn.push_back(0xc3);
+  ModuleImage image;
+  image.add(0x1000, fn, true);
+  auto built = build_cfg(elf::Function{0x1000, fn.size(), "f", false, 0}, image);
+  ASSERT_TRUE(built) << built.error().message();
+  auto code = emit_in_order(*built, 0x5000);
+  ASSERT_TRUE(code) << code.error().message();
+  EXPECT_TRUE(verify(*built, *code));
+  // je over 128 + 2 bytes stays near; jne back to the test (8 bytes) is short.
+  ASSERT_GE(code->bytes.size(), 10u);
+  EXPECT_EQ(code->bytes[2], 0x0f);
+  EXPECT_EQ(code->bytes[3], 0x84);
+  EXPECT_EQ(code->bytes[8], 0x75);
+  EXPECT_EQ(code->bytes[9], 0xf6);
+  EXPECT_EQ(code->bytes.size(), fn.size());
+  EXPECT_EQ(code->code_size, emitted_size(*built, original_layout(*built), 0x5000));
+}
+
 TEST(Verifier, CatchesAMisaimedBranchAndAChangedByte) {
   std::vector<uint8_t> fn = {0x85, 0xff, 0x74, 0x01, 0x90, 0xc3};  // test; je ret; nop; ret
   ModuleImage image;
@@ -70,8 +128,9 @@ TEST(Verifier, CatchesAMisaimedBranchAndAChangedByte) {
   auto code = emit_in_order(cfg, 0x5000);
   ASSERT_TRUE(code);
   EXPECT_TRUE(verify(cfg, *code));
+  ASSERT_EQ(code->bytes, fn) << "je to a copy within reach keeps its rel8 form";
   auto bad_branch = *code;
-  bad_branch.bytes[4] += 1;  // je rel32 now lands one byte off
+  bad_branch.bytes[3] += 1;  // je rel8 now lands one byte off
   EXPECT_FALSE(verify(cfg, bad_branch));
   auto bad_byte = *code;
   bad_byte.bytes[1] = 0xf6;  // test esi, edi
