@@ -21,6 +21,7 @@ TICKS=$(getconf CLK_TCK)
 
 questions() { mariadb --socket="$DIR/mysqld.sock" -uroot -N -e "show global status like 'Questions'" | awk '{print $2}'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+user_ticks() { awk '{print $14}' "/proc/$PID/stat"; }  # dyni changes only user code
 
 total=$(( (GROUPS_N * 4 + 3) * BLOCK + 30 ))
 sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$PORT" --mysql-user=sbtest \
@@ -37,34 +38,34 @@ echo "$summary"
 [[ "$summary" == *patched* && "$summary" != *" 0 entries patched"* ]] ||
   { echo "injection failed or patched nothing (a process injected before? restart it): $summary"; exit 1; }
 
-# One block in state $1 (A: original, B: dynimized): "qps cpu_us_per_query".
+# One block in state $1 (A: original, B: dynimized): "qps cpu_us_per_query user_us_per_query".
 block() {
   echo "$([ "$1" = A ] && echo undo || echo redo)" >&"${INJ[1]}"
   read -r answer <&"${INJ[0]}"
   [ "$answer" = ok ] || { echo "dyni-inject: $answer" >&2; exit 1; }
   sleep 1
-  local q0 c0 q1 c1
-  q0=$(questions); c0=$(cpu_ticks)
+  local q0 c0 u0 q1 c1 u1
+  q0=$(questions); c0=$(cpu_ticks); u0=$(user_ticks)
   sleep "$BLOCK"
-  q1=$(questions); c1=$(cpu_ticks)
-  awk -v q=$((q1 - q0)) -v c=$((c1 - c0)) -v s="$BLOCK" -v t="$TICKS" \
-    'BEGIN { printf "%.1f %.1f\n", q / s, (q > 0 ? c / t * 1e6 / q : 0) }'
+  q1=$(questions); c1=$(cpu_ticks); u1=$(user_ticks)
+  awk -v q=$((q1 - q0)) -v c=$((c1 - c0)) -v u=$((u1 - u0)) -v s="$BLOCK" -v t="$TICKS" \
+    'BEGIN { printf "%.1f %.1f %.1f\n", q / s, (q > 0 ? c / t * 1e6 / q : 0), (q > 0 ? u / t * 1e6 / q : 0) }'
 }
 
-echo "group  qps B/A  cpu-per-query B/A"
-sum_q=0; sum_c=0
+echo "group  qps B/A  cpu-per-query B/A  user-cpu-per-query B/A"
+sum_q=0; sum_c=0; sum_u=0
 for g in $(seq 1 "$GROUPS_N"); do
   order=$([ $((g % 2)) -eq 1 ] && echo "A B B A" || echo "B A A B")
-  qa=0; qb=0; ca=0; cb=0
+  qa=0; qb=0; ca=0; cb=0; ua=0; ub=0
   for s in $order; do
-    read -r q c < <(block "$s")
-    if [ "$s" = A ]; then qa=$(echo "$qa + $q" | bc -l); ca=$(echo "$ca + $c" | bc -l)
-    else qb=$(echo "$qb + $q" | bc -l); cb=$(echo "$cb + $c" | bc -l); fi
+    read -r q c u < <(block "$s")
+    if [ "$s" = A ]; then qa=$(echo "$qa + $q" | bc -l); ca=$(echo "$ca + $c" | bc -l); ua=$(echo "$ua + $u" | bc -l)
+    else qb=$(echo "$qb + $q" | bc -l); cb=$(echo "$cb + $c" | bc -l); ub=$(echo "$ub + $u" | bc -l); fi
   done
-  rq=$(echo "$qb / $qa" | bc -l); rc=$(echo "$cb / $ca" | bc -l)
-  printf "%5d  %7.3f  %7.3f\n" "$g" "$rq" "$rc"
-  sum_q=$(echo "$sum_q + $rq" | bc -l); sum_c=$(echo "$sum_c + $rc" | bc -l)
+  rq=$(echo "$qb / $qa" | bc -l); rc=$(echo "$cb / $ca" | bc -l); ru=$(echo "$ub / $ua" | bc -l)
+  printf "%5d  %7.3f  %7.3f  %7.3f\n" "$g" "$rq" "$rc" "$ru"
+  sum_q=$(echo "$sum_q + $rq" | bc -l); sum_c=$(echo "$sum_c + $rc" | bc -l); sum_u=$(echo "$sum_u + $ru" | bc -l)
 done
-printf "mean   %7.3f  %7.3f   (B = dynimized, A = original; CPU per query below 1 is better)\n" \
-  "$(echo "$sum_q / $GROUPS_N" | bc -l)" "$(echo "$sum_c / $GROUPS_N" | bc -l)"
+printf "mean   %7.3f  %7.3f  %7.3f   (B = dynimized, A = original; CPU per query below 1 is better)\n" \
+  "$(echo "$sum_q / $GROUPS_N" | bc -l)" "$(echo "$sum_c / $GROUPS_N" | bc -l)" "$(echo "$sum_u / $GROUPS_N" | bc -l)"
 echo quit >&"${INJ[1]}"

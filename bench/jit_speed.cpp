@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < 5; ++round) {
     for (bool verify : {false, true}) {
       jit::JitOptions options;
-      options.verify = verify;
+      options.cache.verify = verify;
       double start = cpu_seconds();
       auto plan = jit::optimize_module(input, options);
       (verify ? verified : plain).push_back(cpu_seconds() - start);

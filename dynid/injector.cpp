@@ -90,7 +90,7 @@ std::pair<uint64_t, uint64_t> module_range(const std::vector<profiler::Mapping>&
 Result<jit::ModulePlan> plan_at(const Executable& exe, const InjectRequest& req, uint64_t cache_base) {
   jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, {}, {}, 0};
   jit::use_unwind_info(input, *exe.file);
-  return jit::optimize_module(input);
+  return jit::optimize_module(input, req.options);
 }
 
 // The copies that get unwind information (and so may be patched), and the

@@ -26,18 +26,16 @@
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_record.h"
 #include "dynid/thread_unwind.h"
+#include "jit/pipeline.h"
 
 namespace dyni {
-
-namespace jit {
-struct ModuleProfile;
-}
 
 struct InjectRequest {
   pid_t pid = 0;
   std::vector<uint64_t> hot;  // link-time entry addresses in the executable
   const jit::ModuleProfile* profile = nullptr;  // lays out blocks by it; null: original order
   std::chrono::milliseconds call_timeout{2000};
+  jit::JitOptions options{};
 };
 
 // The profile to lay blocks out by: `profile` where it has measured edges

@@ -170,7 +170,11 @@ void TargetLifecycle::dynimize() {
     }
     const jit::ModuleProfile* layout = layout_profile(exe->profile);
     layout_ = layout ? "by profile (LBR edges)" : "original block order (no LBR: inferred edges lay out worse)";
-    injected = inject_executable({pid_, exe->profile.hot_set(kHotSetShare), layout});
+    InjectRequest request;
+    request.pid = pid_;
+    request.hot = exe->profile.hot_set(kHotSetShare);
+    request.profile = layout;
+    injected = inject_executable(request);
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
   }

@@ -106,7 +106,7 @@ void set_space(unw_addr_space_t as, WindowMemory* memory, std::optional<std::pai
 // exactly
 //     mov $NR,%eax; syscall; test %rax,%rax; jl error; jz child; ret
 //   child: xor %ebp,%ebp; [and $-16,%rsp | pop %rax | pop %rdi | mov %r8,%rdi]...; call *%reg
-// with nothing pushed since the entry. In the parent (rax > 0 up to the
+// with nothing pushed since the entry. In the parent (rax not 0 up to the
 // ret) the return address is at [rsp]; in the new thread (rax 0 up to the
 // jz, then the child path up to its call) the stack begins there
 // (thread_start marks the outermost frame). The whole sequence is matched,
@@ -139,8 +139,10 @@ CloneExit place_in_clone_exit(const std::vector<uint8_t>& b, uint64_t base, std:
   if (at(jz) != 0x74 || at(jz + 1) != 0x01 || at(jz + 2) != 0xc3) return CloneExit::No;  // jz over the ret
   ret = jz + 2;
   const uint64_t off = pc - base;
-  if (off == s + 2 || off == jl || off == jz)
-    return rax == 0 ? CloneExit::Child : static_cast<int64_t>(rax) > 0 ? CloneExit::Parent : CloneExit::No;
+  // Up to the jz, rax 0 is the new thread; anything else the parent: a
+  // child's pid, an error, or -ENOSYS while the syscall has not returned (a
+  // parent held at its PTRACE_EVENT_CLONE stop). Nothing is pushed either way.
+  if (off == s + 2 || off == jl || off == jz) return rax == 0 ? CloneExit::Child : CloneExit::Parent;
   if (off == ret) return CloneExit::Parent;
   bool is_call = false;
   for (std::size_t i = ret + 1; i < b.size();) {

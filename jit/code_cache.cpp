@@ -22,28 +22,48 @@ bool reachable(uint64_t from, uint64_t to) {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+BranchWidth shortest(const CacheOptions& o) { return o.short_branches ? BranchWidth::Short : BranchWidth::Near; }
+
+// Whether the copy of `f` runs other instructions than its original: its
+// blocks moved or left behind, or a branch or call leaving the function sent
+// elsewhere (to another copy, past a PLT stub).
+bool copy_differs(const HotCode& f, const Redirects& redirects) {
+  const FunctionCfg& cfg = *f.cfg;
+  if (f.layout.order.size() != cfg.blocks.size()) return true;
+  for (std::size_t k = 0; k < f.layout.order.size(); ++k)
+    if (f.layout.order[k] != k) return true;
+  for (const Instruction& in : cfg.instructions)
+    if (in.has_target && (in.target < cfg.start || in.target >= cfg.end) && redirects(in.target) != in.target)
+      return true;
+  return false;
+}
+
 // Addresses, redirects and entry patches of `functions` packed from `base`;
 // the bytes are padding until emitted.
-CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt) {
+CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt, const CacheOptions& options) {
   CodeCache cache;
   cache.base = base;
   uint64_t at = base;
   for (const HotCode& f : functions) {
     at = align_up(at, kFunctionAlignment);
     cache.redirects.to[f.cfg->start] = at;
-    CachedFunction copy{f.cfg->start, {at, {}, {}, 0, {}, {}}, {f.cfg->start, {}}, "", {}};
-    auto patch = f.shares_entry_bytes
-                     ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
-                     : plan_patch(*f.cfg, at);
-    if (patch) copy.patch = std::move(*patch);
-    else copy.unpatched = patch.error().message();
-    cache.functions.push_back(std::move(copy));
-    at += emitted_size(*f.cfg, f.layout, at);
+    cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}}, {f.cfg->start, {}}, "", {}});
+    at += emitted_size(*f.cfg, f.layout, at, shortest(options));
   }
   for (const auto& [stub, callee] : plt.to) {
     auto copy = cache.redirects.to.find(callee);
     uint64_t to = copy != cache.redirects.to.end() ? copy->second : callee;
     if (reachable(base, to) && reachable(at, to)) cache.redirects.to.emplace(stub, to);
+  }
+  for (std::size_t i = 0; i < functions.size(); ++i) {
+    const HotCode& f = functions[i];
+    CachedFunction& copy = cache.functions[i];
+    auto patch = f.shares_entry_bytes ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
+                 : options.entries == EntryPolicy::WhenTheCopyDiffers && !copy_differs(f, cache.redirects)
+                     ? fail(fmt::format("the copy runs what the original runs at {:#x}", f.cfg->start))
+                     : plan_patch(*f.cfg, copy.code.base);
+    if (patch) copy.patch = std::move(*patch);
+    else copy.unpatched = patch.error().message();
   }
   cache.bytes.assign(at - base, kPadding);
   return cache;
@@ -58,12 +78,13 @@ PatchedBytes patched_bytes(const CodeCache& cache) {
 
 // Emits (and verifies) function `f` into its slot; the reason when it fails.
 Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const PatchedBytes& patched,
-                 bool verify) {
-  auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects);
+                 const CacheOptions& options) {
+  auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects, shortest(options));
   if (!code) return fail("copy cannot be emitted: " + code.error().message());
-  if (code->bytes.size() != emitted_size(*f.cfg, f.layout, slot.code.base))  // its slot was sized by the plan
+  // Its slot was sized by the plan.
+  if (code->bytes.size() != emitted_size(*f.cfg, f.layout, slot.code.base, shortest(options)))
     return fail("copy cannot be emitted: its size differs from its plan");
-  if (verify)
+  if (options.verify)
     if (auto checked = jit::verify(*f.cfg, *code, cache.redirects, patched); !checked)
       return fail("copy fails verification: " + checked.error().message());
   std::copy(code->bytes.begin(), code->bytes.end(), cache.bytes.begin() + (code->base - cache.base));
@@ -92,18 +113,18 @@ std::vector<uint8_t> CodeCache::loaded_at(uint64_t bias) const {
 }
 
 Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt,
-                                   bool verify) {
+                                   const CacheOptions& options) {
   std::vector<HotCode> kept;
   for (const HotCode& f : functions)
     kept.push_back({f.cfg, with_entry_bytes_copied(*f.cfg, f.layout), f.shares_entry_bytes});
   std::vector<CacheRejection> rejected;
   // Each round drops at least one function, or ends.
   while (true) {
-    CodeCache cache = pack(kept, base, plt);
+    CodeCache cache = pack(kept, base, plt, options);
     PatchedBytes patched = patched_bytes(cache);
     std::set<uint64_t> failed;
     for (std::size_t i = 0; i < kept.size(); ++i) {
-      auto emitted = emit_into(cache, cache.functions[i], kept[i], patched, verify);
+      auto emitted = emit_into(cache, cache.functions[i], kept[i], patched, options);
       if (!emitted) {
         rejected.push_back({kept[i].cfg->start, emitted.error().message()});
         failed.insert(kept[i].cfg->start);

@@ -61,15 +61,32 @@ struct CodeCache {
 constexpr uint64_t kFunctionAlignment = 16;
 constexpr uint8_t kPadding = 0xcc;  // int3: nothing should ever run it
 
+// Which copies get their entry patched. A copy that runs the same
+// instructions as its original (every block, in the original order, and no
+// branch or call sent elsewhere than the original's: no call to another
+// copy, no PLT stub bypassed) gains nothing from the patch, while every
+// caller that arrives at the original (a virtual call, a call from code not
+// copied) would pay the jump through it. WhenTheCopyDiffers leaves such an
+// entry alone: calls from other copies still reach the copy directly.
+enum class EntryPolicy { All, WhenTheCopyDiffers };
+
+struct CacheOptions {
+  bool verify = true;  // decode every emitted function back (tests: always)
+  EntryPolicy entries = EntryPolicy::All;
+  // jmp/jcc in rel8 form where the target's copy is within reach (emitter.h);
+  // false: every one rel32, as before session 8 (for measurements).
+  bool short_branches = true;
+};
+
 // `plt`: PLT stub address → the function it reaches (read from the GOT by
 // whoever knows it); applied only where the function is within ±2 GB.
-// With `verify`, every function is decoded back (verifier.h). One bad
+// With `options.verify`, every function is decoded back (verifier.h). One bad
 // function never fails the cache: a function whose copy cannot be emitted or
 // fails the verifier is rejected with its reason, and the cache is packed
 // again from the rest (so no call is sent to a copy that is not there).
 // Every layout gets the blocks under its entry patch copied
 // (with_entry_bytes_copied).
 Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64_t base,
-                                   const Redirects& plt = {}, bool verify = true);
+                                   const Redirects& plt = {}, const CacheOptions& options = {});
 
 }  // namespace dyni::jit

@@ -67,8 +67,8 @@ constexpr uint64_t kBaseLessLimit = (uint64_t{1} << 31) - (uint64_t{64} << 20);
 
 class Planner {
  public:
-  Planner(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base)
-      : cfg_(cfg), layout_(layout), base_(base) {
+  Planner(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest)
+      : cfg_(cfg), layout_(layout), base_(base), shortest_(shortest) {
     for (std::size_t i = 0; i < cfg.blocks.size(); ++i) block_index_[cfg.blocks[i].start] = i;
   }
 
@@ -80,7 +80,7 @@ class Planner {
       for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) pieces.push_back(copied(cfg_.instructions[i]));
       plan_block_end(cfg_.instructions[b.first + b.count - 1], next, pieces);
     }
-    shorten_branches(pieces);
+    if (shortest_ == BranchWidth::Short) shorten_branches(pieces);
     return pieces;
   }
 
@@ -178,6 +178,7 @@ class Planner {
   const FunctionCfg& cfg_;
   const BlockLayout& layout_;
   const uint64_t base_;
+  const BranchWidth shortest_;
   std::map<uint64_t, std::size_t> block_index_;
 };
 
@@ -232,17 +233,17 @@ Status append_entry(EmittedCode& code, const RebuiltTable& t) {
 
 }  // namespace
 
-uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base) {
+uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest) {
   uint64_t n = 0;
-  std::vector<Piece> pieces = Planner(cfg, layout, base).plan();
+  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest).plan();
   for (const Piece& p : pieces) n += p.length;
   std::map<TableKey, uint64_t> table_at;
   return place_tables(pieces, n, table_at);
 }
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
-                                  const Redirects& redirects) {
-  std::vector<Piece> pieces = Planner(cfg, layout, base).plan();
+                                  const Redirects& redirects, BranchWidth shortest) {
+  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy
   uint64_t at = base;
   EmittedCode code{base, {}, {}, 0, {}, {}};

@@ -20,6 +20,7 @@
 #include "common/result.h"
 #include "jit/block_layout.h"
 #include "jit/cfg.h"
+#include "jit/relocator.h"
 
 namespace dyni::jit {
 
@@ -73,10 +74,13 @@ struct EmittedCode {
 // The size emit_function() will produce for `layout` at `base` (known
 // before the bytes: only whether a base-less table load can be rebuilt
 // depends on the address, emitter.cpp).
-uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base);
+// `shortest`: Short lets a jmp/jcc whose target's copy is within reach take
+// the rel8 form; Near makes every one rel32 (for measurements).
+uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
+                      BranchWidth shortest = BranchWidth::Short);
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
-                                  const Redirects& redirects = {});
+                                  const Redirects& redirects = {}, BranchWidth shortest = BranchWidth::Short);
 
 // Every block in original order, nothing redirected.
 Result<EmittedCode> emit_in_order(const FunctionCfg& cfg, uint64_t base);

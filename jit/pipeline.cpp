@@ -200,7 +200,7 @@ std::vector<CacheRejection> add_unwind_rows(ModulePlan& plan) {
 Status build_cache(const ModuleInput& in, std::vector<HotCode>& hot, const JitOptions& options, ModulePlan& plan) {
   std::vector<CacheRejection> dropped;  // over all rounds
   while (true) {
-    auto cache = build_code_cache(hot, in.cache_base, in.plt, options.verify);
+    auto cache = build_code_cache(hot, in.cache_base, in.plt, options.cache);
     if (!cache) return std::unexpected(cache.error());
     plan.cache = std::move(*cache);
     std::vector<CacheRejection> no_rows = add_unwind_rows(plan);

@@ -37,7 +37,7 @@ namespace dyni::jit {
 
 struct JitOptions {
   LayoutOptions layout;
-  bool verify = true;  // decode every emitted function back (tests: always)
+  CacheOptions cache;  // code_cache.h
 };
 
 struct Rejection {

@@ -345,4 +345,48 @@ TEST_F(EntryBranches, AnEntryAnotherFunctionJumpsIntoIsNotPatched) {
 }
 
 }  // namespace
+// EntryPolicy::WhenTheCopyDiffers: g, a leaf copied in its original order,
+// runs what its original runs and keeps its entry; f (calls g's copy) and h
+// (blocks moved) get theirs patched. Under All every one is patched.
+TEST(EntryPolicy, OnlyCopiesThatDifferFromTheirOriginalArePatched) {
+  auto m = AsmModule::load(R"(
+f:
+  sub rsp, 8
+  mov rax, rdi
+  call g
+  add rsp, 8
+  ret
+g:
+  lea rax, [rdi + 1]
+  ret
+h:
+  test rdi, rdi
+  je h_zero
+  mov eax, 1
+  ret
+h_zero:
+  xor eax, eax
+  ret
+end:
+)", {"f", "g", "h"});
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->cfg("h").blocks.size(), 3u);
+  std::vector<HotCode> hot = {{&m->cfg("f"), original_layout(m->cfg("f"))},
+                              {&m->cfg("g"), original_layout(m->cfg("g"))},
+                              {&m->cfg("h"), BlockLayout{{0, 2, 1}, {true, true, true}}}};
+  CacheOptions when_differs;
+  when_differs.entries = EntryPolicy::WhenTheCopyDiffers;
+  auto differs = build_code_cache(hot, m->cache_base(), {}, when_differs);
+  auto all = build_code_cache(hot, m->cache_base(), {}, CacheOptions{});
+  ASSERT_TRUE(differs && all);
+  ASSERT_EQ(differs->functions.size(), 3u);
+  EXPECT_FALSE(differs->functions[0].patch.entries.empty()) << "f calls g's copy: " << differs->functions[0].unpatched;
+  EXPECT_TRUE(differs->functions[1].patch.entries.empty());
+  EXPECT_EQ(reason_kind(differs->functions[1].unpatched), "the copy runs what the original runs");
+  EXPECT_FALSE(differs->functions[2].patch.entries.empty()) << "h's blocks moved: " << differs->functions[2].unpatched;
+  for (const CachedFunction& f : all->functions) EXPECT_FALSE(f.patch.entries.empty()) << f.unpatched;
+  // f's copy still calls g's copy directly.
+  EXPECT_EQ(differs->redirects(m->addr("g")), AsmModule::copy_of(*differs, m->addr("g")));
+}
+
 }  // namespace dyni::jit

@@ -135,9 +135,20 @@ int main(int argc, char** argv) {
   const char* fraction = std::getenv("DYNI_HOT_FRACTION");
   // Blocks laid out as dynid lays them out (layout_profile); DYNI_ORIGINAL_ORDER
   // =1 forces the original order, =0 the profile's.
-  InjectRequest request{pid, mp.hot_set(fraction ? std::atof(fraction) : 0.99), layout_profile(mp)};
+  InjectRequest request;
+  request.pid = pid;
+  request.hot = mp.hot_set(fraction ? std::atof(fraction) : 0.99);
+  request.profile = layout_profile(mp);
   if (const char* original = std::getenv("DYNI_ORIGINAL_ORDER"))
     request.profile = std::string(original) == "1" ? nullptr : &mp;
+  // DYNI_ENTRIES=all patches every entry; =differs only those whose copy
+  // differs from its original (jit::EntryPolicy).
+  if (const char* entries = std::getenv("DYNI_ENTRIES"))
+    request.options.cache.entries =
+        std::string(entries) == "differs" ? jit::EntryPolicy::WhenTheCopyDiffers : jit::EntryPolicy::All;
+  // DYNI_NEAR_BRANCHES=1: every branch of the copies rel32 (jit::CacheOptions).
+  if (const char* near = std::getenv("DYNI_NEAR_BRANCHES"); near && std::string(near) == "1")
+    request.options.cache.short_branches = false;
   auto t0 = std::chrono::steady_clock::now();
   auto injected = inject_executable(request);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
