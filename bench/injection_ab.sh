@@ -2,8 +2,13 @@
 # Live injection's effect on mariadbd under sysbench oltp_read_only, measured
 # side by side on one process: dyni-inject profiles and injects once, then
 # the entries are undone and redone in ABBA blocks while sysbench runs. Per
-# block: queries per second and mariadbd's CPU time per query; printed as
-# ratios dynimized/original per AB pair, then their mean.
+# block: queries per second, mariadbd's CPU time per query, and its user CPU
+# time per query (dyni changes only user code; the kernel's share, loopback
+# TCP, is noise to it); printed as ratios dynimized/original per ABBA group,
+# then their means with a 95 % interval. Many short blocks (30 groups of 2 s)
+# cancel the host's drift better than a few long ones.
+# Experiments: DYNI_ENTRIES=differs, DYNI_NEAR_BRANCHES=1, DYNI_ORIGINAL_ORDER,
+# DYNI_HOT_FRACTION, DYNI_EXPERIMENT_VTABLES (tools/dyni-inject/main.cpp).
 #
 #   bench/injection_ab.sh [GROUPS=6] [BLOCK_SECONDS=10] [BUILD_DIR=build]
 # Needs a private mariadbd (bench/mariadb.sh start && bench/mariadb.sh prepare).
@@ -53,7 +58,7 @@ block() {
 }
 
 echo "group  qps B/A  cpu-per-query B/A  user-cpu-per-query B/A"
-sum_q=0; sum_c=0; sum_u=0
+RATIOS=$(mktemp /tmp/injection_ab.XXXXXX)
 for g in $(seq 1 "$GROUPS_N"); do
   order=$([ $((g % 2)) -eq 1 ] && echo "A B B A" || echo "B A A B")
   qa=0; qb=0; ca=0; cb=0; ua=0; ub=0
@@ -62,10 +67,14 @@ for g in $(seq 1 "$GROUPS_N"); do
     if [ "$s" = A ]; then qa=$(echo "$qa + $q" | bc -l); ca=$(echo "$ca + $c" | bc -l); ua=$(echo "$ua + $u" | bc -l)
     else qb=$(echo "$qb + $q" | bc -l); cb=$(echo "$cb + $c" | bc -l); ub=$(echo "$ub + $u" | bc -l); fi
   done
-  rq=$(echo "$qb / $qa" | bc -l); rc=$(echo "$cb / $ca" | bc -l); ru=$(echo "$ub / $ua" | bc -l)
-  printf "%5d  %7.3f  %7.3f  %7.3f\n" "$g" "$rq" "$rc" "$ru"
-  sum_q=$(echo "$sum_q + $rq" | bc -l); sum_c=$(echo "$sum_c + $rc" | bc -l); sum_u=$(echo "$sum_u + $ru" | bc -l)
+  printf "%5d  %7.3f  %7.3f  %7.3f\n" "$g" "$(echo "$qb / $qa" | bc -l)" "$(echo "$cb / $ca" | bc -l)" \
+    "$(echo "$ub / $ua" | bc -l)" | tee -a "$RATIOS"
 done
-printf "mean   %7.3f  %7.3f  %7.3f   (B = dynimized, A = original; CPU per query below 1 is better)\n" \
-  "$(echo "$sum_q / $GROUPS_N" | bc -l)" "$(echo "$sum_c / $GROUPS_N" | bc -l)" "$(echo "$sum_u / $GROUPS_N" | bc -l)"
+# Mean of each column and its 95 % interval (normal approximation over the groups).
+awk '{ for (i = 2; i <= 4; ++i) { s[i] += $i; ss[i] += $i * $i } n++ }
+     END { line = "mean "; ci = "95 % "
+           for (i = 2; i <= 4; ++i) { m = s[i] / n; sd = n > 1 ? sqrt((ss[i] - n * m * m) / (n - 1)) : 0
+                                      line = line sprintf("  %7.3f", m); ci = ci sprintf("  ±%6.3f", 1.96 * sd / sqrt(n)) }
+           print line "   (B = dynimized, A = original; CPU per query below 1 is better)"; print ci }' "$RATIOS"
+rm -f "$RATIOS"
 echo quit >&"${INJ[1]}"

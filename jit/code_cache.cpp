@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -25,16 +26,21 @@ uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 BranchWidth shortest(const CacheOptions& o) { return o.short_branches ? BranchWidth::Short : BranchWidth::Near; }
 
 // Whether the copy of `f` runs other instructions than its original: its
-// blocks moved or left behind, or a branch or call leaving the function sent
-// elsewhere (to another copy, past a PLT stub).
+// blocks moved or left behind, or a branch, call, fall-through past its end
+// or rebuilt table entry leaving the function sent elsewhere (to another
+// copy, past a PLT stub). Erring towards "differs" only patches more.
 bool copy_differs(const HotCode& f, const Redirects& redirects) {
   const FunctionCfg& cfg = *f.cfg;
   if (f.layout.order.size() != cfg.blocks.size()) return true;
   for (std::size_t k = 0; k < f.layout.order.size(); ++k)
     if (f.layout.order[k] != k) return true;
-  for (const Instruction& in : cfg.instructions)
-    if (in.has_target && (in.target < cfg.start || in.target >= cfg.end) && redirects(in.target) != in.target)
-      return true;
+  auto sent_elsewhere = [&](uint64_t to) { return (to < cfg.start || to >= cfg.end) && redirects(to) != to; };
+  for (const Instruction& in : cfg.instructions) {
+    if (in.has_target && sent_elsewhere(in.target)) return true;
+    if (in.falls_through() && in.end() == cfg.end && sent_elsewhere(cfg.end)) return true;  // the emitter's added jmp
+  }
+  for (const JumpTable& t : cfg.tables)
+    if (t.rebuildable && std::any_of(t.targets.begin(), t.targets.end(), sent_elsewhere)) return true;
   return false;
 }
 

@@ -344,7 +344,6 @@ TEST_F(EntryBranches, AnEntryAnotherFunctionJumpsIntoIsNotPatched) {
   }
 }
 
-}  // namespace
 // EntryPolicy::WhenTheCopyDiffers: g, a leaf copied in its original order,
 // runs what its original runs and keeps its entry; f (calls g's copy) and h
 // (blocks moved) get theirs patched. Under All every one is patched.
@@ -389,4 +388,5 @@ end:
   EXPECT_EQ(differs->redirects(m->addr("g")), AsmModule::copy_of(*differs, m->addr("g")));
 }
 
+}  // namespace
 }  // namespace dyni::jit
