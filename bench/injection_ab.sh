@@ -28,7 +28,9 @@ questions() { mariadb --socket="$DIR/mysqld.sock" -uroot -N -e "show global stat
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 user_ticks() { awk '{print $14}' "/proc/$PID/stat"; }  # dyni changes only user code
 
-total=$(( (GROUPS_N * 4 + 3) * BLOCK + 30 ))
+# Each block also waits 1 s after its undo/redo, and the stop window and
+# the status queries take a little more: sysbench must outlast them all.
+total=$(( (GROUPS_N * 4 + 3) * (BLOCK + 2) + 30 ))
 sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$PORT" --mysql-user=sbtest \
   --mysql-password=sbtest --mysql-db=sbtest --tables=4 --table-size=100000 --threads=2 --time="$total" run \
   >/tmp/injection_ab.sysbench 2>&1 &
@@ -53,6 +55,7 @@ block() {
   q0=$(questions); c0=$(cpu_ticks); u0=$(user_ticks)
   sleep "$BLOCK"
   q1=$(questions); c1=$(cpu_ticks); u1=$(user_ticks)
+  [ "$q1" -gt "$q0" ] || { echo "no query answered in a block (sysbench ended?)" >&2; exit 1; }
   awk -v q=$((q1 - q0)) -v c=$((c1 - c0)) -v u=$((u1 - u0)) -v s="$BLOCK" -v t="$TICKS" \
     'BEGIN { printf "%.1f %.1f %.1f\n", q / s, (q > 0 ? c / t * 1e6 / q : 0), (q > 0 ? u / t * 1e6 / q : 0) }'
 }
@@ -63,7 +66,8 @@ for g in $(seq 1 "$GROUPS_N"); do
   order=$([ $((g % 2)) -eq 1 ] && echo "A B B A" || echo "B A A B")
   qa=0; qb=0; ca=0; cb=0; ua=0; ub=0
   for s in $order; do
-    read -r q c u < <(block "$s")
+    read -r q c u < <(block "$s") || true
+    [ -n "$q" ] || { echo "injection_ab: a block measured nothing" >&2; exit 1; }
     if [ "$s" = A ]; then qa=$(echo "$qa + $q" | bc -l); ca=$(echo "$ca + $c" | bc -l); ua=$(echo "$ua + $u" | bc -l)
     else qb=$(echo "$qb + $q" | bc -l); cb=$(echo "$cb + $c" | bc -l); ub=$(echo "$ub + $u" | bc -l); fi
   done
