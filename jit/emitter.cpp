@@ -120,9 +120,8 @@ class Planner {
       for (std::size_t i = 0; i < pieces.size(); ++i) {
         if (pieces[i].width != BranchWidth::Short) continue;
         auto target = copy_at.find(*to[i]);  // none: a block left in the original code
-        int64_t delta = target == copy_at.end() ? INT64_MAX
-                                                : static_cast<int64_t>(target->second - (at[i] + pieces[i].length));
-        if (delta < INT8_MIN || delta > INT8_MAX) set_width(pieces[i], BranchWidth::Near), widened = true;
+        if (target == copy_at.end() || !fits_rel8(at[i] + pieces[i].length, target->second))
+          set_width(pieces[i], BranchWidth::Near), widened = true;
       }
     }
   }
@@ -184,11 +183,7 @@ class Planner {
 
 // An added jmp: rel32, or rel8 (EB) when the planner found its target near.
 Result<std::vector<uint8_t>> jmp_to(uint64_t at, uint64_t to, BranchWidth width) {
-  if (width == BranchWidth::Short) {
-    int64_t delta = static_cast<int64_t>(to - (at + 2));
-    if (delta < INT8_MIN || delta > INT8_MAX) return fail(fmt::format("short jump out of reach at {:#x}", at));
-    return std::vector<uint8_t>{0xeb, static_cast<uint8_t>(static_cast<int8_t>(delta))};
-  }
+  if (width == BranchWidth::Short) return short_branch(at, to, std::nullopt);
   int64_t delta = static_cast<int64_t>(to - (at + kJmpRel32));
   if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("jump beyond ±2 GB at {:#x}", at));
   std::vector<uint8_t> out = {0xe9, 0, 0, 0, 0};

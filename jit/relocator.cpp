@@ -76,18 +76,11 @@ std::size_t relocated_length(const Instruction& in, BranchWidth width) {
   return in.length;
 }
 
-namespace {
-
-// jmp rel8 (EB) or jcc rel8 (7x, condition `cc`) at `new_addr` to `target`.
-Result<std::vector<uint8_t>> short_branch(const Instruction& in, uint64_t new_addr, uint64_t target,
-                                          std::optional<unsigned> cc) {
-  int64_t delta = static_cast<int64_t>(target - (new_addr + 2));
-  if (delta < INT8_MIN || delta > INT8_MAX) return fail(fmt::format("short branch out of reach at {:#x}", in.addr));
+Result<std::vector<uint8_t>> short_branch(uint64_t at, uint64_t target, std::optional<unsigned> cc) {
+  if (!fits_rel8(at + 2, target)) return fail(fmt::format("short branch out of reach at {:#x}", at));
   uint8_t opcode = cc ? static_cast<uint8_t>(0x70 | *cc) : uint8_t{0xeb};
-  return std::vector<uint8_t>{opcode, static_cast<uint8_t>(static_cast<int8_t>(delta))};
+  return std::vector<uint8_t>{opcode, static_cast<uint8_t>(target - (at + 2))};
 }
-
-}  // namespace
 
 Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
                                       std::optional<uint64_t> new_target, BranchWidth width) {
@@ -95,7 +88,7 @@ Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
   uint64_t target = new_target.value_or(in.target);
   if (width == BranchWidth::Short) {
     if (!can_be_short(in)) return fail(fmt::format("no short form for the branch at {:#x}", in.addr));
-    return short_branch(in, new_addr, target, jcc_condition(in));
+    return short_branch(new_addr, target, jcc_condition(in));
   }
   std::size_t len = relocated_length(in);
   switch (kind_of(in)) {
@@ -154,7 +147,7 @@ Result<std::vector<uint8_t>> relocate_inverted(const Instruction& in, uint64_t n
                                                BranchWidth width) {
   auto cc = jcc_condition(in);
   if (!cc) return fail(fmt::format("branch without an opposite condition at {:#x}", in.addr));
-  if (width == BranchWidth::Short) return short_branch(in, new_addr, new_target, *cc ^ 1);
+  if (width == BranchWidth::Short) return short_branch(new_addr, new_target, *cc ^ 1);
   auto out = relocate(in, new_addr, new_target);
   if (!out) return out;
   std::size_t opcode = out->size() >= 6 ? out->size() - 6 : 0;  // 0f 8x rel32, after any prefixes

@@ -40,6 +40,16 @@ bool can_be_short(const Instruction& in);
 // The length relocate() will produce for `in` (known before addresses are).
 std::size_t relocated_length(const Instruction& in, BranchWidth width = BranchWidth::Near);
 
+// Whether a branch ending at `next` reaches `target` with a rel8.
+constexpr bool fits_rel8(uint64_t next, uint64_t target) {
+  int64_t delta = static_cast<int64_t>(target - next);
+  return delta >= INT8_MIN && delta <= INT8_MAX;
+}
+
+// jmp rel8 (EB), or jcc rel8 (7x) with condition `cc`, at `at` to `target`;
+// fails when the target is out of reach.
+Result<std::vector<uint8_t>> short_branch(uint64_t at, uint64_t target, std::optional<unsigned> cc);
+
 // Short needs can_be_short(in), and fails when the target is out of reach.
 Result<std::vector<uint8_t>> relocate(const Instruction& in, uint64_t new_addr,
                                       std::optional<uint64_t> new_target = std::nullopt,

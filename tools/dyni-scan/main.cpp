@@ -24,6 +24,7 @@
 
 #include "elf/elf_file.h"
 #include "elf/function_table.h"
+#include "jit/block_profile.h"
 #include "jit/cfg.h"
 #include "jit/module_image.h"
 #include "jit/pipeline.h"
@@ -120,8 +121,6 @@ std::size_t verify_all(const jit::ModulePlan& plan) {
   return failures;
 }
 
-}  // namespace
-
 // A dispatch of a copy that leaves the cache: an indirect jump that is not
 // through a table rebuilt for it (a tail call through a pointer, or a table
 // read from the original). `sampled` when its block has samples: a dispatch
@@ -130,23 +129,18 @@ std::size_t verify_all(const jit::ModulePlan& plan) {
 // through the pointer on such a path, behind a compare with the function it
 // inlined).
 struct Exit {
-  uint64_t addr = 0;
   std::string why;
   bool sampled = false;
 };
 
-bool block_sampled(const jit::FunctionCfg& cfg, const jit::Block& b, const jit::FunctionSamples* samples) {
-  if (!samples) return false;
-  auto at = samples->by_offset.lower_bound(b.start - cfg.start);
-  return at != samples->by_offset.end() && at->first < b.end - cfg.start && at->second > 0;
-}
-
 std::vector<Exit> exits_of(const jit::FunctionCfg& cfg, const jit::CachedFunction& copy,
-                           const jit::FunctionSamples* samples) {
+                           const jit::FunctionSamples& samples) {
   std::set<uint64_t> rebuilt_loads;
   for (const jit::RebuiltTable& t : copy.code.tables) rebuilt_loads.insert(t.load);
+  const std::vector<jit::BlockCount> counts = jit::block_counts(cfg, samples.by_offset);
   std::vector<Exit> out;
-  for (const jit::Block& b : cfg.blocks) {
+  for (std::size_t k = 0; k < cfg.blocks.size(); ++k) {
+    const jit::Block& b = cfg.blocks[k];
     const jit::Instruction& in = cfg.instructions[b.first + b.count - 1];
     if (in.flow != jit::Flow::IndirectBranch) continue;
     auto table = std::find_if(cfg.tables.begin(), cfg.tables.end(),
@@ -155,7 +149,7 @@ std::vector<Exit> exits_of(const jit::FunctionCfg& cfg, const jit::CachedFunctio
     if (table == cfg.tables.end()) why = fmt::format("tail call through a pointer at {:#x}", in.addr);
     else if (!rebuilt_loads.count(table->load_addr))
       why = fmt::format("table not rebuilt at {:#x}{}", in.addr, table->proven ? "" : " (bound not proven)");
-    if (!why.empty()) out.push_back({in.addr, why, block_sampled(cfg, b, samples)});
+    if (!why.empty()) out.push_back({why, counts[k].samples > 0});
   }
   return out;
 }
@@ -175,7 +169,7 @@ std::vector<SampledCopy> sampled_copies(const jit::ModulePlan& plan, const jit::
     auto f = cached.find(cfg->start);
     auto s = profile.functions.find(cfg->start);
     if (f == cached.end() || s == profile.functions.end()) continue;
-    out.push_back({cfg.get(), s->second.samples, exits_of(*cfg, *f->second, &s->second)});
+    out.push_back({cfg.get(), s->second.samples, exits_of(*cfg, *f->second, s->second)});
   }
   return out;
 }
@@ -209,6 +203,8 @@ void print_leaving(const std::vector<SampledCopy>& copies, const elf::FunctionTa
   for (const auto& [samples, name, why] : rows)
     std::printf("leaving:   %6llu samples  %s: %s\n", static_cast<unsigned long long>(samples), name.c_str(), why.c_str());
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   Args args;
