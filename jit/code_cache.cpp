@@ -15,6 +15,7 @@ namespace dyni::jit {
 namespace {
 
 constexpr int64_t kReach = INT32_MAX - (64ll << 20);  // keep a margin for the cache's own size
+constexpr uint64_t kPageSize = 4096;
 
 bool reachable(uint64_t from, uint64_t to) {
   int64_t d = static_cast<int64_t>(to - from);
@@ -53,9 +54,15 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
   for (const HotCode& f : functions) {
     at = align_up(at, kFunctionAlignment);
     cache.redirects.to[f.cfg->start] = at;
-    cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}}, {f.cfg->start, {}}, "", {}});
-    at += emitted_size(*f.cfg, f.layout, at, shortest(options));
+    cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}}, {f.cfg->start, {}}, "", {}, {}});
+    CachedFunction& copy = cache.functions.back();
+    if (options.counting) {
+      copy.counters = plan_counters(*f.cfg, cache.counter_slots);
+      cache.counter_slots += static_cast<uint32_t>(copy.counters.size());
+    }
+    at += emitted_size(*f.cfg, f.layout, at, shortest(options), {options.counting ? &copy.counters : nullptr, 0});
   }
+  if (cache.counter_slots) cache.counters_base = options.counters_base ? options.counters_base : align_up(at, kPageSize);
   for (const auto& [stub, callee] : plt.to) {
     auto copy = cache.redirects.to.find(callee);
     uint64_t to = copy != cache.redirects.to.end() ? copy->second : callee;
@@ -65,7 +72,7 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
     const HotCode& f = functions[i];
     CachedFunction& copy = cache.functions[i];
     auto patch = f.shares_entry_bytes ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
-                 : options.entries == EntryPolicy::WhenTheCopyDiffers && !copy_differs(f, cache.redirects)
+                 : !options.counting && options.entries == EntryPolicy::WhenTheCopyDiffers && !copy_differs(f, cache.redirects)
                      ? fail(fmt::format("the copy runs what the original runs at {:#x}", f.cfg->start))
                      : plan_patch(*f.cfg, copy.code.base);
     if (patch) copy.patch = std::move(*patch);
@@ -85,10 +92,11 @@ PatchedBytes patched_bytes(const CodeCache& cache) {
 // Emits (and verifies) function `f` into its slot; the reason when it fails.
 Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const PatchedBytes& patched,
                  const CacheOptions& options) {
-  auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects, shortest(options));
+  CounterPlacement counting{options.counting ? &slot.counters : nullptr, cache.counters_base};
+  auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects, shortest(options), counting);
   if (!code) return fail("copy cannot be emitted: " + code.error().message());
   // Its slot was sized by the plan.
-  if (code->bytes.size() != emitted_size(*f.cfg, f.layout, slot.code.base, shortest(options)))
+  if (code->bytes.size() != emitted_size(*f.cfg, f.layout, slot.code.base, shortest(options), counting))
     return fail("copy cannot be emitted: its size differs from its plan");
   if (options.verify)
     if (auto checked = jit::verify(*f.cfg, *code, cache.redirects, patched); !checked)
@@ -121,8 +129,10 @@ std::vector<uint8_t> CodeCache::loaded_at(uint64_t bias) const {
 Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt,
                                    const CacheOptions& options) {
   std::vector<HotCode> kept;
-  for (const HotCode& f : functions)
-    kept.push_back({f.cfg, with_entry_bytes_copied(*f.cfg, f.layout), f.shares_entry_bytes});
+  for (const HotCode& f : functions) {
+    BlockLayout layout = options.counting ? original_layout(*f.cfg) : with_entry_bytes_copied(*f.cfg, f.layout);
+    kept.push_back({f.cfg, std::move(layout), f.shares_entry_bytes});
+  }
   std::vector<CacheRejection> rejected;
   // Each round drops at least one function, or ends.
   while (true) {

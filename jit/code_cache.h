@@ -33,6 +33,7 @@ struct CachedFunction {
   FunctionPatch patch;
   std::string unpatched;
   std::vector<UnwindRow> unwind;  // the copy's frames (I6); empty when the original has no FDE
+  std::vector<CounterSite> counters;  // a counting copy's sites (counting.h)
 };
 
 // A function left out of the cache: its copy could not be emitted or failed
@@ -49,6 +50,10 @@ struct CodeCache {
   std::vector<CachedFunction> functions;  // in cache order
   Redirects redirects;                    // what calls leaving a function were sent to
   std::vector<CacheRejection> rejected;   // never in `functions`, nor redirected to
+  // A counting cache's counters: `counter_slots` 8-byte slots from
+  // `counters_base`, in a read-write mapping of their own (0 slots: none).
+  uint64_t counters_base = 0;
+  uint32_t counter_slots = 0;
 
   // Every cache instruction → its original address, over all functions.
   std::vector<TranslationEntry> translation() const;
@@ -76,6 +81,11 @@ struct CacheOptions {
   // jmp/jcc in rel8 form where the target's copy is within reach (emitter.h);
   // false: every one rel32, as before session 8 (for measurements).
   bool short_branches = true;
+  // Counting copies (counting.h): every block copied, in its original order,
+  // with counter code at its sites; every entry patched. The counters go at
+  // `counters_base`, or when 0 at the first page boundary after the code.
+  bool counting = false;
+  uint64_t counters_base = 0;
 };
 
 // `plt`: PLT stub address → the function it reaches (read from the GOT by

@@ -61,6 +61,51 @@ Operand compact(const ZydisDecodedOperand& op) {
   return o;
 }
 
+bool is_shift_or_rotate(ZydisMnemonic m) {
+  switch (m) {
+    case ZYDIS_MNEMONIC_SHL: case ZYDIS_MNEMONIC_SHR: case ZYDIS_MNEMONIC_SAR:
+    case ZYDIS_MNEMONIC_ROL: case ZYDIS_MNEMONIC_ROR: case ZYDIS_MNEMONIC_RCL:
+    case ZYDIS_MNEMONIC_RCR: case ZYDIS_MNEMONIC_SHLD: case ZYDIS_MNEMONIC_SHRD: return true;
+    default: return false;
+  }
+}
+
+// Whether `zy` writes its flags on every execution. Not so for: a shift or
+// rotate by a count that may be 0 (by cl, or an immediate that masks to 0:
+// the flags are left as they were), a rep-prefixed string instruction (rcx
+// may be 0), and interrupts, syscalls and system instructions (taken to
+// pass every flag through). "Undefined" flags count as written, as in
+// LLVM's x86 definitions: no compiled code reads one.
+bool writes_flags_always(const ZydisDecodedInstruction& zy, const ZydisDecodedOperand* ops) {
+  switch (zy.meta.category) {
+    case ZYDIS_CATEGORY_INTERRUPT:
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_SYSTEM: return false;
+    default: break;
+  }
+  if (zy.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE)) return false;
+  if (!is_shift_or_rotate(zy.mnemonic)) return true;
+  for (unsigned i = 0; i < zy.operand_count_visible; ++i)
+    if (ops[i].type == ZYDIS_OPERAND_TYPE_IMMEDIATE) return (ops[i].imm.value.u & (zy.operand_width == 64 ? 63 : 31)) != 0;
+  return false;  // by cl
+}
+
+// What `zy` reads and always writes of the status flags. An interrupt,
+// syscall or system instruction is taken to read them all.
+void set_flags(const ZydisDecodedInstruction& zy, const ZydisDecodedOperand* ops, Instruction& in) {
+  switch (zy.meta.category) {
+    case ZYDIS_CATEGORY_INTERRUPT:
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_SYSTEM: in.flags_read = kStatusFlags; return;
+    default: break;
+  }
+  const ZydisAccessedFlags* f = zy.cpu_flags;
+  if (!f) return;
+  in.flags_read = static_cast<uint16_t>(f->tested & kStatusFlags);
+  if (writes_flags_always(zy, ops))
+    in.flags_written = static_cast<uint16_t>((f->modified | f->set_0 | f->set_1 | f->undefined) & kStatusFlags);
+}
+
 }  // namespace
 
 Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr) {
@@ -79,6 +124,7 @@ Result<Instruction> decode_one(std::span<const uint8_t> bytes, uint64_t addr) {
   in.disp = {zy.raw.disp.offset, zy.raw.disp.size};
   in.imm = {zy.raw.imm[0].offset, zy.raw.imm[0].size};
   for (unsigned i = 0; i < in.ops.size() && i < zy.operand_count_visible; ++i) in.ops[i] = compact(ops[i]);
+  set_flags(zy, ops.data(), in);
   for (unsigned i = 0; i < zy.operand_count_visible; ++i) {
     const ZydisDecodedOperand& op = ops[i];
     bool rel_imm = op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE && op.imm.is_relative;

@@ -28,7 +28,17 @@ struct Piece {
   bool dropped = false;             // a jmp made redundant by the layout: no bytes
   const JumpTable* table = nullptr; // Copied: a load that reads its rebuilt table
   BranchWidth width = BranchWidth::Near;  // a jmp/jcc whose target's copy is within rel8 reach: Short
+  const CounterSite* counter = nullptr;   // BlockCounter / EdgeCounter
 };
+
+// The original instruction a piece is the image of, as a branch target: a
+// block counter stands for the instruction it runs before. Jumps and edge
+// counters stand for none.
+std::optional<uint64_t> image_of(const Piece& p) {
+  if (p.kind == Translation::BlockCounter) return p.counter->before;
+  if (p.in) return p.in->addr;
+  return std::nullopt;
+}
 
 // A displacement that needs 32 bits: the length of a rebuilt table's load.
 constexpr int32_t kFarDisplacement = 0x40000000;
@@ -67,9 +77,13 @@ constexpr uint64_t kBaseLessLimit = (uint64_t{1} << 31) - (uint64_t{64} << 20);
 
 class Planner {
  public:
-  Planner(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest)
+  Planner(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest,
+          const CounterPlacement& counting)
       : cfg_(cfg), layout_(layout), base_(base), shortest_(shortest) {
     for (std::size_t i = 0; i < cfg.blocks.size(); ++i) block_index_[cfg.blocks[i].start] = i;
+    if (counting.sites)
+      for (const CounterSite& c : *counting.sites)
+        (c.kind == CounterKind::Block ? block_counter_ : edge_counter_)[c.kind == CounterKind::Block ? c.before : c.at] = &c;
   }
 
   std::vector<Piece> plan() {
@@ -77,7 +91,11 @@ class Planner {
     for (std::size_t k = 0; k < layout_.order.size(); ++k) {
       const Block& b = cfg_.blocks[layout_.order[k]];
       uint64_t next = k + 1 < layout_.order.size() ? cfg_.blocks[layout_.order[k + 1]].start : kNoBlock;
-      for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) pieces.push_back(copied(cfg_.instructions[i]));
+      for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) {
+        add_block_counter(cfg_.instructions[i].addr, pieces);
+        pieces.push_back(copied(cfg_.instructions[i]));
+      }
+      add_block_counter(cfg_.instructions[b.first + b.count - 1].addr, pieces);
       plan_block_end(cfg_.instructions[b.first + b.count - 1], next, pieces);
     }
     if (shortest_ == BranchWidth::Short) shorten_branches(pieces);
@@ -89,6 +107,7 @@ class Planner {
   // function (its copy may then be near), else none.
   std::optional<uint64_t> internal_destination(const Piece& p) const {
     uint64_t to = 0;
+    if (p.counter) return std::nullopt;
     if (p.kind == Translation::Jump) to = p.continue_at;
     else if (p.kind == Translation::Inverted) to = p.in->end();
     else if (!p.dropped && !p.table && p.in->has_target && can_be_short(*p.in)) to = p.in->target;
@@ -114,7 +133,7 @@ class Planner {
       uint64_t offset = 0;
       for (std::size_t i = 0; i < pieces.size(); ++i) {
         at[i] = offset;
-        if (pieces[i].in) copy_at[pieces[i].in->addr] = offset;
+        if (auto original = image_of(pieces[i])) copy_at.emplace(*original, offset);
         offset += pieces[i].length;
       }
       for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -141,6 +160,22 @@ class Planner {
   }
   static Piece jump(uint64_t to) { return {Translation::Jump, nullptr, to, kJmpRel32}; }
 
+  static Piece counter(const CounterSite& c) {
+    Translation kind = c.kind == CounterKind::Block ? Translation::BlockCounter : Translation::EdgeCounter;
+    Piece p{kind, nullptr, 0, counter_length(c.saves_flags)};
+    p.counter = &c;
+    return p;
+  }
+
+  void add_block_counter(uint64_t before, std::vector<Piece>& out) const {
+    if (auto it = block_counter_.find(before); it != block_counter_.end()) out.push_back(counter(*it->second));
+  }
+
+  const CounterSite* edge_counter_of(const Instruction& in) const {
+    auto it = edge_counter_.find(in.addr);
+    return it == edge_counter_.end() ? nullptr : it->second;
+  }
+
   bool copied_block_at(uint64_t addr) const {
     auto it = block_index_.find(addr);
     return it != block_index_.end() && layout_.copied[it->second];
@@ -165,12 +200,15 @@ class Planner {
     }
     uint64_t fall = last.end();
     bool has_fall = last.falls_through();
+    const CounterSite* edge = edge_counter_of(last);
     // Only a jcc has an opposite (xbegin, loop*, jrcxz keep their sense).
-    if (jcc_condition(last) && target_next && next != fall) {
+    // A counted fall-through is never inverted: its counter follows the branch.
+    if (jcc_condition(last) && target_next && next != fall && !edge) {
       out.push_back({Translation::Inverted, &last, 0, relocated_length(last)});
       return;
     }
     out.push_back(copied(last));
+    if (edge) out.push_back(counter(*edge));
     if (has_fall && next != fall) out.push_back(jump(fall));
   }
 
@@ -179,6 +217,8 @@ class Planner {
   const uint64_t base_;
   const BranchWidth shortest_;
   std::map<uint64_t, std::size_t> block_index_;
+  std::map<uint64_t, const CounterSite*> block_counter_;  // by the instruction it runs before
+  std::map<uint64_t, const CounterSite*> edge_counter_;   // by its conditional branch
 };
 
 // An added jmp: rel32, or rel8 (EB) when the planner found its target near.
@@ -228,24 +268,31 @@ Status append_entry(EmittedCode& code, const RebuiltTable& t) {
 
 }  // namespace
 
-uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest) {
+uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest,
+                      const CounterPlacement& counting) {
   uint64_t n = 0;
-  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest).plan();
+  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting).plan();
   for (const Piece& p : pieces) n += p.length;
   std::map<TableKey, uint64_t> table_at;
   return place_tables(pieces, n, table_at);
 }
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
-                                  const Redirects& redirects, BranchWidth shortest) {
-  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest).plan();
-  std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy
+                                  const Redirects& redirects, BranchWidth shortest, const CounterPlacement& counting) {
+  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting).plan();
+  std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy (a block counter before it)
   uint64_t at = base;
-  EmittedCode code{base, {}, {}, 0, {}, {}};
+  EmittedCode code{base, {}, {}, 0, {}, {}, {}};
   for (const Piece& p : pieces) {
-    uint64_t original = p.in ? p.in->addr : p.continue_at;
-    if (p.in) copy_of[original] = at;  // a dropped jmp's image is where its target's copy follows
-    if (!p.dropped) code.translation.push_back({at, original, p.kind});
+    // A dropped jmp's image is where its target's copy follows.
+    if (auto original = image_of(p)) copy_of.emplace(*original, at);
+    if (p.counter) {
+      uint64_t original = p.kind == Translation::BlockCounter ? p.counter->before : p.counter->at;
+      for (const CounterStep& s : counter_steps(p.counter->saves_flags))
+        code.translation.push_back({at + s.offset, original, p.kind, s.stack_shift});
+    } else if (!p.dropped) {
+      code.translation.push_back({at, p.in ? p.in->addr : p.continue_at, p.kind});
+    }
     at += p.length;
   }
   // Inside the function: the copy, else the original instruction; outside: the redirect.
@@ -257,12 +304,17 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   code.code_size = at - base;
   std::map<TableKey, uint64_t> table_at;  // rebuilt tables, in load order
   place_tables(pieces, at, table_at);
-  std::size_t k = 0;
+  uint64_t here = base;
   for (const Piece& p : pieces) {
     if (p.dropped) continue;
-    uint64_t here = code.translation[k++].new_addr;
     Result<std::vector<uint8_t>> bytes;
-    if (p.table) {
+    if (p.counter) {
+      uint64_t slot = counting.slots_base + kCounterSlotSize * p.counter->slot;
+      auto c = counter_code(here, slot, p.counter->saves_flags);
+      if (!c) return std::unexpected(c.error());
+      bytes = std::move(c->bytes);
+      code.counters.push_back({here, slot, *p.counter});
+    } else if (p.table) {
       bytes = rebuilt_table_load(*p.in, p.length, p.table->table_addr, table_at[key_of(*p.table)]);
     } else if (p.kind == Translation::Jump) {
       bytes = jmp_to(here, image(p.continue_at), p.width);
@@ -279,6 +331,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     if (bytes->size() != p.length)
       return fail(fmt::format("emitter: {:#x} planned {} bytes, made {}", here, p.length, bytes->size()));
     code.bytes.insert(code.bytes.end(), bytes->begin(), bytes->end());
+    here += p.length;
   }
   for (const Piece& p : pieces) {
     if (!p.table) continue;

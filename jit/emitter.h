@@ -9,7 +9,10 @@
 // where it makes a jump fall through, the jump is dropped or a jcc's
 // condition inverted. A jump table proven rebuildable (cfg.h) whose load is
 // copied gets a table of its own after the code (RebuiltTable), so that a
-// copied switch dispatches to the copies instead of leaving the cache.
+// copied switch dispatches to the copies instead of leaving the cache. A
+// counting copy also runs counter code at its sites (counting.h): a block's
+// before the instruction the site names, a fall-through's right after its
+// conditional branch.
 // Returns the bytes and the translation table (I6).
 #pragma once
 
@@ -20,6 +23,7 @@
 #include "common/result.h"
 #include "jit/block_layout.h"
 #include "jit/cfg.h"
+#include "jit/counting.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -29,12 +33,25 @@ enum class Translation : uint8_t {
   Copied,    // the original instruction, PC-relative fields re-aimed
   Inverted,  // the original jcc with the opposite condition: target and fall-through swapped
   Jump,      // an added jmp, as if execution continued at the original address
+  // Counter code (counting.h), which maps to no original instruction; it
+  // has the frame of `original_addr`, with rsp `stack_shift` bytes lower:
+  BlockCounter,  // runs just before the original instruction: branches to that instruction land here
+  EdgeCounter,   // runs as the conditional branch at original_addr falls through (its frame)
 };
 
 struct TranslationEntry {
   uint64_t new_addr = 0;
   uint64_t original_addr = 0;
   Translation kind = Translation::Copied;
+  uint8_t stack_shift = 0;  // counter code saving flags: rsp is this far below the original's
+};
+
+inline bool is_counter(Translation k) { return k == Translation::BlockCounter || k == Translation::EdgeCounter; }
+
+// Counter code for a counting copy: its sites (plan_counters) and where slot 0 is.
+struct CounterPlacement {
+  const std::vector<CounterSite>* sites = nullptr;  // none: a copy without counters
+  uint64_t slots_base = 0;
 };
 
 // Where branches that leave a function are sent instead of their original target.
@@ -62,6 +79,13 @@ struct RebuiltTable {
   std::vector<uint64_t> targets;  // where each entry sends execution now
 };
 
+// A site's counter code in a counting copy.
+struct EmittedCounter {
+  uint64_t addr = 0;       // its first instruction
+  uint64_t slot_addr = 0;  // the counter it increments, outside the code
+  CounterSite site;
+};
+
 struct EmittedCode {
   uint64_t base = 0;
   std::vector<uint8_t> bytes;                 // the code, then the rebuilt tables
@@ -69,6 +93,7 @@ struct EmittedCode {
   uint64_t code_size = 0;                     // the instructions' bytes (the tables follow)
   std::vector<RebuiltTable> tables;
   std::vector<uint64_t> absolute_slots;       // 8-byte link-time addresses in `bytes`, by address
+  std::vector<EmittedCounter> counters;       // a counting copy's, by address
 };
 
 // The size emit_function() will produce for `layout` at `base` (known
@@ -76,11 +101,13 @@ struct EmittedCode {
 // depends on the address, emitter.cpp).
 // `shortest`: Short lets a jmp/jcc whose target's copy is within reach take
 // the rel8 form; Near makes every one rel32 (for measurements).
+// `counting`: the counter code to put in (a counting copy), or none.
 uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
-                      BranchWidth shortest = BranchWidth::Short);
+                      BranchWidth shortest = BranchWidth::Short, const CounterPlacement& counting = {});
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
-                                  const Redirects& redirects = {}, BranchWidth shortest = BranchWidth::Short);
+                                  const Redirects& redirects = {}, BranchWidth shortest = BranchWidth::Short,
+                                  const CounterPlacement& counting = {});
 
 // Every block in original order, nothing redirected.
 Result<EmittedCode> emit_in_order(const FunctionCfg& cfg, uint64_t base);

@@ -9,6 +9,10 @@
 
 namespace dyni::jit {
 
+// The arithmetic status flags of RFLAGS: CF, PF, AF, ZF, SF, OF.
+constexpr uint16_t kStatusFlags = ZYDIS_CPUFLAG_CF | ZYDIS_CPUFLAG_PF | ZYDIS_CPUFLAG_AF | ZYDIS_CPUFLAG_ZF |
+                                  ZYDIS_CPUFLAG_SF | ZYDIS_CPUFLAG_OF;
+
 // How control continues after an instruction.
 enum class Flow : uint8_t {
   Next,            // falls through to the next instruction
@@ -54,6 +58,9 @@ struct Instruction {
   uint8_t operand_count = 0;  // visible operands
   EncodingField disp, imm;    // displacement, first immediate
   std::array<Operand, 2> ops{};  // the first two visible operands
+  // Status flags (CF PF AF ZF SF OF, as RFLAGS bits: kStatusFlags) it may
+  // read, and those it writes on every execution (flags_liveness.h).
+  uint16_t flags_read = 0, flags_written = 0;
 
   uint64_t end() const { return addr + length; }
   // The fs: or gs: override (0x64, 0x65) among its prefixes, or 0: such an

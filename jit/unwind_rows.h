@@ -2,7 +2,9 @@
 // original instruction and has that instruction's frame — the same CFA rule
 // and saved registers — so the rows of a function's copy are the original
 // rows, re-addressed through the translation table. An added jmp has the
-// frame of the instruction it continues at. Consecutive equal rows merge.
+// frame of the instruction it continues at; counter code the frame of the
+// instruction it maps to, with rsp lower by what it pushed (a frame given by
+// a DWARF expression cannot move: no rows then). Consecutive equal rows merge.
 // (Registering them in the target, with LSDAs, is the injection's business.)
 #pragma once
 

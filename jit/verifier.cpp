@@ -32,8 +32,11 @@ class Verifier {
   Verifier(const FunctionCfg& cfg, const EmittedCode& code, const Redirects& redirects, const PatchedBytes& patched)
       : cfg_(cfg), code_(code), redirects_(redirects), patched_(patched) {
     for (const Instruction& in : cfg.instructions) original_[in.addr] = &in;
+    // The first cache instruction standing for an original is its image (a
+    // block counter before the copy of the instruction).
     for (const TranslationEntry& t : code.translation)
-      if (t.kind != Translation::Jump) copy_of_[t.original_addr] = t.new_addr;
+      if (t.kind != Translation::Jump && t.kind != Translation::EdgeCounter) copy_of_.emplace(t.original_addr, t.new_addr);
+    for (const EmittedCounter& c : code.counters) counter_at_[c.addr] = &c;
     find_dropped();
   }
 
@@ -41,8 +44,17 @@ class Verifier {
     if (code_.translation.empty() || code_.translation.front().original_addr != cfg_.start ||
         code_.translation.front().new_addr != code_.base)
       return fail("verifier: the code does not begin with the function's entry");
-    for (std::size_t k = 0; k < code_.translation.size(); ++k)
+    for (std::size_t k = 0; k < code_.translation.size();) {
+      if (is_counter(code_.translation[k].kind)) {
+        auto steps = check_counter(k);
+        if (!steps) return std::unexpected(steps.error());
+        k += *steps;
+        continue;
+      }
       if (auto r = check(k); !r) return r;
+      ++k;
+    }
+    if (auto r = check_every_counter_placed(); !r) return r;
     if (auto r = check_table_exits(); !r) return r;
     if (auto r = check_absolute_slots(); !r) return r;
     return check_dropped();
@@ -85,12 +97,17 @@ class Verifier {
     return decode_one(std::span(code_.bytes.data() + (at - code_.base), end - at), at);
   }
 
-  // The next cache instruction must stand for original address `want`.
+  // The next cache instruction must stand for original address `want`
+  // (after the counter of a conditional branch's fall-through, if any).
   Status check_continues(std::size_t k, uint64_t want) const {
     want = continues_at(want);
-    if (k + 1 >= code_.translation.size())
+    std::size_t next = k + 1;
+    while (next < code_.translation.size() && code_.translation[next].kind == Translation::EdgeCounter &&
+           code_.translation[next].original_addr == code_.translation[k].original_addr)
+      ++next;
+    if (next >= code_.translation.size())
       return fail(fmt::format("verifier: {:#x} can run past the end of the copy", code_.translation[k].new_addr));
-    if (code_.translation[k + 1].original_addr != want)
+    if (code_.translation[next].original_addr != want)
       return fail(fmt::format("verifier: {:#x} does not continue at the image of {:#x}",
                               code_.translation[k].new_addr, want));
     return ok();
@@ -262,6 +279,78 @@ class Verifier {
     return o.has_target ? check_exit(d->target, t.new_addr) : ok();
   }
 
+  // The counter code starting at entry `k`: exactly the code of its site
+  // (counting.h), each instruction with its stack shift, incrementing its
+  // slot outside the code, then going on where the site says. Returns how
+  // many entries it spans.
+  Result<std::size_t> check_counter(std::size_t k) const {
+    const TranslationEntry& t = code_.translation[k];
+    auto it = counter_at_.find(t.new_addr);
+    if (it == counter_at_.end()) return fail(fmt::format("verifier: counter code at {:#x} has no site", t.new_addr));
+    const EmittedCounter& c = *it->second;
+    const bool block = c.site.kind == CounterKind::Block;
+    if (t.kind != (block ? Translation::BlockCounter : Translation::EdgeCounter) ||
+        t.original_addr != (block ? c.site.before : c.site.at))
+      return fail(fmt::format("verifier: counter code at {:#x} does not map to its site", t.new_addr));
+    if (!block && (k == 0 || code_.translation[k - 1].kind != Translation::Copied ||
+                   code_.translation[k - 1].original_addr != c.site.at || original_.at(c.site.at)->flow != Flow::CondBranch))
+      return fail(fmt::format("verifier: fall-through counter at {:#x} does not follow its branch", t.new_addr));
+    if (c.slot_addr % kCounterSlotSize || (c.slot_addr >= code_.base && c.slot_addr < code_.base + code_.bytes.size()))
+      return fail(fmt::format("verifier: counter at {:#x} increments {:#x}, not a slot", t.new_addr, c.slot_addr));
+    std::vector<CounterStep> steps = counter_steps(c.site.saves_flags);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const std::size_t e = k + s;
+      if (e >= code_.translation.size()) return fail(fmt::format("verifier: counter code at {:#x} cut short", t.new_addr));
+      const TranslationEntry& step = code_.translation[e];
+      if (step.kind != t.kind || step.original_addr != t.original_addr || step.new_addr != t.new_addr + steps[s].offset ||
+          step.stack_shift != steps[s].stack_shift)
+        return fail(fmt::format("verifier: counter code at {:#x} has a wrong step", step.new_addr));
+      auto d = decode_at(step.new_addr, end_of(e));
+      if (!d || d->length != end_of(e) - step.new_addr || !counter_step_is(*d, s, steps.size(), c.slot_addr))
+        return fail(fmt::format("verifier: {:#x} is not the counter code of its site", step.new_addr));
+    }
+    const std::size_t last = k + steps.size() - 1;
+    if (auto r = check_continues(last, block ? c.site.before : original_.at(c.site.at)->end()); !r)
+      return std::unexpected(r.error());
+    return steps.size();
+  }
+
+  // Step `s` of `n` of counter code: inc qword [rip + slot], alone or as
+  // lea rsp,[rsp-128]; pushfq; inc; popfq; lea rsp,[rsp+128]. Decoded and
+  // compared operand by operand, not through the encoder that made it.
+  static bool counter_step_is(const Instruction& d, std::size_t s, std::size_t n, uint64_t slot) {
+    if (d.segment_override()) return false;
+    auto lea_rsp = [&](int64_t disp) {
+      const Operand& m = d.ops[1];
+      return d.mnemonic == ZYDIS_MNEMONIC_LEA && d.operand_count == 2 && d.ops[0].reg == ZYDIS_REGISTER_RSP &&
+             m.type == ZYDIS_OPERAND_TYPE_MEMORY && m.base == ZYDIS_REGISTER_RSP && m.index == ZYDIS_REGISTER_NONE &&
+             m.disp == disp;
+    };
+    const bool inc_step = n == 1 || s == 2;
+    if (inc_step)
+      // 48 ff 05 disp32: REX.W, no lock or other prefix.
+      return d.mnemonic == ZYDIS_MNEMONIC_INC && d.operand_count == 1 && d.rip_relative && d.rip_address == slot &&
+             d.ops[0].size == 64 && d.length == 7 && d.bytes[0] == 0x48 && d.bytes[1] == 0xff && d.bytes[2] == 0x05;
+    switch (s) {
+      case 0: return lea_rsp(-static_cast<int64_t>(kRedZone));
+      case 1: return d.mnemonic == ZYDIS_MNEMONIC_PUSHFQ;
+      case 3: return d.mnemonic == ZYDIS_MNEMONIC_POPFQ;
+      case 4: return lea_rsp(kRedZone);
+      default: return false;
+    }
+  }
+
+  // Every counter of the copy is in its translation, once.
+  Status check_every_counter_placed() const {
+    std::set<uint64_t> starts;
+    for (std::size_t k = 0; k < code_.translation.size(); ++k)
+      if (is_counter(code_.translation[k].kind) && code_.translation[k].stack_shift == 0)
+        starts.insert(code_.translation[k].new_addr);
+    for (const EmittedCounter& c : code_.counters)
+      if (!starts.count(c.addr)) return fail(fmt::format("verifier: counter at {:#x} is not in the translation", c.addr));
+    return ok();
+  }
+
   // Original instructions missing from blocks that were copied: dropped jmps.
   void find_dropped() {
     for (const Block& b : cfg_.blocks) {
@@ -289,6 +378,7 @@ class Verifier {
   const PatchedBytes& patched_;
   std::map<uint64_t, const Instruction*> original_;
   std::map<uint64_t, uint64_t> copy_of_;
+  std::map<uint64_t, const EmittedCounter*> counter_at_;
   std::set<uint64_t> dropped_;
 };
 

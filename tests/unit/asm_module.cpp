@@ -82,9 +82,13 @@ std::unique_ptr<AsmModule> AsmModule::load(const std::string& text, const std::v
   auto a = assemble_with_labels(text);
   EXPECT_TRUE(a) << a.error().message();
   if (!a || a->bytes.size() > kArea) return nullptr;
-  void* area = mmap(nullptr, 2 * kArea, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* area = mmap(nullptr, 3 * kArea, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   EXPECT_NE(area, MAP_FAILED);
   if (area == MAP_FAILED) return nullptr;
+  void* counters = mmap(static_cast<uint8_t*>(area) + 2 * kArea, kArea, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  EXPECT_NE(counters, MAP_FAILED);
+  if (counters == MAP_FAILED) return nullptr;
   m->area_ = static_cast<uint8_t*>(area);
   m->original_ = reinterpret_cast<uint64_t>(area);
   m->bytes_ = a->bytes;
@@ -104,17 +108,20 @@ std::unique_ptr<AsmModule> AsmModule::load(const std::string& text, const std::v
 }
 
 AsmModule::~AsmModule() {
-  if (area_) munmap(area_, 2 * kArea);
+  if (area_) munmap(area_, 3 * kArea);
 }
 
 uint64_t AsmModule::addr(const std::string& name) const { return addr_.at(name); }
 
 jit::CodeCache AsmModule::build(const std::vector<std::string>& hot,
-                                const std::function<jit::BlockLayout(const jit::FunctionCfg&)>& layout_of) {
+                                const std::function<jit::BlockLayout(const jit::FunctionCfg&)>& layout_of,
+                                jit::CacheOptions options) {
   unpatch();
   std::vector<jit::HotCode> functions;
   for (const std::string& name : hot) functions.push_back({cfgs_.at(name).get(), layout_of(*cfgs_.at(name))});
-  auto cache = jit::build_code_cache(functions, cache_base());
+  if (options.counting) options.counters_base = counters_base();
+  std::memset(reinterpret_cast<void*>(counters_base()), 0, kArea);
+  auto cache = jit::build_code_cache(functions, cache_base(), {}, options);
   EXPECT_TRUE(cache) << cache.error().message();
   if (!cache || cache->bytes.size() > kArea) return {};
   std::memset(area_ + kArea, 0xcc, kArea);  // no bytes of an earlier cache past this one's end

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +39,7 @@ std::string describe(const Run& run);
 
 class AsmModule {
  public:
-  static constexpr std::size_t kArea = 1 << 16;  // the original code, then the cache
+  static constexpr std::size_t kArea = 1 << 16;  // the original code, then the cache, then counters
 
   // `names`: the functions of `text`, in address order; each ends where the
   // next begins, the last at the label `end`. Fails the test on a bad text.
@@ -48,11 +49,17 @@ class AsmModule {
   uint64_t addr(const std::string& name) const;
   const jit::FunctionCfg& cfg(const std::string& name) const { return *cfgs_.at(name); }
   uint64_t cache_base() const { return original_ + kArea; }
+  // A counting cache's counters: shared with the children that run_isolated
+  // forks, so what a copy counts there is read here.
+  uint64_t counters_base() const { return original_ + 2 * kArea; }
+  std::span<uint64_t> counters() const { return {reinterpret_cast<uint64_t*>(counters_base()), kArea / 8}; }
 
   // Builds the cache of `hot` (in this order) with `layout_of` each, writes it
-  // after the original code and applies its entry patches.
+  // after the original code and applies its entry patches. With
+  // options.counting, the counters go in counters(), zeroed.
   jit::CodeCache build(const std::vector<std::string>& hot,
-                       const std::function<jit::BlockLayout(const jit::FunctionCfg&)>& layout_of);
+                       const std::function<jit::BlockLayout(const jit::FunctionCfg&)>& layout_of,
+                       jit::CacheOptions options = {});
   void unpatch();  // the original bytes back under every entry patch
 
   // The copy in `cache` of the function at `original`, or 0.

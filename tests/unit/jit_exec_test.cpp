@@ -13,6 +13,7 @@
 
 #include "jit/block_layout.h"
 #include "jit/code_cache.h"
+#include "jit/counting.h"
 #include "jit/decoder.h"
 #include "jit/pipeline.h"
 #include "jit/verifier.h"
@@ -68,8 +69,9 @@ class CacheInProcess : public ThisBinary {
     return layout_blocks(cfg, counts, options);
   }
 
-  // Builds a cache of `names` into the buffer; returns the cache.
-  CodeCache build(const std::vector<std::string>& names, Mode mode, uint64_t seed) {
+  // Builds a cache of `names` into the buffer; returns the cache. A counting
+  // cache's counters go in the buffer's second half, zeroed.
+  CodeCache build(const std::vector<std::string>& names, Mode mode, uint64_t seed, CacheOptions options = {}) {
     cfgs.clear();
     std::vector<HotCode> hot;
     for (const std::string& name : names) {
@@ -81,10 +83,12 @@ class CacheInProcess : public ThisBinary {
     }
     for (const std::string& name : names) hot.push_back({cfgs[name].get(), layout_for(*cfgs[name], mode, seed)});
     // PC-relative code is the same at any bias: emit in link-time numbering.
-    auto cache = build_code_cache(hot, reinterpret_cast<uint64_t>(buffer) - bias);
+    if (options.counting) options.counters_base = reinterpret_cast<uint64_t>(counters()) - bias;
+    std::memset(counters(), 0, kBufferSize / 2);
+    auto cache = build_code_cache(hot, reinterpret_cast<uint64_t>(buffer) - bias, {}, options);
     EXPECT_TRUE(cache) << cache.error().message();
     for (const CacheRejection& r : cache->rejected) ADD_FAILURE() << std::hex << r.function << ": " << r.reason;
-    EXPECT_LE(cache->bytes.size(), kBufferSize);
+    EXPECT_LE(cache->bytes.size(), kBufferSize / 2);
     std::vector<uint8_t> loaded = cache->loaded_at(bias);
     std::memcpy(buffer, loaded.data(), loaded.size());
     __builtin___clear_cache(static_cast<char*>(buffer), static_cast<char*>(buffer) + cache->bytes.size());
@@ -102,6 +106,8 @@ class CacheInProcess : public ThisBinary {
   }
 
  protected:
+  uint64_t* counters() { return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(buffer) + kBufferSize / 2); }
+
   uint64_t bias = 0;
   void* buffer = MAP_FAILED;
   std::map<std::string, std::unique_ptr<FunctionCfg>> cfgs;
@@ -139,6 +145,54 @@ TEST_F(CacheInProcess, EveryShapeComputesTheSameUnderEveryLayout) {
       expect_same_results(cache, *this, "mode " + std::to_string(static_cast<int>(mode)) + " seed " +
                                             std::to_string(seed));
       if (HasFailure()) return;
+    }
+  }
+}
+
+// Counting copies of real compiled code compute the same, and what they
+// count adds up: every edge into a block sums to its count, and so does
+// every edge out of a block that ends in a branch or falls through (but for
+// setjmp's two returns).
+TEST_F(CacheInProcess, CountingCopiesComputeTheSameAndTheirCountsAddUp) {
+  CacheOptions options;
+  options.counting = true;
+  CodeCache cache = build(kShapes, Mode::Original, 0, options);
+  ASSERT_EQ(cache.functions.size(), kShapes.size());
+  ASSERT_GT(cache.counter_slots, 0u);
+  expect_same_results(cache, *this, "counting");
+  std::span<const uint64_t> values(counters(), cache.counter_slots);
+  for (const CachedFunction& f : cache.functions) {
+    const FunctionCfg& cfg = *std::find_if(cfgs.begin(), cfgs.end(), [&](const auto& c) {
+                                return c.second->start == f.original_entry;
+                              })->second;
+    FunctionCounts counts = counts_from(cfg, f.counters, values);
+    // setjmp returns twice into a block counted once; longjmp leaves jit_bail mid-block.
+    if (f.original_entry == named("jit_setjmp")->addr || f.original_entry == named("jit_bail")->addr) continue;
+    if (f.original_entry == named("jit_loop")->addr) {
+      EXPECT_EQ(counts.blocks[0], 10u) << "one per call";
+    }
+    if (f.original_entry == named("jit_switch")->addr) {
+      EXPECT_EQ(counts.blocks[0], 90u) << "one per call";
+    }
+    std::vector<double> in(cfg.blocks.size(), 0), out(cfg.blocks.size(), 0);
+    std::vector<bool> from_table(cfg.blocks.size(), false);
+    for (const EdgeCount& e : counts.edges) in[e.to] += e.weight, out[e.from] += e.weight;
+    for (std::size_t k = 0; k < cfg.blocks.size(); ++k) {
+      const Block& b = cfg.blocks[k];
+      const Instruction& last = cfg.instructions[b.first + b.count - 1];
+      if (last.flow == Flow::IndirectBranch)
+        for (uint64_t s : b.successors) from_table[cfg.block_at(s) - cfg.blocks.data()] = true;
+    }
+    for (std::size_t k = 1; k < cfg.blocks.size(); ++k)
+      if (!from_table[k] && in[k] > 0) {
+        EXPECT_EQ(in[k], counts.blocks[k]) << std::hex << cfg.blocks[k].start;
+      }
+    for (std::size_t k = 0; k < cfg.blocks.size(); ++k) {
+      const Block& b = cfg.blocks[k];
+      const Flow last = cfg.instructions[b.first + b.count - 1].flow;
+      if (!b.exits && last != Flow::IndirectBranch) {
+        EXPECT_EQ(out[k], counts.blocks[k]) << std::hex << b.start;
+      }
     }
   }
 }

@@ -1,0 +1,93 @@
+// Counting copies (DESIGN.md §3, step 5): where a function's counting copy
+// counts, the counter code it runs there, and the block and edge counts that
+// the counters give back. Pure, like the rest of jit/.
+//
+// Each site increments one 8-byte counter ("slot") in a read-write area
+// beside the cache (never in the cache: the code stays read-only):
+//   - one per block, counting how often the block is entered;
+//   - one per conditional branch whose fall-through alone does not tell its
+//     edges (the block it falls into has other ways in, or lies outside the
+//     function), counting how often it falls through; it is taken the rest.
+// Direct call sites run as often as their block. Every in-function edge
+// follows from these (edges_from_counts).
+//
+// The counter code is invisible to the function:
+//   plain        inc qword ptr [rip + slot]         where the flags inc writes
+//                                                   (OF SF ZF AF PF) are dead
+//   saves flags  lea rsp, [rsp - 128]                past the red zone, which
+//                pushfq                              a leaf may be using
+//                inc qword ptr [rip + slot]
+//                popfq
+//                lea rsp, [rsp + 128]                (lea leaves the flags alone)
+// It touches no register, and memory only at the slot and, saving flags,
+// the 8 bytes at [rsp - 136]: below the red zone, where a signal frame would
+// go too. A block's counter goes at the first point of the block, before
+// its first call, where the plain form may run; else at its start, saving
+// flags. Counts are not atomic (no lock prefix): two threads on two CPUs
+// that increment one counter at the same instant may lose one increment
+// (bench/counting_cost.sh measures how many); single-threaded they are exact.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "jit/cfg.h"
+#include "jit/edge_profile.h"
+
+namespace dyni::jit {
+
+enum class CounterKind : uint8_t {
+  Block,        // entries into the block starting at `at`
+  FallThrough,  // times the conditional branch at `at` falls through
+};
+
+struct CounterSite {
+  CounterKind kind = CounterKind::Block;
+  uint64_t at = 0;          // the block's start, or the conditional branch
+  uint64_t before = 0;      // Block: the instruction of the block the code runs before
+  bool saves_flags = false; // the flags inc writes are live there
+  uint32_t slot = 0;        // its counter: slots_base + 8 * slot
+};
+
+// The flags the plain counter code writes.
+constexpr uint16_t kCounterClobbers =
+    ZYDIS_CPUFLAG_PF | ZYDIS_CPUFLAG_AF | ZYDIS_CPUFLAG_ZF | ZYDIS_CPUFLAG_SF | ZYDIS_CPUFLAG_OF;
+constexpr uint64_t kCounterSlotSize = 8;
+constexpr unsigned kRedZone = 128;
+
+// The sites of `cfg`'s counting copy, in address order (a FallThrough site
+// after the Block site of its block), slots numbered from `first_slot`.
+std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot);
+
+// One instruction of counter code: where it starts in the sequence, and how
+// far below the original rsp the stack pointer is when it starts.
+struct CounterStep {
+  uint8_t offset = 0;
+  uint8_t stack_shift = 0;
+};
+
+struct CounterCode {
+  std::vector<uint8_t> bytes;
+  std::vector<CounterStep> steps;
+};
+
+// The bytes of a site's code at `at`, incrementing the counter at `slot_addr`.
+Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, bool saves_flags);
+std::size_t counter_length(bool saves_flags);
+// Its instructions' places (the same for every address).
+std::vector<CounterStep> counter_steps(bool saves_flags);
+
+// Exact block and edge counts of `cfg` from its sites' counters
+// (`counters[slot]`). A jump table's block is split over its targets in
+// proportion to their own counts (which is exact when each has no other way
+// in). Counts lost to races can make a fall-through exceed its block: a
+// taken edge is then 0, never negative.
+struct FunctionCounts {
+  std::vector<uint64_t> blocks;  // per block of cfg
+  std::vector<EdgeCount> edges;  // every in-function edge with a count
+};
+FunctionCounts counts_from(const FunctionCfg& cfg, const std::vector<CounterSite>& sites,
+                           std::span<const uint64_t> counters);
+
+}  // namespace dyni::jit

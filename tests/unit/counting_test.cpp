@@ -1,0 +1,383 @@
+// Counting copies (jit/counting.h), one test per counter form, each run:
+// flags read and written by the decoder, their liveness, block and
+// fall-through counters with counts known by construction, counter code that
+// keeps live flags and a leaf's red zone, unwind rows under a moved rsp, and
+// the verifier's checks, each with a mutation it must catch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "jit/counting.h"
+#include "jit/decoder.h"
+#include "jit/emitter.h"
+#include "jit/flags_liveness.h"
+#include "jit/unwind_rows.h"
+#include "jit/verifier.h"
+#include "tests/unit/asm_module.h"
+#include "tests/unit/assembler.h"
+
+namespace dyni::jit {
+namespace {
+
+using test::AsmModule;
+using test::Outcome;
+
+constexpr uint16_t kCF = ZYDIS_CPUFLAG_CF, kZF = ZYDIS_CPUFLAG_ZF, kSF = ZYDIS_CPUFLAG_SF, kOF = ZYDIS_CPUFLAG_OF;
+
+Instruction one(const std::string& text) {
+  auto bytes = test::assemble(text);
+  EXPECT_TRUE(bytes) << text;
+  auto in = bytes ? decode_one(*bytes, 0x1000) : fail("no bytes");
+  EXPECT_TRUE(in) << text;
+  return in ? *in : Instruction{};
+}
+
+CacheOptions counting() {
+  CacheOptions o;
+  o.counting = true;
+  return o;
+}
+
+BlockLayout in_order(const FunctionCfg& cfg) { return original_layout(cfg); }
+
+TEST(CountingFlags, WhatEachInstructionReadsAndAlwaysWrites) {
+  EXPECT_EQ(one("cmp rdi, rsi").flags_written, kStatusFlags);
+  EXPECT_EQ(one("test eax, eax").flags_written, kStatusFlags);  // AF undefined counts as written
+  EXPECT_EQ(one("inc rax").flags_written, kStatusFlags & ~kCF);
+  EXPECT_EQ(one("shl eax, 1").flags_written, kStatusFlags);
+  EXPECT_EQ(one("shl eax, cl").flags_written, 0) << "a count of 0 leaves the flags alone";
+  EXPECT_EQ(one("shl eax, 32").flags_written, 0) << "32 masks to 0 for a 32-bit shift";
+  EXPECT_EQ(one("shl rax, 32").flags_written, kStatusFlags);
+  EXPECT_EQ(one("rep cmpsb").flags_written, 0) << "rcx may be 0";
+  EXPECT_EQ(one("mov rax, rbx").flags_written, 0);
+  EXPECT_EQ(one("lea rsp, [rsp - 128]").flags_written, 0);
+  EXPECT_EQ(one("adc rax, 1").flags_read, kCF);
+  EXPECT_EQ(one("l: jl l").flags_read, kSF | kOF);
+  EXPECT_EQ(one("setg al").flags_read, kZF | kSF | kOF);
+  EXPECT_EQ(one("pushfq").flags_read, kStatusFlags);
+  EXPECT_EQ(one("syscall").flags_read, kStatusFlags);
+  EXPECT_EQ(one("syscall").flags_written, 0);
+}
+
+// Two conditional branches on one compare, and a block that reads the flags
+// (setl) then makes them dead (add): a leaf that keeps two values in its red zone.
+const char* kFlagsAndRedZone = R"(
+g:
+  mov [rsp - 8], rdi
+  mov [rsp - 128], rsi
+  cmp rdi, rsi
+  jl g_less
+g_not_less:
+  jg g_more
+  mov rax, [rsp - 8]
+  add rax, [rsp - 128]
+  ret
+g_less:
+  setl al
+  movzx eax, al
+  add rax, [rsp - 128]
+  ret
+g_more:
+  mov rax, [rsp - 8]
+  sub rax, [rsp - 128]
+  imul rax, [rsp - 8]
+  ret
+end:
+)";
+
+TEST(CountingFlags, LivenessFollowsTheCfgAndTheAbi) {
+  auto m = AsmModule::load(kFlagsAndRedZone, {"g"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& g = m->cfg("g");
+  std::vector<uint16_t> live = live_flags_before(g);
+  // mov; mov; cmp; jl | jg | mov; add; ret | setl; movzx; add; ret | mov; sub; imul; ret
+  ASSERT_EQ(g.instructions.size(), 16u);
+  EXPECT_EQ(live[2], 0) << "nothing reads the flags before the cmp writes them";
+  EXPECT_EQ(live[3], kZF | kSF | kOF) << "jl reads SF OF, and what follows it reads ZF";
+  EXPECT_EQ(live[4], kZF | kSF | kOF) << "jg";
+  EXPECT_EQ(live[5], 0);
+  EXPECT_EQ(live[7], 0) << "dead at a ret (ABI)";
+  EXPECT_EQ(live[8], kSF | kOF) << "setl";
+  EXPECT_EQ(live[9], 0) << "the add writes them all";
+}
+
+TEST(CountingFlags, EveryWayOutButRetKeepsTheFlagsLive) {
+  auto m = AsmModule::load(R"(
+f:
+  test rdi, rdi
+  je f_out
+  xor eax, eax
+  ret
+f_out:
+  jmp h
+h:
+  ret
+end:
+)", {"f", "h"});
+  ASSERT_TRUE(m);
+  std::vector<uint16_t> live = live_flags_before(m->cfg("f"));
+  EXPECT_EQ(live[4], kStatusFlags) << "a jmp to another function may reach code that reads them";
+  EXPECT_EQ(live[1], kStatusFlags) << "and so may the jcc before it";
+  EXPECT_EQ(live[2], 0);
+}
+
+const CounterSite* site_of(const std::vector<CounterSite>& sites, CounterKind kind, uint64_t at) {
+  for (const CounterSite& s : sites)
+    if (s.kind == kind && s.at == at) return &s;
+  return nullptr;
+}
+
+TEST(CountingCopy, SitesGoWhereThePlainCodeMayRun) {
+  auto m = AsmModule::load(kFlagsAndRedZone, {"g"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& g = m->cfg("g");
+  std::vector<CounterSite> sites = plan_counters(g, 10);
+  ASSERT_EQ(sites.size(), g.blocks.size()) << "no fall-through needs a counter of its own here";
+  EXPECT_EQ(sites.front().slot, 10u);
+  const CounterSite* entry = site_of(sites, CounterKind::Block, m->addr("g"));
+  ASSERT_TRUE(entry);
+  EXPECT_FALSE(entry->saves_flags);
+  EXPECT_EQ(entry->before, m->addr("g"));
+  const uint64_t not_less = g.instructions[4].addr;  // the block that is only jg
+  const CounterSite* jg = site_of(sites, CounterKind::Block, not_less);
+  ASSERT_TRUE(jg);
+  EXPECT_TRUE(jg->saves_flags) << "the flags are live through the whole block";
+  const uint64_t less = g.instructions[8].addr;
+  const CounterSite* setl = site_of(sites, CounterKind::Block, less);
+  ASSERT_TRUE(setl);
+  EXPECT_FALSE(setl->saves_flags);
+  EXPECT_EQ(setl->before, g.instructions[9].addr) << "after setl has read them: before movzx";
+}
+
+// The counting copy computes what the original computes: live flags kept
+// across counter code, and the red zone untouched by what it pushes.
+TEST(CountingCopy, KeepsLiveFlagsAndTheRedZone) {
+  auto m = AsmModule::load(kFlagsAndRedZone, {"g"});
+  ASSERT_TRUE(m);
+  const test::Inputs inputs = {{1, 2}, {2, 1}, {5, 5}, {-3, 7}, {7, -3}, {0, 0}, {100, 99}};
+  test::Run want = test::run_isolated(m->addr("g"), inputs);
+  ASSERT_EQ(want.outcome, Outcome::Returned);
+  CodeCache cache = m->build({"g"}, in_order, counting());
+  ASSERT_EQ(cache.functions.size(), 1u);
+  ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+  EXPECT_EQ(cache.counters_base, m->counters_base());
+  for (uint64_t fn : {AsmModule::copy_of(cache, m->addr("g")), m->addr("g")}) {
+    std::fill(m->counters().begin(), m->counters().end(), 0);
+    test::Run got = test::run_isolated(fn, inputs);
+    ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+    EXPECT_EQ(got.results, want.results);
+    FunctionCounts counts = counts_from(m->cfg("g"), cache.functions[0].counters, m->counters());
+    const FunctionCfg& g = m->cfg("g");
+    EXPECT_EQ(counts.blocks[0], inputs.size());
+    EXPECT_EQ(counts.blocks[g.block_at(g.instructions[4].addr) - g.blocks.data()], 5u) << "a >= b";
+    EXPECT_EQ(counts.blocks[g.block_at(g.instructions[8].addr) - g.blocks.data()], 2u) << "a < b";
+  }
+}
+
+// f(a, b): a rounds; odd rounds add b, even ones 3, and rounds i % 4 == 2
+// subtract 1 too. Every count is known by construction.
+const char* kRounds = R"(
+f:
+  xor eax, eax
+  xor ecx, ecx
+  test rdi, rdi
+  jle f_done
+f_loop:
+  test cl, 1
+  jne f_odd
+  add rax, 3
+  test cl, 2
+  je f_next
+  sub rax, 1
+  jmp f_next
+f_odd:
+  add rax, rsi
+f_next:
+  inc rcx
+  cmp rcx, rdi
+  jl f_loop
+f_done:
+  ret
+end:
+)";
+
+struct RoundCounts {
+  uint64_t calls = 0, rounds = 0, odd = 0, even = 0, minus = 0, last_round = 0;
+};
+
+RoundCounts expected_rounds(const test::Inputs& inputs) {
+  RoundCounts c;
+  for (auto [a, b] : inputs) {
+    ++c.calls;
+    for (long i = 0; i < a; ++i) {
+      ++c.rounds;
+      (i & 1 ? c.odd : c.even)++;
+      if (!(i & 1) && (i & 2)) ++c.minus;
+    }
+    if (a > 0) ++c.last_round;
+  }
+  return c;
+}
+
+std::size_t block_of(const FunctionCfg& cfg, uint64_t addr) { return cfg.block_at(addr) - cfg.blocks.data(); }
+
+double edge_count(const FunctionCounts& c, std::size_t from, std::size_t to) {
+  for (const EdgeCount& e : c.edges)
+    if (e.from == from && e.to == to) return e.weight;
+  return -1;
+}
+
+TEST(CountingCopy, CountsEveryBlockAndEdgeExactly) {
+  auto m = AsmModule::load(kRounds, {"f"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  auto label = [&](int instruction) { return f.instructions[instruction].addr; };
+  const uint64_t loop = label(4), even = label(6), minus = label(9), odd = label(11), next = label(12), done = label(15);
+  std::vector<CounterSite> sites = plan_counters(f, 0);
+  // Fall-throughs into blocks with other ways in: jle → loop, jl → done.
+  EXPECT_TRUE(site_of(sites, CounterKind::FallThrough, label(3)));
+  EXPECT_TRUE(site_of(sites, CounterKind::FallThrough, label(14)));
+  EXPECT_FALSE(site_of(sites, CounterKind::FallThrough, label(5))) << "jne falls into a block with no other way in";
+  EXPECT_EQ(sites.size(), f.blocks.size() + 2);
+
+  const test::Inputs inputs = {{10, 5}, {7, 1}, {0, 3}, {-2, 1}, {1, 1}, {33, 2}};
+  test::Run want = test::run_isolated(m->addr("f"), inputs);
+  CodeCache cache = m->build({"f"}, in_order, counting());
+  ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+  test::Run got = test::run_isolated(AsmModule::copy_of(cache, m->addr("f")), inputs);
+  ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+  EXPECT_EQ(got.results, want.results);
+
+  RoundCounts c = expected_rounds(inputs);
+  FunctionCounts counts = counts_from(f, cache.functions[0].counters, m->counters());
+  EXPECT_EQ(counts.blocks[0], c.calls);
+  EXPECT_EQ(counts.blocks[block_of(f, loop)], c.rounds);
+  EXPECT_EQ(counts.blocks[block_of(f, even)], c.even);
+  EXPECT_EQ(counts.blocks[block_of(f, minus)], c.minus);
+  EXPECT_EQ(counts.blocks[block_of(f, odd)], c.odd);
+  EXPECT_EQ(counts.blocks[block_of(f, next)], c.rounds);
+  EXPECT_EQ(counts.blocks[block_of(f, done)], c.calls);
+  EXPECT_EQ(edge_count(counts, 0, block_of(f, done)), c.calls - c.last_round) << "jle taken";
+  EXPECT_EQ(edge_count(counts, 0, block_of(f, loop)), c.last_round) << "jle falls through";
+  EXPECT_EQ(edge_count(counts, block_of(f, loop), block_of(f, odd)), c.odd);
+  EXPECT_EQ(edge_count(counts, block_of(f, loop), block_of(f, even)), c.even);
+  EXPECT_EQ(edge_count(counts, block_of(f, even), block_of(f, next)), c.even - c.minus) << "je taken";
+  EXPECT_EQ(edge_count(counts, block_of(f, minus), block_of(f, next)), c.minus);
+  EXPECT_EQ(edge_count(counts, block_of(f, next), block_of(f, loop)), c.rounds - c.last_round) << "the back edge";
+  EXPECT_EQ(edge_count(counts, block_of(f, next), block_of(f, done)), c.last_round);
+}
+
+// A last jcc falls past the function's end: its fall-through is counted,
+// before the jmp that goes on in the original code.
+TEST(CountingCopy, ALastJccFallingPastTheEndIsCounted) {
+  auto m = AsmModule::load(R"(
+f:
+  lea rax, [rdi + 3]
+  test dil, 1
+  jne h
+g:
+  lea rax, [rdi + 100]
+  ret
+h:
+  add rax, rax
+  ret
+end:
+)", {"f", "g", "h"});
+  ASSERT_TRUE(m);
+  const test::Inputs inputs = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 0}};
+  test::Run want = test::run_isolated(m->addr("f"), inputs);
+  CodeCache cache = m->build({"f"}, in_order, counting());
+  ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+  const FunctionCfg& f = m->cfg("f");
+  const CounterSite* fall = site_of(cache.functions[0].counters, CounterKind::FallThrough, f.instructions[2].addr);
+  ASSERT_TRUE(fall);
+  test::Run got = test::run_isolated(m->addr("f"), inputs);
+  EXPECT_EQ(got.results, want.results);
+  EXPECT_EQ(m->counters()[fall->slot], 3u) << "three even inputs fall into g";
+  EXPECT_EQ(m->counters()[0], inputs.size());
+}
+
+// The rows of counter code that saves the flags: the CFA is 128, then 136
+// bytes further from rsp; a frame from rbp does not move; an expression
+// cannot be moved, and the copy then has no rows.
+TEST(CountingCopy, UnwindRowsFollowTheMovedStackPointer) {
+  auto m = AsmModule::load(kFlagsAndRedZone, {"g"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& g = m->cfg("g");
+  std::vector<CounterSite> sites = plan_counters(g, 0);
+  auto code = emit_function(g, original_layout(g), m->cache_base(), {}, BranchWidth::Short,
+                            {&sites, m->counters_base()});
+  ASSERT_TRUE(code) << code.error().message();
+  elf::CfiRow entry{g.start, {}};  // CFA = rsp + 8, return address at CFA - 8
+  entry.state.regs[16] = {elf::RegisterRule::Kind::AtCfa, -8};
+  auto rows = cache_unwind_rows({entry}, g.end, *code);
+  ASSERT_TRUE(rows) << rows.error().message();
+  std::map<uint8_t, int> seen;
+  for (const TranslationEntry& t : code->translation) {
+    auto row = std::upper_bound(rows->begin(), rows->end(), t.new_addr,
+                                [](uint64_t a, const UnwindRow& r) { return a < r.cache_addr; });
+    ASSERT_NE(row, rows->begin());
+    --row;
+    EXPECT_EQ(row->state.cfa.offset, 8 + t.stack_shift) << std::hex << t.new_addr;
+    EXPECT_EQ(row->state.regs[16].value, -8);
+    seen[t.stack_shift]++;
+  }
+  EXPECT_EQ(seen[kRedZone], 2) << "after the first lea, and before the last";
+  EXPECT_EQ(seen[kRedZone + 8], 2) << "pushfq's slot: inc and popfq run there";
+
+  elf::CfiRow framed = entry;
+  framed.state.cfa = {6, 16};  // rbp + 16
+  auto from_rbp = cache_unwind_rows({framed}, g.end, *code);
+  ASSERT_TRUE(from_rbp);
+  for (const UnwindRow& r : *from_rbp) EXPECT_EQ(r.state.cfa.offset, 16);
+
+  elf::CfiRow expression = entry;
+  expression.state.cfa.expression = true;
+  auto refused = cache_unwind_rows({expression}, g.end, *code);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("expression"), std::string::npos) << refused.error().message();
+}
+
+TEST(CountingCopy, VerifierCatchesWrongCounterCode) {
+  auto m = AsmModule::load(kRounds, {"f"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  std::vector<CounterSite> sites = plan_counters(f, 0);
+  sites[1].saves_flags = true;  // both forms in one copy
+  auto code = emit_function(f, original_layout(f), m->cache_base(), {}, BranchWidth::Short,
+                            {&sites, m->counters_base()});
+  ASSERT_TRUE(code) << code.error().message();
+  ASSERT_TRUE(verify(f, *code));
+  auto expect_caught = [&](EmittedCode bad, const std::string& what) {
+    auto r = verify(f, bad);
+    ASSERT_FALSE(r) << what;
+    EXPECT_NE(r.error().message().find("counter"), std::string::npos) << what << ": " << r.error().message();
+  };
+  EmittedCode other_slot = *code;
+  other_slot.counters[0].slot_addr += 8;
+  expect_caught(other_slot, "a counter that increments another slot");
+  EmittedCode in_code = *code;
+  in_code.counters[0].slot_addr = code->base;
+  expect_caught(in_code, "a slot in the code");
+  EmittedCode shift = *code;
+  for (TranslationEntry& t : shift.translation)
+    if (t.stack_shift) {
+      t.stack_shift = 8;
+      break;
+    }
+  expect_caught(shift, "a wrong stack shift (unwind rows)");
+  EmittedCode lost = *code;
+  lost.translation.erase(std::find_if(lost.translation.begin(), lost.translation.end(),
+                                      [](const TranslationEntry& t) { return is_counter(t.kind); }));
+  auto r = verify(f, lost);
+  EXPECT_FALSE(r) << "counter code missing from the translation";
+  EmittedCode locked = *code;
+  const EmittedCounter& plain = *std::find_if(code->counters.begin(), code->counters.end(),
+                                              [](const EmittedCounter& c) { return !c.site.saves_flags; });
+  locked.bytes[plain.addr - code->base] = 0x49;  // REX.WB: the same inc, but not the code planned
+  expect_caught(locked, "other bytes than the counter code");
+}
+
+}  // namespace
+}  // namespace dyni::jit
