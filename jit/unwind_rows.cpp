@@ -32,13 +32,19 @@ uint64_t frame_address(const EmittedCode& code, std::size_t k, uint64_t original
   return past_end ? code.translation[k - 1].original_addr : t.original_addr;
 }
 
+Result<elf::CfiState> cache_frame(const std::vector<elf::CfiRow>& original, uint64_t original_end,
+                                  const EmittedCode& code, std::size_t k) {
+  auto state = elf::cfi_state_at(original, original_end, frame_address(code, k, original_end));
+  if (!state) return state;
+  return shifted(*state, code.translation[k].stack_shift, code.translation[k].new_addr);
+}
+
 Result<std::vector<UnwindRow>> cache_unwind_rows(const std::vector<elf::CfiRow>& original, uint64_t original_end,
                                                  const EmittedCode& code) {
   std::vector<UnwindRow> rows;
   for (std::size_t k = 0; k < code.translation.size(); ++k) {
     uint64_t frame = frame_address(code, k, original_end);
-    auto state = elf::cfi_state_at(original, original_end, frame);
-    if (state) state = shifted(*state, code.translation[k].stack_shift, code.translation[k].new_addr);
+    auto state = cache_frame(original, original_end, code, k);
     if (!state) return std::unexpected(state.error());
     if (!rows.empty() && rows.back().state == *state) continue;
     rows.push_back({code.translation[k].new_addr, frame, *state});

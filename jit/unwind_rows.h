@@ -29,6 +29,11 @@ struct UnwindRow {
 // through changes no frame).
 uint64_t frame_address(const EmittedCode& code, std::size_t k, uint64_t original_end);
 
+// The frame cache instruction `k` of `code` has: that of frame_address(),
+// with rsp lower by what counter code has pushed there (stack_shift).
+Result<elf::CfiState> cache_frame(const std::vector<elf::CfiRow>& original, uint64_t original_end,
+                                  const EmittedCode& code, std::size_t k);
+
 // `original`: the function's rows (elf::cfi_rows), covering [first row, original_end).
 Result<std::vector<UnwindRow>> cache_unwind_rows(const std::vector<elf::CfiRow>& original, uint64_t original_end,
                                                  const EmittedCode& code);

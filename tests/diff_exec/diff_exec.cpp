@@ -4,7 +4,7 @@
 // levels) is loaded into this process and run through the whole jit
 // (optimize_module, verifier on) under many seeded layouts: original order,
 // shuffled, shuffled with a quarter of the blocks left in the original code,
-// and layouts from random profiles. For each layout a forked child first
+// layouts from random profiles, and counting copies. For each layout a forked child first
 // calls every original over the inputs, then applies the entry patches and
 // calls every copy directly and every function through its patched entry;
 // any result that differs, any crash, and any hang (the child's time limit)
@@ -35,8 +35,8 @@ using Function = long (*)(long, long);
 constexpr unsigned kSeeds = 16;
 constexpr unsigned kChildSeconds = 20;
 
-enum class Mode { Original, Shuffled, ShuffledLeaving, RandomProfile };
-const char* kModeNames[] = {"original", "shuffled", "shuffled-leaving-blocks", "random-profile"};
+enum class Mode { Original, Shuffled, ShuffledLeaving, RandomProfile, Counting };
+const char* kModeNames[] = {"original", "shuffled", "shuffled-leaving-blocks", "random-profile", "counting"};
 
 struct Layout {
   Mode mode;
@@ -105,6 +105,7 @@ Result<jit::ModulePlan> plan_for(const diff::LoadedModule& m, const std::vector<
   options.layout.cold = jit::ColdBlocks::CopyLast;
   if (layout.mode == Mode::Shuffled || layout.mode == Mode::ShuffledLeaving) options.layout.shuffle_seed = layout.seed;
   if (layout.mode == Mode::ShuffledLeaving) options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
+  options.cache.counting = layout.mode == Mode::Counting;  // counting copies (jit/counting.h)
   if (layout.mode == Mode::RandomProfile) {
     input.profile = &profile;
     options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
@@ -190,7 +191,7 @@ std::vector<std::string> run_layout(diff::LoadedModule& m, const jit::ModulePlan
 }
 
 std::vector<Layout> layouts() {
-  std::vector<Layout> out = {{Mode::Original, 0}};
+  std::vector<Layout> out = {{Mode::Original, 0}, {Mode::Counting, 0}};
   for (Mode mode : {Mode::Shuffled, Mode::ShuffledLeaving, Mode::RandomProfile})
     for (uint64_t seed = 1; seed <= kSeeds; ++seed) out.push_back({mode, seed});
   return out;

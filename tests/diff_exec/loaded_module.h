@@ -11,6 +11,7 @@
 #include "elf/elf_file.h"
 #include "elf/function_table.h"
 #include "jit/code_cache.h"
+#include "jit/counting.h"
 #include "jit/module_image.h"
 
 namespace dyni::diff {
@@ -30,7 +31,8 @@ class LoadedModule {
   // A link-time address as it runs in this process.
   uint64_t live(uint64_t addr) const { return addr + bias_; }
 
-  // Writes `cache` into the area (the rest of it int3).
+  // Writes `cache` into the area (the rest of it int3), and a counting
+  // cache's counters after it, zeroed.
   Status write(const jit::CodeCache& cache);
   // Writes every entry patch of `cache` whose live bytes are the file's;
   // meant for a forked child (the parent's text stays as loaded).

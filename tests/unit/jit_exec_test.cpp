@@ -366,7 +366,7 @@ TEST_F(CacheInProcess, CopiesHaveTheirOriginalsFrames) {
     const elf::Function* fn = table->find(f.original_entry);
     for (std::size_t k = 0; k < f.code.translation.size(); ++k) {
       const TranslationEntry& t = f.code.translation[k];
-      auto want = elf::cfi_state_at(original, fn->addr + fn->size, frame_address(f.code, k, fn->addr + fn->size));
+      auto want = cache_frame(original, fn->addr + fn->size, f.code, k);
       auto got = elf::cfi_state_at(rows, f.code.base + f.code.bytes.size(), t.new_addr);
       ASSERT_TRUE(want && got);
       EXPECT_TRUE(*want == *got) << std::hex << t.new_addr << " ← " << t.original_addr;

@@ -1,4 +1,4 @@
-// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold]
+// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting]
 //
 // Runs the whole jit (jit/pipeline.h) over a binary: every function as if all
 // were hot, or the functions of a recorded profile (dyni-record) laid out by
@@ -11,7 +11,8 @@
 // or when the module fails as a whole.
 // --shuffle lays every function out in a random block order (with
 // --leave-cold, leaving a random quarter of blocks behind): a stress test of
-// the emitter and verifier on real code.
+// the emitter and verifier on real code. --counting builds counting copies
+// (jit/counting.h) instead and prints their counter sites.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "elf/function_table.h"
 #include "jit/block_profile.h"
 #include "jit/cfg.h"
+#include "jit/counting.h"
 #include "jit/module_image.h"
 #include "jit/pipeline.h"
 #include "jit/verifier.h"
@@ -41,6 +43,7 @@ struct Args {
   uint64_t shuffle = 0;
   bool leave_cold = false;
   bool leaving = false;  // --leaving: list the sampled functions whose copies leave the cache
+  bool counting = false;
 };
 
 bool parse(int argc, char** argv, Args& a) {
@@ -50,6 +53,7 @@ bool parse(int argc, char** argv, Args& a) {
     else if (s == "--shuffle" && i + 1 < argc) a.shuffle = std::strtoull(argv[++i], nullptr, 0);
     else if (s == "--leave-cold") a.leave_cold = true;
     else if (s == "--leaving") a.leaving = true;
+    else if (s == "--counting") a.counting = true;
     else if (!s.starts_with("-") && a.elf.empty()) a.elf = s;
     else return false;
   }
@@ -88,7 +92,7 @@ Status check_unwind(const jit::ModulePlan& plan, const jit::CachedFunction& f, c
   uint64_t cache_end = f.code.base + f.code.bytes.size();
   for (std::size_t k = 0; k < f.code.translation.size(); ++k) {
     const jit::TranslationEntry& t = f.code.translation[k];
-    auto want = elf::cfi_state_at(original->second, cfg.end, jit::frame_address(f.code, k, cfg.end));
+    auto want = jit::cache_frame(original->second, cfg.end, f.code, k);
     auto got = elf::cfi_state_at(cache_rows, cache_end, t.new_addr);
     if (!want || !got || !(*want == *got)) return fail(fmt::format("unwind row differs at {:#x}", t.new_addr));
   }
@@ -204,12 +208,29 @@ void print_leaving(const std::vector<SampledCopy>& copies, const elf::FunctionTa
     std::printf("leaving:   %6llu samples  %s: %s\n", static_cast<unsigned long long>(samples), name.c_str(), why.c_str());
 }
 
+// --counting: the counter sites of the counting cache, and what they cost.
+void print_counters(const jit::CodeCache& cache) {
+  std::size_t blocks = 0, falls = 0, saving = 0, bytes = 0;
+  for (const jit::CachedFunction& f : cache.functions)
+    for (const jit::CounterSite& s : f.counters) {
+      (s.kind == jit::CounterKind::Block ? blocks : falls)++;
+      saving += s.saves_flags;
+      bytes += jit::counter_length(s.saves_flags);
+    }
+  std::size_t sites = blocks + falls;
+  std::printf("counters:  %zu sites (%zu blocks, %zu fall-throughs), %zu saving flags (%.1f%%), %zu bytes of counter "
+              "code, %u slots at %#llx\n",
+              sites, blocks, falls, saving, percent(saving, sites), bytes, cache.counter_slots,
+              static_cast<unsigned long long>(cache.counters_base));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, args)) {
-    std::fprintf(stderr, "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold]\n");
+    std::fprintf(stderr,
+                 "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting]\n");
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -235,6 +256,7 @@ int main(int argc, char** argv) {
   jit::JitOptions options;  // the verifier on, as in dynid
   options.layout.shuffle_seed = args.shuffle;
   if (args.shuffle) options.layout.cold = args.leave_cold ? jit::ColdBlocks::LeaveInOriginal : jit::ColdBlocks::CopyLast;
+  options.cache.counting = args.counting;
   auto plan = jit::optimize_module(input, options);
   if (!plan) {
     std::fprintf(stderr, "dyni-scan: %s: module failed: %s\n", args.elf.c_str(), plan.error().message().c_str());
@@ -280,6 +302,7 @@ int main(int argc, char** argv) {
   std::printf("tables:    %llu resolved, %zu proven rebuildable, %zu rebuilt in the cache (their dispatch stays in "
               "the cache); the others send their targets back to the original code\n",
               static_cast<unsigned long long>(tables), rebuildable, rebuilt);
+  if (args.counting) print_counters(plan->cache);
   std::size_t with_rows = 0, rows = 0;
   for (const jit::CachedFunction& f : plan->cache.functions) with_rows += !f.unwind.empty(), rows += f.unwind.size();
   std::printf("unwind:    %zu functions with rows, %zu rows (each cache instruction has its original's frame)\n",
