@@ -146,6 +146,30 @@ double density(const Chain& c, const std::vector<double>& flow, const std::vecto
   return bytes > 0 ? work / bytes : 0;
 }
 
+// Blocks that carry flow (the entry always): above kHotFraction of the peak.
+std::vector<bool> hot_blocks(const std::vector<double>& flow) {
+  double peak = *std::max_element(flow.begin(), flow.end());
+  std::vector<bool> hot(flow.size());
+  for (std::size_t b = 0; b < hot.size(); ++b) hot[b] = b == 0 || (peak > 0 && flow[b] > kHotFraction * peak);
+  return hot;
+}
+
+// The hot blocks in chains by ext-TSP, the entry's chain first, then by density.
+std::vector<Chain> hot_chains(const std::vector<uint64_t>& sizes, const std::vector<EdgeCount>& edges,
+                              const std::vector<double>& flow, const std::vector<bool>& hot,
+                              const LayoutOptions& options) {
+  ChainMerger merger(sizes, edges, hot);
+  merger.chain_fall_throughs();
+  if (static_cast<std::size_t>(std::count(hot.begin(), hot.end(), true)) <= options.max_blocks_to_merge)
+    merger.merge_by_gain();
+  std::vector<Chain> chains = merger.chains();
+  std::stable_sort(chains.begin(), chains.end(), [&](const Chain& a, const Chain& b) {
+    if ((a.front() == 0) != (b.front() == 0)) return a.front() == 0;
+    return density(a, flow, sizes) > density(b, flow, sizes);
+  });
+  return chains;
+}
+
 }  // namespace
 
 std::vector<uint64_t> relocated_block_sizes(const FunctionCfg& cfg) {
@@ -203,19 +227,8 @@ BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>&
   // Measured edges are in their own unit (branch records): flow then comes from them alone.
   std::vector<double> flow = block_flow(use_measured ? std::vector<double>(frequency.size(), 0.0) : frequency, edges);
   std::vector<uint64_t> sizes = relocated_block_sizes(cfg);
-  double peak = *std::max_element(flow.begin(), flow.end());
-  std::vector<bool> hot(cfg.blocks.size());
-  std::size_t hot_count = 0;
-  for (std::size_t b = 0; b < hot.size(); ++b) hot_count += hot[b] = b == 0 || (peak > 0 && flow[b] > kHotFraction * peak);
-
-  ChainMerger merger(sizes, edges, hot);
-  merger.chain_fall_throughs();
-  if (hot_count <= options.max_blocks_to_merge) merger.merge_by_gain();
-  std::vector<Chain> chains = merger.chains();
-  std::stable_sort(chains.begin(), chains.end(), [&](const Chain& a, const Chain& b) {
-    if ((a.front() == 0) != (b.front() == 0)) return a.front() == 0;
-    return density(a, flow, sizes) > density(b, flow, sizes);
-  });
+  std::vector<bool> hot = hot_blocks(flow);
+  std::vector<Chain> chains = hot_chains(sizes, edges, flow, hot, options);
 
   double peak_rate = *std::max_element(frequency.begin(), frequency.end());
   auto proven_cold = [&](std::size_t b) {
@@ -232,6 +245,24 @@ BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>&
     l.order.push_back(b);
     l.copied[b] = true;
   }
+  return l;
+}
+
+BlockLayout layout_by_counts(const FunctionCfg& cfg, const FunctionCounts& counts, const LayoutOptions& options) {
+  std::vector<double> flow(counts.blocks.begin(), counts.blocks.end());
+  std::vector<bool> hot = hot_blocks(flow);
+  std::vector<Chain> chains = hot_chains(relocated_block_sizes(cfg), counts.edges, flow, hot, options);
+  BlockLayout l;
+  l.copied.assign(cfg.blocks.size(), false);
+  for (const Chain& c : chains)
+    for (std::size_t b : c) l.order.push_back(b), l.copied[b] = true;
+  for (bool ran : {true, false})
+    for (std::size_t b = 0; b < cfg.blocks.size(); ++b) {
+      if (hot[b] || (counts.blocks[b] > 0) != ran) continue;
+      if (!ran && options.cold == ColdBlocks::LeaveInOriginal) continue;  // never ran: stays behind
+      l.order.push_back(b);
+      l.copied[b] = true;
+    }
   return l;
 }
 

@@ -13,6 +13,7 @@
 
 #include "jit/block_profile.h"
 #include "jit/cfg.h"
+#include "jit/counting.h"
 #include "jit/edge_profile.h"
 
 namespace dyni::jit {
@@ -42,6 +43,13 @@ struct BlockLayout {
   std::vector<std::size_t> order;  // copied blocks in cache order; the entry block first
   std::vector<bool> copied;        // per block of the CFG
 };
+
+// Blocks by exact counts (counting.h): ext-TSP on the measured edges, hot
+// chains first; blocks that ran too rarely to chain follow; a block that
+// never ran while counting stays in the original code with
+// ColdBlocks::LeaveInOriginal (branches to it go back there), else goes last.
+// The entry block is always copied.
+BlockLayout layout_by_counts(const FunctionCfg& cfg, const FunctionCounts& counts, const LayoutOptions& options = {});
 
 // Every block, in address order (what the original code does).
 BlockLayout original_layout(const FunctionCfg& cfg);

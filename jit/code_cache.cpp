@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "jit/verifier.h"
@@ -45,6 +46,37 @@ bool copy_differs(const HotCode& f, const Redirects& redirects) {
   return false;
 }
 
+// The entry patch of every copy, or why it has none.
+void plan_patches(const std::vector<HotCode>& functions, const CacheOptions& options, CodeCache& cache) {
+  for (std::size_t i = 0; i < functions.size(); ++i) {
+    const HotCode& f = functions[i];
+    CachedFunction& copy = cache.functions[i];
+    auto patch = f.shares_entry_bytes ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
+                 : !options.counting && options.entries == EntryPolicy::WhenTheCopyDiffers && !copy_differs(f, cache.redirects)
+                     ? fail(fmt::format("the copy runs what the original runs at {:#x}", f.cfg->start))
+                     : plan_patch(*f.cfg, copy.code.base);
+    if (patch) copy.patch = std::move(*patch);
+    else copy.unpatched = patch.error().message();
+  }
+}
+
+// A counting copy calls the other hot functions through their original
+// entries (PLT stubs bypassed to them, not to their copies): once those are
+// pointed at the optimized copies, a thread that never leaves a counting
+// copy (a connection's loop) calls optimized code from then on. Only a copy
+// whose entry is not patched is called directly.
+void call_through_entries(CodeCache& cache) {
+  std::map<uint64_t, uint64_t> original_of;  // copy → original entry, for the patched ones
+  for (const CachedFunction& f : cache.functions)
+    if (!f.patch.entries.empty()) original_of[f.code.base] = f.original_entry;
+  for (auto it = cache.redirects.to.begin(); it != cache.redirects.to.end();) {
+    auto original = original_of.find(it->second);
+    if (original == original_of.end()) ++it;
+    else if (original->second == it->first) it = cache.redirects.to.erase(it);  // a call to the function itself
+    else it->second = original->second, ++it;                                   // a PLT stub: to the entry
+  }
+}
+
 // Addresses, redirects and entry patches of `functions` packed from `base`;
 // the bytes are padding until emitted.
 CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redirects& plt, const CacheOptions& options) {
@@ -68,16 +100,8 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
     uint64_t to = copy != cache.redirects.to.end() ? copy->second : callee;
     if (reachable(base, to) && reachable(at, to)) cache.redirects.to.emplace(stub, to);
   }
-  for (std::size_t i = 0; i < functions.size(); ++i) {
-    const HotCode& f = functions[i];
-    CachedFunction& copy = cache.functions[i];
-    auto patch = f.shares_entry_bytes ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
-                 : !options.counting && options.entries == EntryPolicy::WhenTheCopyDiffers && !copy_differs(f, cache.redirects)
-                     ? fail(fmt::format("the copy runs what the original runs at {:#x}", f.cfg->start))
-                     : plan_patch(*f.cfg, copy.code.base);
-    if (patch) copy.patch = std::move(*patch);
-    else copy.unpatched = patch.error().message();
-  }
+  plan_patches(functions, options, cache);
+  if (options.counting) call_through_entries(cache);
   cache.bytes.assign(at - base, kPadding);
   return cache;
 }

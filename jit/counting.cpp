@@ -148,16 +148,23 @@ Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, bool saves_fla
   return code;
 }
 
-FunctionCounts counts_from(const FunctionCfg& cfg, const std::vector<CounterSite>& sites,
-                           std::span<const uint64_t> counters) {
+SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, std::span<const uint64_t> counters) {
+  SiteCounts out;
+  for (const CounterSite& s : sites) {
+    uint64_t value = s.slot < counters.size() ? counters[s.slot] : 0;
+    (s.kind == CounterKind::Block ? out.blocks : out.falls)[s.at - start] = value;
+  }
+  return out;
+}
+
+FunctionCounts counts_from(const FunctionCfg& cfg, const SiteCounts& counts) {
   FunctionCounts out;
   out.blocks.assign(cfg.blocks.size(), 0);
   std::map<uint64_t, uint64_t> falls;  // conditional branch → its fall-through count
-  auto value = [&](uint32_t slot) { return slot < counters.size() ? counters[slot] : 0; };
-  for (const CounterSite& s : sites) {
-    if (s.kind == CounterKind::Block) out.blocks[block_index(cfg, s.at)] = value(s.slot);
-    else falls[s.at] = value(s.slot);
-  }
+  for (const auto& [offset, n] : counts.blocks)
+    if (const Block* b = cfg.block_at(cfg.start + offset); b && b->start == cfg.start + offset)
+      out.blocks[b - cfg.blocks.data()] = n;
+  for (const auto& [offset, n] : counts.falls) falls[cfg.start + offset] = n;
   for (std::size_t k = 0; k < cfg.blocks.size(); ++k) {
     const Block& b = cfg.blocks[k];
     const Instruction& last = cfg.instructions[b.first + b.count - 1];

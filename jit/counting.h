@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -78,16 +79,26 @@ std::size_t counter_length(bool saves_flags);
 // Its instructions' places (the same for every address).
 std::vector<CounterStep> counter_steps(bool saves_flags);
 
-// Exact block and edge counts of `cfg` from its sites' counters
-// (`counters[slot]`). A jump table's block is split over its targets in
-// proportion to their own counts (which is exact when each has no other way
-// in). Counts lost to races can make a fall-through exceed its block: a
-// taken edge is then 0, never negative.
+// What a function's counters read, by offset from its start: the form
+// counts are kept and saved in (module_counts.h), independent of slots.
+struct SiteCounts {
+  std::map<uint64_t, uint64_t> blocks;  // block start → entries
+  std::map<uint64_t, uint64_t> falls;   // conditional branch → fall-throughs
+  bool operator==(const SiteCounts&) const = default;
+};
+
+// The counts of a function starting at `start` from its sites' counters (`counters[slot]`).
+SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, std::span<const uint64_t> counters);
+
+// Exact block and edge counts of `cfg`. A jump table's block is split over
+// its targets in proportion to their own counts (which is exact when each
+// has no other way in). Counts lost to races can make a fall-through exceed
+// its block: a taken edge is then 0, never negative. Offsets that are no
+// block of `cfg` (counts of another build) are ignored.
 struct FunctionCounts {
   std::vector<uint64_t> blocks;  // per block of cfg
   std::vector<EdgeCount> edges;  // every in-function edge with a count
 };
-FunctionCounts counts_from(const FunctionCfg& cfg, const std::vector<CounterSite>& sites,
-                           std::span<const uint64_t> counters);
+FunctionCounts counts_from(const FunctionCfg& cfg, const SiteCounts& counts);
 
 }  // namespace dyni::jit

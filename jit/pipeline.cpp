@@ -16,6 +16,12 @@
 namespace dyni::jit {
 namespace {
 
+const SiteCounts* counts_of(const ModuleInput& in, uint64_t addr) {
+  if (!in.counts) return nullptr;
+  auto it = in.counts->functions.find(addr);
+  return it == in.counts->functions.end() ? nullptr : &it->second;
+}
+
 const FunctionSamples* samples_of(const ModuleInput& in, uint64_t addr) {
   if (!in.profile) return nullptr;
   auto it = in.profile->functions.find(addr);
@@ -152,27 +158,49 @@ void reject_callers_of_return_address_users(const ModuleInput& in, const std::ma
 // of the call there, every dispatch after it reading the original table (an
 // interpreter's rarely used opcode would take the whole loop out).
 BlockLayout lay_out(const ModuleInput& in, const FunctionCfg& cfg, const LayoutOptions& options) {
-  const FunctionSamples* s = samples_of(in, cfg.start);
-  if (!s && !options.shuffle_seed) return original_layout(cfg);
-  if (!s) return layout_blocks(cfg, block_counts(cfg, {}), options);
   LayoutOptions chosen = options;
   if (std::any_of(cfg.tables.begin(), cfg.tables.end(), [](const JumpTable& t) { return t.rebuildable; }))
     chosen.cold = ColdBlocks::CopyLast;
+  if (const SiteCounts* c = counts_of(in, cfg.start); c && !options.shuffle_seed)
+    return layout_by_counts(cfg, counts_from(cfg, *c), chosen);
+  const FunctionSamples* s = samples_of(in, cfg.start);
+  if (!s && !options.shuffle_seed) return original_layout(cfg);
+  if (!s) return layout_blocks(cfg, block_counts(cfg, {}), options);
   std::vector<EdgeCount> lbr = measured_edges(cfg, s->branches, s->traces);  // all zero without LBR
   return layout_blocks(cfg, block_counts(cfg, s->by_offset), chosen, &lbr);
+}
+
+// Counted instructions and calls: every direct call or tail jump to another
+// function of the plan runs as often as its block. A node's weight is the
+// instructions its blocks ran.
+void counted_calls(const FunctionCfg& cfg, const SiteCounts& counts, const std::map<uint64_t, const FunctionCfg*>& plan,
+                   uint64_t& instructions, std::vector<CallEdge>& edges) {
+  FunctionCounts c = counts_from(cfg, counts);
+  for (std::size_t k = 0; k < cfg.blocks.size(); ++k) {
+    const Block& b = cfg.blocks[k];
+    instructions += c.blocks[k] * b.count;
+    for (std::size_t i = b.first; i < b.first + b.count; ++i) {
+      const Instruction& in = cfg.instructions[i];
+      bool leaves = in.has_target && (in.target < cfg.start || in.target >= cfg.end);
+      if (leaves && c.blocks[k] && in.target != cfg.start && plan.count(in.target))
+        edges.push_back({cfg.start, in.target, c.blocks[k]});
+    }
+  }
 }
 
 // Step 3: function order by call-graph affinity.
 std::vector<const FunctionCfg*> order(const ModuleInput& in, const ModulePlan& plan) {
   std::vector<FunctionNode> nodes;
   std::map<uint64_t, const FunctionCfg*> by_addr;
+  for (const auto& cfg : plan.cfgs) by_addr[cfg->start] = cfg.get();
+  std::vector<CallEdge> edges;
   for (const auto& cfg : plan.cfgs) {
     const FunctionSamples* s = samples_of(in, cfg->start);
-    nodes.push_back({cfg->start, cfg->end - cfg->start, s ? s->samples : 0});
-    by_addr[cfg->start] = cfg.get();
+    uint64_t weight = s ? s->samples : 0;
+    if (const SiteCounts* c = counts_of(in, cfg->start)) weight = 0, counted_calls(*cfg, *c, by_addr, weight, edges);
+    nodes.push_back({cfg->start, cfg->end - cfg->start, weight});
   }
-  std::vector<CallEdge> edges;
-  if (in.profile)
+  if (in.profile && !in.counts)
     for (const CallEdge& e : in.profile->calls)
       if (by_addr.count(e.caller) && by_addr.count(e.callee)) edges.push_back(e);
   std::vector<const FunctionCfg*> out;

@@ -6,8 +6,11 @@
 //                functions that use their return address (return_address.h);
 //                leave unpatched the entries other code branches into
 //                (entry_branches.h)
-//   2. lay out   its blocks by the profile's block counts (block_layout.h)
-//   3. order     the functions by call-graph affinity (function_order.h)
+//   2. lay out   its blocks by exact counts from a counting cache where there
+//                are any (module_counts.h), else by the profile's samples
+//                (block_layout.h)
+//   3. order     the functions by call-graph affinity: counted calls, else
+//                sampled ones (function_order.h)
 //   4. emit      the code cache: relocate, send calls between hot functions
 //                and through PLT stubs straight to their targets, verify;
 //                a copy that fails is rejected, never the module
@@ -30,6 +33,7 @@
 #include "elf/function_table.h"
 #include "jit/block_layout.h"
 #include "jit/code_cache.h"
+#include "jit/module_counts.h"
 #include "jit/module_image.h"
 #include "jit/module_profile.h"
 
@@ -66,6 +70,9 @@ struct ModuleInput {
   Redirects plt;                           // PLT stub → the function it reaches
   std::span<const uint8_t> eh_frame;       // the module's .eh_frame (empty: no unwind rows)
   uint64_t eh_frame_addr = 0;
+  // Exact counts from a counting cache (module_counts.h): blocks and
+  // functions are laid out by them where they have any, over the profile.
+  const ModuleCounts* counts = nullptr;
 };
 
 // A cache address for planning, in the module's link-time numbering: 256 MiB

@@ -12,6 +12,7 @@
 #include "jit/decoder.h"
 #include "jit/emitter.h"
 #include "jit/flags_liveness.h"
+#include "jit/module_counts.h"
 #include "jit/unwind_rows.h"
 #include "jit/verifier.h"
 #include "tests/unit/asm_module.h"
@@ -167,7 +168,7 @@ TEST(CountingCopy, KeepsLiveFlagsAndTheRedZone) {
     test::Run got = test::run_isolated(fn, inputs);
     ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
     EXPECT_EQ(got.results, want.results);
-    FunctionCounts counts = counts_from(m->cfg("g"), cache.functions[0].counters, m->counters());
+    FunctionCounts counts = counts_from(m->cfg("g"), site_counts(m->addr("g"), cache.functions[0].counters, m->counters()));
     const FunctionCfg& g = m->cfg("g");
     EXPECT_EQ(counts.blocks[0], inputs.size());
     EXPECT_EQ(counts.blocks[g.block_at(g.instructions[4].addr) - g.blocks.data()], 5u) << "a >= b";
@@ -250,7 +251,7 @@ TEST(CountingCopy, CountsEveryBlockAndEdgeExactly) {
   EXPECT_EQ(got.results, want.results);
 
   RoundCounts c = expected_rounds(inputs);
-  FunctionCounts counts = counts_from(f, cache.functions[0].counters, m->counters());
+  FunctionCounts counts = counts_from(f, site_counts(f.start, cache.functions[0].counters, m->counters()));
   EXPECT_EQ(counts.blocks[0], c.calls);
   EXPECT_EQ(counts.blocks[block_of(f, loop)], c.rounds);
   EXPECT_EQ(counts.blocks[block_of(f, even)], c.even);
@@ -377,6 +378,82 @@ TEST(CountingCopy, VerifierCatchesWrongCounterCode) {
                                               [](const EmittedCounter& c) { return !c.site.saves_flags; });
   locked.bytes[plain.addr - code->base] = 0x49;  // REX.WB: the same inc, but not the code planned
   expect_caught(locked, "other bytes than the counter code");
+}
+
+}  // namespace
+}  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// A counting copy calls another hot function through its original entry
+// (whose patch leads to that function's current copy), so that a thread
+// that never leaves it calls the optimized copies once entries point there.
+TEST(CountingCopy, CallsOtherHotFunctionsThroughTheirEntries) {
+  auto m = AsmModule::load(R"(
+f:
+  push rbx
+  mov rbx, rdi
+  call h
+  add rax, rbx
+  pop rbx
+  ret
+h:
+  lea rax, [rdi + rdi*2]
+  ret
+end:
+)", {"f", "h"});
+  ASSERT_TRUE(m);
+  const test::Inputs inputs = {{1, 0}, {5, 0}, {-4, 0}};
+  test::Run want = test::run_isolated(m->addr("f"), inputs);
+  CodeCache cache = m->build({"f", "h"}, in_order, counting());
+  ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+  const CachedFunction& f = cache.functions[0];
+  bool calls_entry = false;
+  for (const TranslationEntry& t : f.code.translation) {
+    auto in = decode_one(std::span(f.code.bytes).subspan(t.new_addr - f.code.base), t.new_addr);
+    if (in && in->flow == Flow::Call) calls_entry = in->target == m->addr("h");
+  }
+  EXPECT_TRUE(calls_entry) << "the call should go to h's original entry";
+  test::Run got = test::run_isolated(m->addr("f"), inputs);
+  EXPECT_EQ(got.results, want.results);
+  const uint32_t h_entry = cache.functions[1].counters.front().slot;
+  EXPECT_EQ(m->counters()[h_entry], inputs.size()) << "h ran from its counting copy, through its patched entry";
+}
+
+// The layout from counts: a block that never ran while counting stays in the
+// original code, and the copy still computes the same when it does run.
+TEST(CountingCopy, TheLayoutFromCountsLeavesWhatNeverRanBehind) {
+  auto m = AsmModule::load(kRounds, {"f"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  CodeCache counting_cache = m->build({"f"}, in_order, counting());
+  ASSERT_TRUE(test::run_isolated(m->addr("f"), {{1, 7}, {1, 2}, {2, 9}}).outcome == Outcome::Returned);
+  ModuleCounts counts = read_counts(counting_cache, m->counters());
+  ASSERT_EQ(counts.functions.size(), 1u);
+  FunctionCounts c = counts_from(f, counts.functions.at(f.start));
+  BlockLayout layout = layout_by_counts(f, c);
+  const std::size_t odd = block_of(f, f.instructions[11].addr), minus = block_of(f, f.instructions[9].addr);
+  EXPECT_EQ(c.blocks[minus], 0u);
+  EXPECT_FALSE(layout.copied[minus]) << "i % 4 == 2 never came up";
+  EXPECT_TRUE(layout.copied[odd]);
+  std::vector<uint64_t> sizes = relocated_block_sizes(f);
+  EXPECT_GE(ext_tsp_score(sizes, c.edges, layout.order), ext_tsp_score(sizes, c.edges, original_layout(f).order));
+
+  const test::Inputs inputs = {{10, 5}, {7, 1}, {0, 3}, {33, 2}};
+  test::Run want = test::run_isolated(m->addr("f"), inputs);  // the counting copy: same as the original
+  CodeCache optimized = m->build({"f"}, [&](const FunctionCfg&) { return layout; });
+  ASSERT_TRUE(optimized.rejected.empty()) << optimized.rejected[0].reason;
+  test::Run got = test::run_isolated(m->addr("f"), inputs);
+  ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+  EXPECT_EQ(got.results, want.results);
+
+  nlohmann::json saved = counts.to_json();
+  auto back = ModuleCounts::from_json(saved);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_TRUE(back->functions == counts.functions);
+  saved["functions"][0]["blocks"] = "x";
+  EXPECT_FALSE(ModuleCounts::from_json(saved));
 }
 
 }  // namespace

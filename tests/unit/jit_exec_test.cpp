@@ -165,7 +165,7 @@ TEST_F(CacheInProcess, CountingCopiesComputeTheSameAndTheirCountsAddUp) {
     const FunctionCfg& cfg = *std::find_if(cfgs.begin(), cfgs.end(), [&](const auto& c) {
                                 return c.second->start == f.original_entry;
                               })->second;
-    FunctionCounts counts = counts_from(cfg, f.counters, values);
+    FunctionCounts counts = counts_from(cfg, site_counts(cfg.start, f.counters, values));
     // setjmp returns twice into a block counted once; longjmp leaves jit_bail mid-block.
     if (f.original_entry == named("jit_setjmp")->addr || f.original_entry == named("jit_bail")->addr) continue;
     if (f.original_entry == named("jit_loop")->addr) {
