@@ -16,8 +16,8 @@
 namespace dyni {
 namespace {
 
-std::array<uint64_t, 6> mmap_args(const CachePlacement& place) {
-  return {place.addr, place.length, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+std::array<uint64_t, 6> mmap_args(uint64_t addr, uint64_t length, int prot) {
+  return {addr, length, static_cast<uint64_t>(prot), MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
           static_cast<uint64_t>(-1), 0};
 }
 
@@ -46,20 +46,46 @@ bool is_the_cache(const profiler::Mapping& m, const MappedCache& cache) {
          !m.shared && m.path.empty();
 }
 
-}  // namespace
-
-Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place) {
-  auto mapped = call_in_any_thread(world, sites, SYS_mmap, mmap_args(place));
+// An anonymous private mapping of exactly [addr, addr + length).
+Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length, int prot) {
+  auto mapped = call_in_any_thread(world, sites, SYS_mmap, mmap_args(addr, length, prot));
   if (!mapped) return std::unexpected(mapped.error());
   auto [tid, result] = *mapped;
   if (result < 0 && result > -4096)
-    return fail(fmt::format("remote mmap at {:#x}: {}", place.addr, std::strerror(static_cast<int>(-result))));
-  if (static_cast<uint64_t>(result) != place.addr) {
+    return fail(fmt::format("remote mmap at {:#x}: {}", addr, std::strerror(static_cast<int>(-result))));
+  if (static_cast<uint64_t>(result) != addr) {
     // A kernel without MAP_FIXED_NOREPLACE (< 4.17) treats it as a hint.
-    remote_syscall(world, tid, sites, SYS_munmap, {static_cast<uint64_t>(result), place.length, 0, 0, 0, 0});
-    return fail(fmt::format("remote mmap returned {:#x}, not {:#x}", static_cast<uint64_t>(result), place.addr));
+    remote_syscall(world, tid, sites, SYS_munmap, {static_cast<uint64_t>(result), length, 0, 0, 0, 0});
+    return fail(fmt::format("remote mmap returned {:#x}, not {:#x}", static_cast<uint64_t>(result), addr));
   }
-  MappedCache cache{place.addr, place.length, tid, false};
+  return MappedCache{addr, length, tid, false};
+}
+
+}  // namespace
+
+Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length) {
+  return map_exactly(world, sites, addr, length, PROT_READ | PROT_WRITE);
+}
+
+Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counters) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  const profiler::Mapping* m = mapping_at(*maps, counters.addr);
+  if (!m || m->start != counters.addr || m->end != counters.addr + counters.length || !m->writable || m->executable ||
+      m->shared || !m->path.empty())
+    return fail(fmt::format("the counters at {:#x} are no longer the mapping dyni made", counters.addr));
+  auto bytes = read_target(pid, counters.addr, counters.length);
+  if (!bytes) return std::unexpected(bytes.error());
+  std::vector<uint64_t> out(bytes->size() / 8);
+  std::memcpy(out.data(), bytes->data(), out.size() * 8);
+  return out;
+}
+
+Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place) {
+  auto mapped = map_exactly(world, sites, place.addr, place.length, PROT_READ | PROT_EXEC);
+  if (!mapped) return mapped;
+  MappedCache cache = *mapped;
+  const pid_t tid = cache.thread;
   auto advised = remote_syscall(world, tid, sites, SYS_madvise, {place.addr, place.length, MADV_HUGEPAGE, 0, 0, 0});
   cache.huge_advised = advised && *advised == 0;  // refused (THP off, old kernel): small pages, same code
   return cache;

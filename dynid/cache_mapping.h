@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "common/result.h"
 #include "dynid/cache_placement.h"
@@ -33,6 +34,16 @@ struct MappedCache {
 // remote call. Fails, mapping nothing, when no thread can or the range is
 // no longer free.
 Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place);
+
+// Maps a counting cache's counters in the held target: mmap(MAP_FIXED_NOREPLACE,
+// rw-), private and anonymous (zero), beside the cache, run in the first
+// held thread that can take a remote call. The counters are data: never
+// executable, as the code is never writable.
+Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length);
+
+// The counters as they are now (the target may run: each 8-byte counter is
+// read whole, as the CPU wrote it).
+Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counters);
 
 // Writes `bytes` at `offset` in the cache after checking, from a fresh
 // /proc/PID/maps, that the range is still exactly the anonymous r-x mapping

@@ -2,6 +2,7 @@
 #include "dynid/cache_record.h"
 
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,8 @@ namespace dyni {
 namespace {
 
 constexpr std::size_t kPatchEntryBytes = 24;  // addr, original, replacement, padding
+constexpr std::size_t kSiteEntryBytes = 16;   // addr, saves_flags, padding
+constexpr std::size_t kHeadBytes = 8 + 4 + 4 + 1 + 64 + 7 + 12 * 8 + 8;  // at most, before the entries
 
 uint64_t fnv1a(std::span<const uint8_t> bytes) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -54,7 +57,29 @@ bool jumps_into(const PatchRecord& p, uint64_t cache_addr, uint64_t cache_length
   return target >= cache_addr && target - cache_addr < cache_length;
 }
 
+// A counting cache has its counters in a mapping of its own, beside it and
+// not overlapping it; an optimized one has neither counters nor sites.
+Status check_tier(CacheRecord& rec, uint64_t tier, uint32_t sites) {
+  if (tier > static_cast<uint64_t>(CacheTier::Counting)) return fail("cache record: unknown tier");
+  rec.tier = static_cast<CacheTier>(tier);
+  bool counting = rec.tier == CacheTier::Counting;
+  if (!counting) {
+    if (rec.counters_addr || rec.counters_length || sites) return fail("cache record: counters in an optimized cache");
+    return ok();
+  }
+  bool apart = rec.counters_addr >= rec.cache_addr + rec.cache_length ||
+               rec.counters_addr + rec.counters_length <= rec.cache_addr;
+  if (!rec.counters_length || rec.counters_length > (uint64_t{1} << 32) || rec.counters_addr % 4096 ||
+      rec.counters_addr + rec.counters_length < rec.counters_addr || !apart)
+    return fail("cache record: a counting cache's counters are misplaced");
+  return ok();
+}
+
 }  // namespace
+
+std::size_t record_size(std::size_t patches, std::size_t counter_sites) {
+  return kHeadBytes + kPatchEntryBytes * patches + kSiteEntryBytes * counter_sites + 8;
+}
 
 std::vector<uint8_t> encode_record(const CacheRecord& r) {
   std::vector<uint8_t> out;
@@ -66,15 +91,21 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
   put_bytes(out, id.data(), id.size());
   while (out.size() % 8) out.push_back(0);
   for (uint64_t v : {r.module_bias, r.cache_addr, r.cache_length, r.code_offset, r.code_size, r.eh_frame_offset,
-                     r.eh_frame_size, r.search_table_offset, r.search_table_size})
+                     r.eh_frame_size, r.search_table_offset, r.search_table_size, static_cast<uint64_t>(r.tier),
+                     r.counters_addr, r.counters_length})
     put<uint64_t>(out, v);
   put<uint32_t>(out, static_cast<uint32_t>(r.patches.size()));
-  put<uint32_t>(out, 0);
+  put<uint32_t>(out, static_cast<uint32_t>(r.counter_sites.size()));
   for (const PatchRecord& p : r.patches) {
     put<uint64_t>(out, p.addr);
     put_bytes(out, p.original.data(), p.original.size());
     put_bytes(out, p.replacement.data(), p.replacement.size());
     out.resize(out.size() + kPatchEntryBytes - 18, 0);
+  }
+  for (const CounterSiteRecord& c : r.counter_sites) {
+    put<uint64_t>(out, c.addr);
+    out.push_back(c.saves_flags ? 1 : 0);
+    out.resize(out.size() + kSiteEntryBytes - 9, 0);
   }
   uint32_t total = static_cast<uint32_t>(out.size() + 8);
   std::memcpy(out.data() + 12, &total, 4);
@@ -90,7 +121,8 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
   if (magic != kRecordMagic) return fail("no dyni cache record (magic)");
   auto version = r.read<uint32_t>();
   auto total = r.read<uint32_t>();
-  if (!version || *version != CacheRecord::kVersion) return fail("cache record: unknown version");
+  if (!version || *version < CacheRecord::kOldestVersion || *version > CacheRecord::kVersion)
+    return fail("cache record: unknown version");
   if (!total || *total < 16 || *total > bytes.size() || *total > kMaxRecordBytes) return fail("cache record: bad size");
   uint64_t sum = 0;
   std::memcpy(&sum, bytes.data() + *total - 8, 8);
@@ -108,10 +140,21 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     if (!v) return fail("cache record: truncated");
     *f = *v;
   }
+  uint64_t tier = 0;
+  if (*version >= 3) {  // the tier and the counters' mapping
+    for (uint64_t* f : {&tier, &rec.counters_addr, &rec.counters_length}) {
+      auto v = r.read<uint64_t>();
+      if (!v) return fail("cache record: truncated");
+      *f = *v;
+    }
+  }
   auto count = r.read<uint32_t>();
-  // The patches fill what lies between here and the checksum.
-  if (!count || !r.skip(4) || r.pos() + 8 > *total || *count > (*total - 8 - r.pos()) / kPatchEntryBytes)
+  auto sites = *version >= 3 ? r.read<uint32_t>() : std::optional<uint32_t>(r.skip(4) ? std::optional<uint32_t>(0) : std::nullopt);
+  // The patches and sites fill what lies between here and the checksum.
+  if (!count || !sites || r.pos() + 8 > *total || *count > (*total - 8 - r.pos()) / kPatchEntryBytes ||
+      *sites > (*total - 8 - r.pos() - kPatchEntryBytes * *count) / kSiteEntryBytes)
     return fail("cache record: bad patch count");
+  if (auto checked = check_tier(rec, tier, *sites); !checked) return std::unexpected(checked.error());
   if (rec.cache_addr != mapping_addr || rec.cache_length != mapping_length ||
       !inside(rec.code_offset, rec.code_size, rec.cache_length) ||
       !inside(rec.eh_frame_offset, rec.eh_frame_size, rec.cache_length) ||
@@ -126,6 +169,15 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     if (!jumps_into(p, rec.cache_addr, rec.cache_length))
       return fail(fmt::format("cache record: patch at {:#x} is not a jump into the cache", p.addr));
     rec.patches.push_back(p);
+  }
+  for (uint32_t i = 0; i < *sites; ++i) {
+    CounterSiteRecord c;
+    c.addr = *r.read<uint64_t>();
+    c.saves_flags = *r.read<uint8_t>() != 0;
+    r.skip(kSiteEntryBytes - 9);
+    if (!inside(c.addr - rec.cache_addr - rec.code_offset, 2, rec.code_size))  // below the code: wraps, outside
+      return fail(fmt::format("cache record: counter site at {:#x} is not in the code", c.addr));
+    rec.counter_sites.push_back(c);
   }
   return rec;
 }

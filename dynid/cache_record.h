@@ -26,8 +26,22 @@ struct PatchRecord {
   std::array<uint8_t, 5> replacement{}; // jmp rel32 into the cache
 };
 
+// Counter code in a counting cache (jit/counting.h), as dynid turns it off.
+struct CounterSiteRecord {
+  uint64_t addr = 0;         // run-time address of its first instruction
+  bool saves_flags = false;  // its form, which gives its length
+};
+
+// What a cache is for: the optimized code, or the counting copies that
+// gather the counts it is built from (a short phase; never patched in again
+// once it ended).
+enum class CacheTier : uint8_t { Optimized = 0, Counting = 1 };
+
 struct CacheRecord {
-  static constexpr uint32_t kVersion = 2;  // 2: the search table
+  // 2: the search table; 3: the tier, the counters' mapping and the counter
+  // sites. Every older version is still read (tier Optimized, no counters).
+  static constexpr uint32_t kVersion = 3;
+  static constexpr uint32_t kOldestVersion = 2;
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;
   uint64_t cache_addr = 0, cache_length = 0;  // the whole mapping
@@ -37,11 +51,17 @@ struct CacheRecord {
   // which a remote unwinder reads (thread_unwind.h).
   uint64_t search_table_offset = 0, search_table_size = 0;
   std::vector<PatchRecord> patches;
+  CacheTier tier = CacheTier::Optimized;
+  uint64_t counters_addr = 0, counters_length = 0;  // a counting cache's read-write mapping
+  std::vector<CounterSiteRecord> counter_sites;     // in the code, by address
 };
 
 // "DYNICACH": the first 8 bytes of a mapping that holds a record.
 constexpr std::array<uint8_t, 8> kRecordMagic = {'D', 'Y', 'N', 'I', 'C', 'A', 'C', 'H'};
 constexpr std::size_t kMaxRecordBytes = 4 << 20;
+
+// How many bytes a record takes: its patches, and a counting cache's sites.
+std::size_t record_size(std::size_t patches, std::size_t counter_sites);
 
 std::vector<uint8_t> encode_record(const CacheRecord& record);
 

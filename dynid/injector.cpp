@@ -90,6 +90,7 @@ std::pair<uint64_t, uint64_t> module_range(const std::vector<profiler::Mapping>&
 Result<jit::ModulePlan> plan_at(const Executable& exe, const InjectRequest& req, uint64_t cache_base) {
   jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, {}, {}, 0};
   jit::use_unwind_info(input, *exe.file);
+  input.counts = req.counts;
   return jit::optimize_module(input, req.options);
 }
 
@@ -293,18 +294,21 @@ Result<PlanWithFrames> plan_with_frames(const Executable& exe, InjectRequest req
 }
 
 // The cache's layout: record at 0, return stub just below the code, code on
-// a page of its own, then the .eh_frame blob.
+// a page of its own, then the .eh_frame blob. A counting cache's counters
+// follow in a mapping of their own (counters_length, 0 for none).
 struct Layout {
   uint64_t code_offset = 0, stub_offset = 0, blob_offset = 0, table_offset = 0, total = 0;
+  uint64_t counters_length = 0;
 };
 
-Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size) {
+Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size, std::size_t counter_slots) {
   Layout l;
-  l.code_offset = align_up(256 + 24 * (functions + 64), 4096);
+  l.code_offset = align_up(record_size(functions + 64, counter_slots) + 64, 4096);
   l.stub_offset = l.code_offset - 16;
   l.blob_offset = align_up(l.code_offset + code_size, 64);
   l.table_offset = align_up(l.blob_offset + blob_size, 8);
   l.total = l.table_offset + jit::kSearchEntryBytes * functions;
+  l.counters_length = counter_slots ? align_up(jit::kCounterSlotSize * counter_slots, 4096) : 0;
   return l;
 }
 
@@ -469,6 +473,7 @@ struct Prepared {
   PlanWithFrames planned;
   std::vector<uint8_t> search_table;  // for the frames in planned.frames.blob
   CacheRecord record;
+  uint64_t counters_addr = 0;  // a counting cache's, run-time (length: layout.counters_length)
 };
 
 Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
@@ -505,10 +510,14 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto draft = plan_with_frames(p.exe, req, jit::provisional_cache_base(*p.exe.module->functions), 0x10000000, ignored);
   if (!draft) return std::unexpected(draft.error());
   p.layout = layout_for(draft->plan.cache.functions.size(), draft->plan.cache.bytes.size() + 4096,
-                        draft->frames.blob.size() + 4096);
-  auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total, 0});
+                        draft->frames.blob.size() + 4096, draft->plan.cache.counter_slots);
+  auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total + p.layout.counters_length, 0});
   if (!place) return std::unexpected(place.error());
   p.place = *place;
+  // A counting cache's counters at the top of the place, the code below them.
+  p.place.length -= p.layout.counters_length;
+  p.counters_addr = p.place.addr + p.place.length;
+  req.options.cache.counters_base = p.counters_addr - bias;
   auto planned = plan_with_frames(p.exe, req, place->addr + p.layout.code_offset - bias,
                                   place->addr + p.layout.code_offset, skipped);
   if (!planned) return std::unexpected(planned.error());
@@ -520,9 +529,18 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
                                           place->addr + p.layout.table_offset);
   if (!table) return std::unexpected(table.error());
   p.search_table = std::move(*table);
-  if (p.layout.table_offset + p.search_table.size() > place->length) return fail("the cache outgrew its place");
-  p.record = {p.exe.file->build_id(), bias, place->addr, place->length, p.layout.code_offset, cache.bytes.size(),
-              p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {}};
+  if (p.layout.table_offset + p.search_table.size() > p.place.length ||
+      jit::kCounterSlotSize * cache.counter_slots > p.layout.counters_length)
+    return fail("the cache outgrew its place");
+  p.record = {p.exe.file->build_id(), bias, p.place.addr, p.place.length, p.layout.code_offset, cache.bytes.size(),
+              p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {},
+              CacheTier::Optimized, 0, 0, {}};
+  if (cache.counter_slots) {
+    p.record.tier = CacheTier::Counting;
+    p.record.counters_addr = p.counters_addr, p.record.counters_length = p.layout.counters_length;
+    for (const jit::CachedFunction& f : cache.functions)
+      for (const jit::EmittedCounter& c : f.code.counters) p.record.counter_sites.push_back({c.addr + bias, c.site.saves_flags});
+  }
   for (const jit::CachedFunction* f : p.planned.frames.copies) {
     for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
     // Its copy still runs when other copies call it; its entry stays as it is.
@@ -600,11 +618,24 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
+    if (p->layout.counters_length) {
+      auto counters = map_counters(*w, p->sites, p->counters_addr, p->layout.counters_length);
+      if (!counters) {
+        out.error = "counters: " + counters.error().message();  // the cache is mapped, nothing reaches it
+        return out;
+      }
+      out.counters = *counters;
+    }
   }
   // From here on the target holds dyni's cache: failures are reported in
   // `out.error`, with what was done, so that it can be undone.
   out.code_addr = p->place.addr + p->layout.code_offset;
   out.code_size = p->planned.plan.cache.bytes.size();
+  out.tier = p->record.tier;
+  out.counter_sites = p->record.counter_sites;
+  out.build_id = p->record.build_id, out.module = p->exe.module->path;
+  for (const jit::CachedFunction& f : p->planned.plan.cache.functions)
+    if (!f.counters.empty()) out.counted[f.original_entry] = f.counters;
   out.eh_frame_addr = p->place.addr + p->layout.blob_offset;
   out.copies = copy_ranges(*p);
   out.frames = {out.code_addr, out.code_addr + out.code_size, p->place.addr + p->layout.table_offset,
@@ -661,10 +692,96 @@ Result<Injection> redo_patches(const Injection& in) {
   return again;
 }
 
+namespace {
+
+constexpr std::size_t kOffPagesPerWindow = 32;
+
+// The sites of `sites` on code page `page` of the held target turned off in
+// its bytes; how many were (a site already off, or not counter code, is
+// left as it is).
+std::size_t turn_off_on_page(std::vector<uint8_t>& page_bytes, uint64_t page,
+                             const std::vector<const CounterSiteRecord*>& sites, const WorldStop& world) {
+  std::size_t n = 0;
+  for (const CounterSiteRecord* c : sites) {
+    const uint64_t at = c->addr - page;
+    bool under_pc = std::any_of(world.threads().begin(), world.threads().end(),
+                                [&](const auto& t) { return t.second.regs.rip == c->addr + 1; });
+    std::span<uint8_t> live(page_bytes.data() + at, page_bytes.size() - at);
+    if (under_pc || !jit::is_counter_start(live, c->saves_flags)) continue;
+    std::array<uint8_t, 2> off = jit::counter_off_bytes(c->saves_flags);
+    std::copy(off.begin(), off.end(), live.begin());
+    ++n;
+  }
+  return n;
+}
+
+// One window over `pages` (page → its sites).
+Result<std::size_t> counters_off_window(const Injection& in,
+                                        const std::vector<std::pair<uint64_t, std::vector<const CounterSiteRecord*>>>& pages) {
+  RaisedPriority priority;
+  auto w = stop_world(in.pid);
+  if (!w) return std::unexpected(w.error());
+  if (auto same = same_target_with_record(in); !same) return std::unexpected(same.error());
+  auto maps = profiler::read_maps(in.pid);  // held: no thread can map or unmap meanwhile
+  if (!maps) return std::unexpected(maps.error());
+  const profiler::Mapping* code = mapping_at(*maps, in.cache.addr);
+  if (!code || code->start != in.cache.addr || code->end != in.cache.addr + in.cache.length || code->writable ||
+      !code->executable || !code->path.empty())
+    return fail(fmt::format("the cache at {:#x} is no longer the mapping dyni made", in.cache.addr));
+  WindowMemory memory(in.pid);
+  std::size_t off = 0;
+  for (const auto& [page, sites] : pages) {
+    auto bytes = memory.read(page, 4096);
+    if (!bytes) return std::unexpected(bytes.error());
+    std::size_t n = turn_off_on_page(*bytes, page, sites, *w);
+    if (n == 0) continue;
+    if (auto r = memory.write_in_mapping(*code, page, *bytes); !r) return std::unexpected(r.error());
+    off += n;
+  }
+  w->resume();
+  return off;
+}
+
+}  // namespace
+
+Result<std::size_t> counters_off(const Injection& in) {
+  if (in.tier != CacheTier::Counting) return fail("not a counting cache");
+  std::map<uint64_t, std::vector<const CounterSiteRecord*>> by_page;
+  for (const CounterSiteRecord& c : in.counter_sites) {
+    bool in_code = c.addr >= in.cache.addr && c.addr + 2 <= in.cache.addr + in.cache.length;
+    if (in_code && c.addr / 4096 == (c.addr + 1) / 4096) by_page[c.addr & ~uint64_t{4095}].push_back(&c);
+  }
+  std::vector<std::pair<uint64_t, std::vector<const CounterSiteRecord*>>> pages(by_page.begin(), by_page.end());
+  std::size_t off = 0;
+  for (std::size_t at = 0; at < pages.size(); at += kOffPagesPerWindow) {
+    std::vector<std::pair<uint64_t, std::vector<const CounterSiteRecord*>>> chunk(
+        pages.begin() + static_cast<std::ptrdiff_t>(at),
+        pages.begin() + static_cast<std::ptrdiff_t>(std::min(pages.size(), at + kOffPagesPerWindow)));
+    auto n = counters_off_window(in, chunk);
+    if (!n) return std::unexpected(n.error());
+    off += *n;
+  }
+  return off;
+}
+
+Result<jit::ModuleCounts> read_counts(const Injection& in) {
+  if (in.tier != CacheTier::Counting || in.counted.empty()) return fail("not a counting cache made by this dynid");
+  auto values = read_counters(in.pid, in.counters);
+  if (!values) return std::unexpected(values.error());
+  jit::ModuleCounts counts;
+  counts.module = in.module, counts.build_id = in.build_id;
+  for (const auto& [entry, sites] : in.counted) counts.functions[entry] = jit::site_counts(entry, sites, *values);
+  return counts;
+}
+
 Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record) {
   Injection in;
   in.pid = pid, in.start_time = start_time;
+  in.tier = record.tier;
   in.cache = {record.cache_addr, record.cache_length, 0, false};
+  in.counters = {record.counters_addr, record.counters_length, 0, false};
+  in.counter_sites = record.counter_sites;
+  in.build_id = record.build_id;
   in.code_addr = record.cache_addr + record.code_offset;
   in.code_size = record.code_size;
   in.eh_frame_addr = record.cache_addr + record.eh_frame_offset;

@@ -1,7 +1,8 @@
 // Live injection of an executable's hot code (DESIGN.md §3 step 7), in order:
 //  1. jit   the hot functions, first at a provisional address (for the
 //           size), then at the cache's real place (cache_placement.h);
-//  2. map   the cache in one short stop window (cache_mapping.h);
+//  2. map   the cache in one short stop window (cache_mapping.h), and a
+//           counting cache's counters beside it;
 //  3. write record, return stub, code and .eh_frame while the target runs:
 //           nothing reaches the cache yet (I2);
 //  4. register the .eh_frame with the target's own unwinder through a
@@ -19,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,7 @@ struct InjectRequest {
   pid_t pid = 0;
   std::vector<uint64_t> hot;  // link-time entry addresses in the executable
   const jit::ModuleProfile* profile = nullptr;  // lays out blocks by it; null: original order
+  const jit::ModuleCounts* counts = nullptr;    // exact counts (a counting cache's): lay out by them
   std::chrono::milliseconds call_timeout{2000};
   jit::JitOptions options{};
 };
@@ -62,7 +65,15 @@ struct WindowTiming {
 struct Injection {
   pid_t pid = 0;
   uint64_t start_time = 0;  // with pid, names the process (checked in every stop window)
+  CacheTier tier = CacheTier::Optimized;
   MappedCache cache;
+  // A counting cache's (request.options.cache.counting): its counters'
+  // mapping, its counter sites, and each copy's sites with their slots
+  // (link-time entry → sites), from which read_counts makes counts.
+  MappedCache counters;
+  std::vector<CounterSiteRecord> counter_sites;
+  std::map<uint64_t, std::vector<jit::CounterSite>> counted;
+  std::string build_id, module;
   std::vector<CopyRange> copies;
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;
@@ -79,6 +90,21 @@ struct Injection {
 // is mapped it returns what was done, with `error` set if a later step
 // failed, so that the caller can undo it (patched entries) or know the cache.
 Result<Injection> inject_executable(const InjectRequest& request);
+
+// A counting cache's counts so far, read from the target (the counters
+// keep running).
+Result<jit::ModuleCounts> read_counts(const Injection& counting);
+
+// Turns every counter site of counting cache `counting` off in place
+// (jit/counting.h, counter_off_bytes), so that threads still running its
+// copies (a loop entered before the phase ended) count no more. Page by page
+// of the cache's code, a bounded number per stop window: each site that
+// still holds counter code gets its 2 bytes in a copy of the page, and the
+// page is written back whole, one write. The other bytes are the same, and
+// no thread runs meanwhile; a dynid killed between windows leaves some sites
+// counting, which is slower, never wrong. Sites under a thread's PC or
+// across a page stay on. Returns how many are off now.
+Result<std::size_t> counters_off(const Injection& counting);
 
 // Puts back the original bytes of every patched entry whose live bytes are
 // still dyni's jump, in one stop window. The cache stays mapped (I8).

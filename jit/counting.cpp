@@ -157,6 +157,17 @@ SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, st
   return out;
 }
 
+std::array<uint8_t, 2> counter_off_bytes(bool saves_flags) {
+  return {0xeb, static_cast<uint8_t>(counter_length(saves_flags) - 2)};
+}
+
+bool is_counter_start(std::span<const uint8_t> bytes, bool saves_flags) {
+  static constexpr std::array<uint8_t, 3> kInc = {0x48, 0xff, 0x05};               // inc qword [rip + …]
+  static constexpr std::array<uint8_t, 5> kLea = {0x48, 0x8d, 0x64, 0x24, 0x80};   // lea rsp, [rsp - 128]
+  std::span<const uint8_t> want = saves_flags ? std::span<const uint8_t>(kLea) : std::span<const uint8_t>(kInc);
+  return bytes.size() >= want.size() && std::equal(want.begin(), want.end(), bytes.begin());
+}
+
 FunctionCounts counts_from(const FunctionCfg& cfg, const SiteCounts& counts) {
   FunctionCounts out;
   out.blocks.assign(cfg.blocks.size(), 0);

@@ -28,6 +28,7 @@
 // (bench/counting_cost.sh measures how many); single-threaded they are exact.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -78,6 +79,16 @@ Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, bool saves_fla
 std::size_t counter_length(bool saves_flags);
 // Its instructions' places (the same for every address).
 std::vector<CounterStep> counter_steps(bool saves_flags);
+
+// Counter code is turned off in place by writing these 2 bytes over its
+// first instruction: a jmp rel8 past the whole site. A thread stopped on the
+// first instruction jumps; one stopped on a later one (saving flags, past
+// the first lea) runs the rest unchanged, the original bytes still there.
+// No thread can stop between the 2 bytes: they lie inside one instruction.
+std::array<uint8_t, 2> counter_off_bytes(bool saves_flags);
+// The first bytes of live counter code of either form (for checking that a
+// site still holds it before turning it off).
+bool is_counter_start(std::span<const uint8_t> bytes, bool saves_flags);
 
 // What a function's counters read, by offset from its start: the form
 // counts are kept and saved in (module_counts.h), independent of slots.

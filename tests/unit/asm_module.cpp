@@ -142,6 +142,12 @@ void AsmModule::unpatch() {
   flush_icache(area_, kArea);
 }
 
+void AsmModule::write(uint64_t addr, std::span<const uint8_t> bytes) {
+  ASSERT_TRUE(addr >= original_ && addr + bytes.size() <= original_ + 2 * kArea);
+  std::memcpy(area_ + (addr - original_), bytes.data(), bytes.size());
+  flush_icache(area_ + (addr - original_), bytes.size());
+}
+
 uint64_t AsmModule::copy_of(const jit::CodeCache& cache, uint64_t original) {
   for (const jit::CachedFunction& f : cache.functions)
     if (f.original_entry == original) return f.code.base;

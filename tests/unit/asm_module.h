@@ -61,6 +61,9 @@ class AsmModule {
                        const std::function<jit::BlockLayout(const jit::FunctionCfg&)>& layout_of,
                        jit::CacheOptions options = {});
   void unpatch();  // the original bytes back under every entry patch
+  // Writes `bytes` at `addr` in the original code or the cache (as dynid
+  // writes a live cache), and flushes the instruction cache.
+  void write(uint64_t addr, std::span<const uint8_t> bytes);
 
   // The copy in `cache` of the function at `original`, or 0.
   static uint64_t copy_of(const jit::CodeCache& cache, uint64_t original);

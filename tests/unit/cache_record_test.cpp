@@ -90,5 +90,77 @@ TEST(CacheRecord, SurvivesRandomDamage) {
   EXPECT_EQ(accepted, 0) << "the checksum should catch every random change";
 }
 
+CacheRecord counting_sample() {
+  CacheRecord r = sample();
+  r.tier = CacheTier::Counting;
+  r.counters_addr = kCache + kLength, r.counters_length = 64 * 1024;
+  for (uint64_t i = 0; i < 300; ++i) r.counter_sites.push_back({kCache + 4096 + i * 40, i % 7 == 0});
+  return r;
+}
+
+TEST(CacheRecord, ACountingCacheRoundTripsWithItsCountersAndSites) {
+  CacheRecord r = counting_sample();
+  auto back = decode_record(encode_record(r), kCache, kLength);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->tier, CacheTier::Counting);
+  EXPECT_EQ(back->counters_addr, r.counters_addr);
+  EXPECT_EQ(back->counters_length, r.counters_length);
+  ASSERT_EQ(back->counter_sites.size(), r.counter_sites.size());
+  EXPECT_EQ(back->counter_sites[7].addr, r.counter_sites[7].addr);
+  EXPECT_TRUE(back->counter_sites[7].saves_flags);
+  EXPECT_FALSE(back->counter_sites[8].saves_flags);
+  EXPECT_EQ(back->patches.size(), r.patches.size());
+  EXPECT_LE(encode_record(r).size(), record_size(r.patches.size(), r.counter_sites.size()));
+  EXPECT_EQ(decode_record(encode_record(sample()), kCache, kLength)->tier, CacheTier::Optimized);
+}
+
+TEST(CacheRecord, RefusesMisplacedCountersAndSites) {
+  CacheRecord overlapping = counting_sample();
+  overlapping.counters_addr = kCache + 8192;  // inside the cache
+  EXPECT_FALSE(decode_record(encode_record(overlapping), kCache, kLength));
+  CacheRecord site_outside = counting_sample();
+  site_outside.counter_sites[5].addr = kCache + 100;  // in the record, not the code
+  EXPECT_FALSE(decode_record(encode_record(site_outside), kCache, kLength));
+  CacheRecord optimized_with_counters = sample();
+  optimized_with_counters.counters_addr = kCache + kLength, optimized_with_counters.counters_length = 4096;
+  EXPECT_FALSE(decode_record(encode_record(optimized_with_counters), kCache, kLength));
+  CacheRecord no_counters = counting_sample();
+  no_counters.counters_length = 0;
+  EXPECT_FALSE(decode_record(encode_record(no_counters), kCache, kLength));
+}
+
+// A record as dynid wrote it before the counting tier (version 2: no tier,
+// no counters, no sites) is still read, as an optimized cache.
+std::vector<uint8_t> as_version_2(const CacheRecord& r) {
+  std::vector<uint8_t> v3 = encode_record(r);
+  std::vector<uint8_t> v2(v3.begin(), v3.end() - 8);
+  uint32_t version = 2;
+  std::memcpy(v2.data() + 8, &version, 4);
+  std::size_t fields = (8 + 4 + 4 + 1 + r.build_id.size() / 2 + 7) / 8 * 8;
+  v2.erase(v2.begin() + fields + 9 * 8, v2.begin() + fields + 12 * 8);  // tier, counters_addr, counters_length
+  uint32_t total = static_cast<uint32_t>(v2.size() + 8);
+  std::memcpy(v2.data() + 12, &total, 4);
+  uint64_t h = 0xcbf29ce484222325ULL;  // the record's FNV-1a checksum
+  for (uint8_t b : v2) h = (h ^ b) * 0x100000001b3ULL;
+  v2.resize(v2.size() + 8);
+  std::memcpy(v2.data() + v2.size() - 8, &h, 8);
+  return v2;
+}
+
+TEST(CacheRecord, AnOlderVersionIsStillRead) {
+  auto back = decode_record(as_version_2(sample()), kCache, kLength);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->tier, CacheTier::Optimized);
+  EXPECT_EQ(back->patches.size(), sample().patches.size());
+  EXPECT_EQ(back->patches[3].addr, sample().patches[3].addr);
+  EXPECT_EQ(back->search_table_size, sample().search_table_size);
+  std::vector<uint8_t> future = encode_record(sample());
+  uint32_t version = CacheRecord::kVersion + 1;
+  std::memcpy(future.data() + 8, &version, 4);
+  auto refused = decode_record(future, kCache, kLength);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("version"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dyni

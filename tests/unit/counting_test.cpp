@@ -458,3 +458,39 @@ TEST(CountingCopy, TheLayoutFromCountsLeavesWhatNeverRanBehind) {
 
 }  // namespace
 }  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// Counter code turned off in place (2 bytes over its first instruction, as
+// dynid does when the counting phase ends): the copy counts no more and
+// computes the same, through both forms of the code.
+TEST(CountingCopy, CountersTurnedOffInPlaceCountNoMore) {
+  auto m = AsmModule::load(kFlagsAndRedZone, {"g"});
+  ASSERT_TRUE(m);
+  const test::Inputs inputs = {{1, 2}, {2, 1}, {5, 5}, {-3, 7}, {7, -3}};
+  test::Run want = test::run_isolated(m->addr("g"), inputs);
+  CodeCache cache = m->build({"g"}, in_order, counting());
+  ASSERT_TRUE(cache.rejected.empty());
+  ASSERT_EQ(test::run_isolated(m->addr("g"), inputs).results, want.results);
+  std::vector<uint64_t> counted(m->counters().begin(), m->counters().begin() + cache.counter_slots);
+  EXPECT_EQ(counted[0], inputs.size());
+  const EmittedCode& code = cache.functions[0].code;
+  std::size_t saving = 0;
+  for (const EmittedCounter& c : code.counters) {
+    std::span<const uint8_t> live(code.bytes.data() + (c.addr - code.base), code.bytes.size() - (c.addr - code.base));
+    ASSERT_TRUE(is_counter_start(live, c.site.saves_flags)) << std::hex << c.addr;
+    EXPECT_FALSE(is_counter_start(live, !c.site.saves_flags));
+    m->write(c.addr, counter_off_bytes(c.site.saves_flags));
+    saving += c.site.saves_flags;
+  }
+  ASSERT_GE(saving, 1u) << "both forms are turned off";
+  test::Run after = test::run_isolated(m->addr("g"), inputs);
+  ASSERT_EQ(after.outcome, Outcome::Returned) << describe(after);
+  EXPECT_EQ(after.results, want.results);
+  EXPECT_EQ(std::vector<uint64_t>(m->counters().begin(), m->counters().begin() + cache.counter_slots), counted)
+      << "no counter moved once off";
+}
+
+}  // namespace
+}  // namespace dyni::jit

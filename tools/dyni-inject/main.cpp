@@ -6,9 +6,15 @@
 // blocks are laid out as dynid does (by profile only with LBR edges);
 // DYNI_ORIGINAL_ORDER=1 forces their original order, =0 the profile's.
 // With --commands it then reads "undo", "redo" and "quit" lines on stdin and
-// answers each with "ok" (bench/injection_ab.sh alternates with it). A tool for
+// answers each with "ok" (bench/injection_ab.sh alternates with it).
+// DYNI_COUNTING=SECONDS first injects counting copies of the hot set
+// (jit/counting.h), lets them count for SECONDS, reads the counts (saved to
+// DYNI_COUNTS_FILE when set), puts the original entries back, and then
+// turns the counters off in place, and injects the functions that ran,
+// laid out by their counts. A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
 // target's code: run it on test and benchmark processes only.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -108,6 +114,47 @@ bool write_slots(pid_t pid, const std::vector<SlotPatch>& slots, bool to_copies)
   return all;
 }
 
+// The functions that ran while counting.
+std::vector<uint64_t> ran(const dyni::jit::ModuleCounts& counts) {
+  std::vector<uint64_t> out;
+  for (const auto& [entry, c] : counts.functions)
+    if (std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; })) out.push_back(entry);
+  return out;
+}
+
+// DYNI_COUNTING: counting copies of the hot set for `seconds`, then their
+// counts, with the target back on its original entries.
+dyni::Result<dyni::jit::ModuleCounts> count_for(dyni::InjectRequest request, double seconds) {
+  using namespace dyni;
+  request.options.cache.counting = true;
+  auto counting = inject_executable(request);
+  if (!counting) return std::unexpected(counting.error());
+  std::fprintf(stderr, "counting: %zu entries patched, %zu counter sites, %llu bytes of code, counters at %#llx\n",
+               counting->patched.size(), counting->counter_sites.size(),
+               static_cast<unsigned long long>(counting->code_size),
+               static_cast<unsigned long long>(counting->counters.addr));
+  if (!counting->error.empty()) {
+    (void)undo_patches(*counting);
+    return fail("counting cache: " + counting->error);
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  auto counts = read_counts(*counting);
+  if (auto undone = undo_patches(*counting); !undone) return fail("undo of the counting entries: " + undone.error().message());
+  if (!counts) return std::unexpected(counts.error());
+  // Threads that stay in a counting copy (a loop entered while counting) count no more.
+  auto off = counters_off(*counting);
+  std::fprintf(stderr, "counting: %s\n", off ? fmt::format("{} of {} counter sites turned off", *off,
+                                                             counting->counter_sites.size()).c_str()
+                                              : ("counters not turned off: " + off.error().message()).c_str());
+  counts->seconds = seconds;
+  if (const char* path = std::getenv("DYNI_COUNTS_FILE")) {
+    std::FILE* f = std::fopen(path, "w");
+    if (f) std::fprintf(f, "%s\n", counts->to_json().dump().c_str()), std::fclose(f);
+  }
+  std::fprintf(stderr, "counting: %zu of %zu functions ran\n", ran(*counts).size(), counts->functions.size());
+  return counts;
+}
+
 int main(int argc, char** argv) {
   bool commands = argc == 4 && std::string(argv[3]) == "--commands";
   if (argc != 3 && !commands && !(argc == 5 && std::string(argv[3]) == "--undo-after")) {
@@ -149,6 +196,18 @@ int main(int argc, char** argv) {
   // DYNI_NEAR_BRANCHES=1: every branch of the copies rel32 (jit::CacheOptions).
   if (const char* near = std::getenv("DYNI_NEAR_BRANCHES"); near && std::string(near) == "1")
     request.options.cache.short_branches = false;
+  jit::ModuleCounts counts;
+  if (const char* counting = std::getenv("DYNI_COUNTING")) {
+    auto counted = count_for(request, std::atof(counting));
+    if (!counted) {
+      std::fprintf(stderr, "dyni-inject: counting: %s\n", counted.error().message().c_str());
+      return 1;
+    }
+    counts = std::move(*counted);
+    request.counts = &counts;
+    request.hot = ran(counts);
+    request.profile = nullptr;
+  }
   auto t0 = std::chrono::steady_clock::now();
   auto injected = inject_executable(request);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
