@@ -142,6 +142,9 @@ const std::map<std::string, Setter>& option_setters() {
       {"log_file", [](Config& c, const std::string& v) { return parse_path(v, c.log_file); }},
       {"log_debug", [](Config& c, const std::string& v) { return parse_bool(v, c.log_debug); }},
       {"dynimize", [](Config& c, const std::string& v) { return parse_bool(v, c.dynimize); }},
+      {"counting", [](Config& c, const std::string& v) { return parse_bool(v, c.counting); }},
+      {"counting_max_seconds",
+       [](Config& c, const std::string& v) { return parse_int(v, 1, 600, c.counting_max_seconds); }},
   };
   return setters;
 }

@@ -27,6 +27,11 @@ struct Config {
   std::string log_file = "/var/log/dyni/dynid.log";
   bool log_debug = false;
   bool dynimize = true;  // false: profile and plan only, never write to a target
+  // Count before laying out (issue 19): counting copies of the hot set run
+  // until their counts are stable, at most this long; false: lay out from
+  // the profile alone (original block order without LBR).
+  bool counting = true;
+  int counting_max_seconds = 5;
 
   // [license]
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key

@@ -154,13 +154,17 @@ void Daemon::sync_lifecycles() {
   for (const auto& [pid, t] : live) {
     if (lifecycles_.count(pid)) continue;
     if (t.state == TargetState::Profiling) {
-      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), config_.dynimize));
+      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options()));
     } else if (t.state == TargetState::Waiting && adoption_checked_.insert({pid, t.start_time}).second) {
       // Idle, but maybe dynimized by an earlier dynid: -undo must reach it.
-      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), config_.dynimize,
+      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options(),
                                                                  /*adopt_only=*/true));
     }
   }
+}
+
+DynimizeOptions Daemon::dynimize_options() const {
+  return {config_.dynimize, config_.counting, std::chrono::seconds(config_.counting_max_seconds)};
 }
 
 profiler::RecorderOptions Daemon::recorder_options() const {
@@ -274,8 +278,10 @@ protocol::Response Daemon::status() const {
   nlohmann::json targets = targets_.to_json();
   for (nlohmann::json& t : targets) {
     auto lc = lifecycles_.find(t["pid"].get<pid_t>());
-    if (lc != lifecycles_.end() && lc->second->start_time() == t["start_time_ticks"].get<uint64_t>())
+    if (lc != lifecycles_.end() && lc->second->start_time() == t["start_time_ticks"].get<uint64_t>()) {
       t["dynimized"] = lc->second->injection_json();
+      t["counting"] = lc->second->counting_json();
+    }
   }
   return {true, "dyni is running", {{"daemon", daemon}, {"license", license}, {"targets", targets}}};
 }
@@ -304,11 +310,15 @@ protocol::Response Daemon::undo_or_redo(bool undo) {
   TargetState from = undo ? TargetState::Dynimized : TargetState::Undone;
   std::vector<std::string> done, failed;
   for (const Target& t : targets_.snapshot()) {
-    if (undo && t.state == TargetState::Dynimizing)
-      failed.push_back(fmt::format("{} (pid {}): being dynimized; run dyni -undo again in a few seconds", t.name, t.pid));
-    if (t.state != from) continue;
     auto lc = lifecycles_.find(t.pid);
-    if (lc == lifecycles_.end() || lc->second->start_time() != t.start_time) continue;
+    bool ours = lc != lifecycles_.end() && lc->second->start_time() == t.start_time;
+    if (undo && t.state == TargetState::Dynimizing) {  // counting: stopped, on the original code
+      auto r = ours ? lc->second->stop_counting() : fail("being dynimized; run dyni -undo again in a few seconds");
+      if (r) done.push_back(*r);
+      else failed.push_back(fmt::format("{} (pid {}): {}", t.name, t.pid, r.error().message()));
+      continue;
+    }
+    if (t.state != from || !ours) continue;
     auto r = undo ? lc->second->undo() : lc->second->redo();
     if (r) {
       done.push_back(*r);

@@ -48,6 +48,7 @@ class Daemon {
   void scan();
   void sync_lifecycles();
   profiler::RecorderOptions recorder_options() const;
+  DynimizeOptions dynimize_options() const;
   protocol::Response profile(const protocol::Request& request) const;
   void check_license();
   void use_exe_list();

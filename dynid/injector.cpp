@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -134,6 +135,13 @@ Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, ui
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
+// Every dyni cache's frames a stack of the target may pass through.
+std::vector<UnwindTable> frame_tables(const Injection& in) {
+  std::vector<UnwindTable> out = in.other_frames;
+  if (in.frames.entries) out.push_back(in.frames);
+  return out;
+}
+
 // Called with every thread held, before anything is written: the process is
 // the one dyni prepared for (its start time: not a reused pid) and, once
 // there is a cache, still holds it (an exec drops every mapping): `mark`,
@@ -214,14 +222,26 @@ Result<WorldStop> stop_world(pid_t pid) {
 
 // The hot functions whose code in the target is still the file's: a copy is
 // made from the file, so a function changed in memory (a uprobe, a
-// breakpoint, another patcher) is left alone, whole.
+// breakpoint, another patcher) is left alone, whole. The entry jumps of the
+// counting cache being replaced (`replacing`) are dyni's own: under them the
+// file's bytes count.
 std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, const std::vector<uint64_t>& hot,
-                                          std::vector<std::string>& skipped) {
+                                          const Injection* replacing, std::vector<std::string>& skipped) {
+  std::map<uint64_t, const PatchRecord*> ours;
+  if (replacing)
+    for (const PatchRecord& p : replacing->patched) ours[p.addr] = &p;
   std::vector<uint64_t> out;
   for (uint64_t addr : hot) {
     const elf::Function* f = exe.module->functions->find(addr);
     auto file_bytes = f ? exe.image->read(f->addr, f->size) : fail("unknown function");
     auto live = file_bytes ? read_target(pid, f->addr + exe.module->bias, f->size) : fail("");
+    if (live)
+      for (auto it = ours.lower_bound(f->addr + exe.module->bias); it != ours.end() && it->first < f->addr + exe.module->bias + f->size; ++it) {
+        const uint64_t at = it->first - (f->addr + exe.module->bias);
+        if (at + kPatchBytes > live->size()) continue;
+        if (std::equal(it->second->replacement.begin(), it->second->replacement.end(), live->begin() + at))
+          std::copy(it->second->original.begin(), it->second->original.end(), live->begin() + at);
+      }
     if (live && std::equal(live->begin(), live->end(), file_bytes->begin(), file_bytes->end()))
       out.push_back(addr);
     else
@@ -355,7 +375,7 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
   if (!w) return std::unexpected(w.error());
   // The record is not written yet: the return stub marks the cache.
   if (auto same = same_target(pid, in.start_time, stub, kReturnStub); !same) return same;
-  StackReader reader(pid);
+  StackReader reader(pid, frame_tables(in));
   std::string why;
   for (const auto& [tid, t] : w->threads()) {
     auto stack = reader.unwind(tid);
@@ -370,16 +390,26 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
   return fail("no thread is parked where it can run __register_frame (" + why + ")");
 }
 
-std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches) {
+// What each entry must hold now to be patched: the file's bytes, or the
+// jump of the cache being replaced (`replacing`, a counting cache's), which
+// the patch then re-points in one write.
+using Replaced = std::map<uint64_t, std::array<uint8_t, kPatchBytes>>;  // entry → the jump it may hold
+
+std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches, const Replaced& replacing,
+                                const std::function<Result<std::array<uint8_t, kPatchBytes>>(uint64_t)>& live) {
   std::vector<PatchSite> sites;
-  for (const PatchRecord& p : patches) sites.push_back({p.addr, p.original});
+  for (const PatchRecord& p : patches) {
+    auto old = replacing.find(p.addr);
+    auto now = old != replacing.end() ? live(p.addr) : fail("");
+    sites.push_back({p.addr, now && *now == old->second ? old->second : p.original});
+  }
   return sites;
 }
 
 // One stop window: the sites that are safe now are written, one write each.
 // A window whose threads did not all stop in time is missed: every site waits.
 Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vector<PatchRecord>& patches,
-                                            WindowTiming& timing) {
+                                            const Replaced& replacing, WindowTiming& timing) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t); };
   const pid_t pid = in.pid;
@@ -394,7 +424,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   auto maps = profiler::read_maps(pid);  // held: no thread can map or unmap meanwhile
   if (!maps) return std::unexpected(maps.error());
   auto t1 = Clock::now();
-  StackReader reader(pid, {in.frames});
+  StackReader reader(pid, frame_tables(in));
   std::map<pid_t, ThreadStack> stacks;
   for (const auto& [tid, t] : w->threads()) {
     auto s = reader.unwind(tid);
@@ -413,7 +443,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
     std::copy(bytes->begin(), bytes->end(), a.begin());
     return a;
   };
-  std::vector<PatchSite> sites = sites_of(patches);
+  std::vector<PatchSite> sites = sites_of(patches, replacing, live);
   std::vector<SiteCheck> checks = check_patch_sites(sites, stacks, live);
   now.check = since(t2);
   auto t3 = Clock::now();
@@ -441,9 +471,9 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
 }
 
 // Up to kPatchWindows windows: sites that must wait are tried again.
-Status patch_all(std::vector<PatchRecord> pending, Injection& out) {
+Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing = {}) {
   for (int window = 0; window < kPatchWindows && !pending.empty(); ++window) {
-    auto checks = patch_window(out, pending, out.longest_window);
+    auto checks = patch_window(out, pending, replacing, out.longest_window);
     out.longest_stop = std::max(out.longest_stop, out.longest_window.total);
     if (!checks) return std::unexpected(checks.error());
     std::vector<PatchRecord> again;
@@ -474,6 +504,7 @@ struct Prepared {
   std::vector<uint8_t> search_table;  // for the frames in planned.frames.blob
   CacheRecord record;
   uint64_t counters_addr = 0;  // a counting cache's, run-time (length: layout.counters_length)
+  std::vector<UnwindTable> other_frames;  // of the dyni caches the target holds already
 };
 
 Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
@@ -500,7 +531,10 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   if (!sites) return std::unexpected(sites.error());
   p.sites = *sites;
   std::tie(p.exe.lo, p.exe.hi) = module_range(*maps, p.exe.module->path);
-  req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, skipped);
+  // Threads may run in caches already there (a counting cache being
+  // replaced, one ended by a new dynid): every stack proof needs their frames.
+  for (const CacheRecord& r : find_cache_records(req.pid, *maps)) p.other_frames.push_back(from_record(req.pid, 0, r).frames);
+  req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, req.replacing, skipped);
   auto outside_rseq = without_rseq_sections(req.pid, p.exe, req.hot, skipped);
   if (!outside_rseq) return std::unexpected(outside_rseq.error());
   req.hot = std::move(*outside_rseq);
@@ -547,7 +581,12 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
     if (!f->unpatched.empty())
       skipped.push_back(fmt::format("func_{:x}: entry left unpatched: {}", f->original_entry, f->unpatched));
   }
-  if (encode_record(p.record).size() > p.layout.stub_offset) return fail("the cache's record outgrew its page");
+  const std::size_t record_bytes = encode_record(p.record).size();
+  // A record the scan could not read back would make the cache invisible to a new dynid.
+  if (record_bytes > kMaxRecordBytes)
+    return fail(fmt::format("the cache's record would take {} bytes, more than a new dynid reads ({}): "
+                            "too many counter sites", record_bytes, kMaxRecordBytes));
+  if (record_bytes > p.layout.stub_offset) return fail("the cache's record outgrew its page");
   return p;
 }
 
@@ -640,6 +679,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   out.copies = copy_ranges(*p);
   out.frames = {out.code_addr, out.code_addr + out.code_size, p->place.addr + p->layout.table_offset,
                 p->search_table.size() / jit::kSearchEntryBytes};
+  out.other_frames = p->other_frames;
   if (auto r = write_code(req.pid, *p, out.cache); !r) {
     out.error = r.error().message();
     return out;
@@ -659,7 +699,10 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     out.error = r.error().message();
     return out;
   }
-  if (auto r = patch_all(p->record.patches, out); !r) out.error = r.error().message();
+  Replaced replacing;
+  if (req.replacing)
+    for (const PatchRecord& old : req.replacing->patched) replacing[old.addr] = old.replacement;
+  if (auto r = patch_all(p->record.patches, out, replacing); !r) out.error = r.error().message();
   return out;
 }
 
@@ -683,8 +726,10 @@ Status undo_patches(const Injection& in) {
 }
 
 Result<Injection> redo_patches(const Injection& in) {
+  if (in.tier == CacheTier::Counting) return fail("a counting cache is never patched in again");
   Injection again;
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
+  again.other_frames = in.other_frames;
   std::vector<PatchRecord> pending;
   for (const PatchRecord& p : in.patched)  // entries still patched need nothing
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
@@ -695,19 +740,20 @@ Result<Injection> redo_patches(const Injection& in) {
 namespace {
 
 constexpr std::size_t kOffPagesPerWindow = 32;
+constexpr std::size_t kCounterLookahead = 8;  // is_counter_start reads at most 5 bytes
 
 // The sites of `sites` on code page `page` of the held target turned off in
-// its bytes; how many were (a site already off, or not counter code, is
-// left as it is).
+// its bytes (the page, then a few bytes of the next); how many were (a site
+// already off, or not counter code, is left as it is). No thread's PC can
+// lie between the 2 bytes written: they are inside one instruction, and a
+// PC at the site's start runs the jmp.
 std::size_t turn_off_on_page(std::vector<uint8_t>& page_bytes, uint64_t page,
-                             const std::vector<const CounterSiteRecord*>& sites, const WorldStop& world) {
+                             const std::vector<const CounterSiteRecord*>& sites) {
   std::size_t n = 0;
   for (const CounterSiteRecord* c : sites) {
     const uint64_t at = c->addr - page;
-    bool under_pc = std::any_of(world.threads().begin(), world.threads().end(),
-                                [&](const auto& t) { return t.second.regs.rip == c->addr + 1; });
     std::span<uint8_t> live(page_bytes.data() + at, page_bytes.size() - at);
-    if (under_pc || !jit::is_counter_start(live, c->saves_flags)) continue;
+    if (!jit::is_counter_start(live, c->saves_flags)) continue;
     std::array<uint8_t, 2> off = jit::counter_off_bytes(c->saves_flags);
     std::copy(off.begin(), off.end(), live.begin());
     ++n;
@@ -731,10 +777,14 @@ Result<std::size_t> counters_off_window(const Injection& in,
   WindowMemory memory(in.pid);
   std::size_t off = 0;
   for (const auto& [page, sites] : pages) {
-    auto bytes = memory.read(page, 4096);
+    // The page and the first bytes of the next: a site's counter code may
+    // begin near the page's end (only its 2 first bytes are written).
+    const std::size_t readable = std::min<uint64_t>(4096 + kCounterLookahead, code->end - page);
+    auto bytes = memory.read(page, readable);
     if (!bytes) return std::unexpected(bytes.error());
-    std::size_t n = turn_off_on_page(*bytes, page, sites, *w);
+    std::size_t n = turn_off_on_page(*bytes, page, sites);
     if (n == 0) continue;
+    bytes->resize(std::min<std::size_t>(bytes->size(), 4096));
     if (auto r = memory.write_in_mapping(*code, page, *bytes); !r) return std::unexpected(r.error());
     off += n;
   }

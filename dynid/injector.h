@@ -11,7 +11,9 @@
 //           __register_frame is refused; a C program with no unwinder
 //           loaded needs none;
 //  5. patch each entry in a stop window after the live checks
-//           (patch_safety.h, I4): one 5-byte write per entry (I2).
+//           (patch_safety.h, I4): one 5-byte write per entry (I2); an
+//           entry that holds the jump of the counting cache this one
+//           replaces is re-pointed, in one write too.
 // Only functions with unwind information are patched. dynid's lifecycle
 // (lifecycle.h) runs it; tools and tests drive it too.
 #pragma once
@@ -37,6 +39,9 @@ struct InjectRequest {
   std::vector<uint64_t> hot;  // link-time entry addresses in the executable
   const jit::ModuleProfile* profile = nullptr;  // lays out blocks by it; null: original order
   const jit::ModuleCounts* counts = nullptr;    // exact counts (a counting cache's): lay out by them
+  // The counting cache this one replaces: an entry that holds its jump is
+  // re-pointed at the new copy in one write (else it must hold the file's bytes).
+  const struct Injection* replacing = nullptr;
   std::chrono::milliseconds call_timeout{2000};
   jit::JitOptions options{};
 };
@@ -78,6 +83,9 @@ struct Injection {
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;
   UnwindTable frames;  // the cache's frames, for dynid's own stack proofs
+  // Frames of the target's other dyni caches (a counting cache that threads
+  // may still run in): every stack proof needs them too.
+  std::vector<UnwindTable> other_frames;
   std::string frames_registered;  // with the target's unwinder: "yes: …" or "no: why"
   std::vector<PatchRecord> patched;
   std::vector<std::string> skipped;  // "func_<addr>: reason"

@@ -12,6 +12,7 @@
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_plan.h"
 #include "dynid/cache_scan.h"
+#include "dynid/counting_phase.h"
 #include "dynid/proc_reader.h"
 #include "elf/elf_file.h"
 
@@ -44,10 +45,18 @@ constexpr const char* kCacheKeptBecause =
     "kept until the process exits: code addresses in it may be saved outside any stack (setjmp buffers, "
     "coroutine contexts), which no check can prove unused";
 
+// The functions that ran while counting: the optimized cache holds those.
+std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts) {
+  std::vector<uint64_t> out;
+  for (const auto& [entry, c] : counts.functions)
+    if (std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; })) out.push_back(entry);
+  return out;
+}
+
 }  // namespace
 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
-                                 profiler::RecorderOptions options, bool dynimize, bool adopt_only)
+                                 profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only)
     : pid_(target.pid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
       options_(options), dynimize_(dynimize), adopt_only_(adopt_only), started_in_(target.state),
       thread_([this] { run(); }) {}
@@ -98,7 +107,7 @@ void TargetLifecycle::run_pipeline() {
   if (!move(TargetState::Profiling, TargetState::Dynimizing, "hot set found")) return;
   plan_cache();
   if (stop_) return;
-  if (!dynimize_) {
+  if (!dynimize_.dynimize) {
     log::info("target {} pid {}: dynimize = false in the config: the plan is not injected", name_, pid_);
     return;
   }
@@ -111,10 +120,11 @@ void TargetLifecycle::run_pipeline() {
 bool TargetLifecycle::adopt_existing_cache() {
   auto maps = profiler::read_maps(pid_);
   if (!maps) return false;  // gone: the next scan drops it
-  std::vector<CacheRecord> records = find_cache_records(pid_, *maps);
-  if (records.empty()) return false;
   auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid_));
   std::string build_id = file ? file->build_id() : "";
+  std::vector<CacheRecord> all = find_cache_records(pid_, *maps);
+  std::vector<CacheRecord> records = end_counting_caches(all);
+  if (records.empty()) return false;
   const CacheRecord* best = nullptr;
   std::size_t best_live = 0;
   for (const CacheRecord& r : records) {
@@ -133,6 +143,8 @@ bool TargetLifecycle::adopt_existing_cache() {
   {
     std::lock_guard lock(injection_mutex_);
     injection_ = from_record(pid_, start_time_, *best);
+    for (const CacheRecord& r : all)  // threads may still run in any of them (a counting cache ended, I8)
+      if (r.cache_addr != best->cache_addr) injection_->other_frames.push_back(from_record(pid_, start_time_, r).frames);
     adopted_ = true;
     if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
@@ -142,6 +154,28 @@ bool TargetLifecycle::adopt_existing_cache() {
   log::info("target {} pid {}: {}", name_, pid_, why);
   settle_adoption(to, why);
   return true;
+}
+
+// A counting cache left in the target (a dynid killed while counting, or a
+// parent that forked while counting) never comes back: its live entries get
+// the file's bytes again and its counter sites are turned off. The other
+// records are returned.
+std::vector<CacheRecord> TargetLifecycle::end_counting_caches(std::vector<CacheRecord> records) {
+  std::vector<CacheRecord> others;
+  for (CacheRecord& r : records) {
+    if (r.tier != CacheTier::Counting) {
+      others.push_back(std::move(r));
+      continue;
+    }
+    Injection counting = from_record(pid_, start_time_, r);
+    std::size_t live = live_patches(pid_, counting.patched);
+    auto undone = undo_patches(counting);
+    auto off = counters_off(counting);
+    log::info("target {} pid {}: ended the counting cache at {:#x} left in it: {} live entries {}, counters {}", name_,
+              pid_, r.cache_addr, live, undone ? "restored" : "not restored: " + undone.error().message(),
+              off ? fmt::format("off at {} sites", *off) : "not turned off: " + off.error().message());
+  }
+  return others;
 }
 
 // An adopted target leaves waiting, or profiling: it may have turned busy
@@ -174,7 +208,27 @@ void TargetLifecycle::dynimize() {
     request.pid = pid_;
     request.hot = exe->profile.hot_set(kHotSetShare);
     request.profile = layout;
+    std::optional<jit::ModuleCounts> counts;
+    if (dynimize_.counting) {
+      auto counted = count_hot_set(request);
+      if (stop_) return;
+      std::lock_guard lock(counting_mutex_);
+      if (counting_ && counting_->stopped()) return;  // -undo: the target is undone, on its original code
+      if (counted) {
+        counts = std::move(*counted);
+        request.counts = &*counts;
+        request.hot = functions_that_ran(*counts);
+        request.profile = nullptr;
+        layout_ = fmt::format("by counts ({:.1f} s of counting copies)", counts->seconds);
+      } else {
+        log::warn("target {} pid {}: counting: {}; laid out without counts", name_, pid_, counted.error().message());
+      }
+      if (counting_ && !counting_->begin_switch()) return;
+      if (counting_) request.replacing = &counting_->injection();
+    }
     injected = inject_executable(request);
+    std::lock_guard lock(counting_mutex_);
+    if (counting_) counting_->end();  // what the optimized cache did not re-point goes back; counters off
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
   }
@@ -205,6 +259,43 @@ void TargetLifecycle::dynimize() {
                                 injection_->code_addr, injection_->longest_stop.count() / 1000.0);
   log::info("target {} pid {}: dynimized: {}", name_, pid_, why);
   move(TargetState::Dynimizing, TargetState::Dynimized, why);
+}
+
+// The counting phase (counting_phase.h): counting copies of the hot set
+// until their counts are stable; the counts, or why there are none (the
+// phase is ended then, or the counting cache was never made).
+Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& request) {
+  auto phase = CountingPhase::start(request);
+  if (!phase) return std::unexpected(phase.error());
+  CountingPhase* counting = phase->get();
+  {
+    std::lock_guard lock(counting_mutex_);
+    counting_ = std::move(*phase);
+  }
+  log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites; at most {} s", name_, pid_,
+            counting->injection().patched.size(), counting->injection().counter_sites.size(),
+            dynimize_.counting_max.count());
+  auto counts = counting->count(dynimize_.counting_max, [this] { return stop_.load(); });
+  if (counts)
+    log::info("target {} pid {}: counted for {:.1f} s: {}", name_, pid_, counts->seconds,
+              counting->to_json()["phase"].get<std::string>());
+  return counts;
+}
+
+Result<std::string> TargetLifecycle::stop_counting() {
+  std::lock_guard lock(counting_mutex_);
+  if (!counting_) return fail("being dynimized; run dyni -undo again in a few seconds");
+  auto stopped = counting_->stop();
+  if (!stopped) return std::unexpected(stopped.error());
+  ++undo_count_;
+  move(TargetState::Dynimizing, TargetState::Undone, "dyni -undo during counting");
+  log::info("target {} pid {}: undone during counting: {}", name_, pid_, *stopped);
+  return fmt::format("{} (pid {}): {}", name_, pid_, *stopped);
+}
+
+nlohmann::json TargetLifecycle::counting_json() const {
+  std::lock_guard lock(counting_mutex_);
+  return counting_ ? counting_->to_json() : nlohmann::json(nullptr);
 }
 
 void TargetLifecycle::fail_injection(const std::string& reason) {
@@ -267,7 +358,13 @@ Result<std::string> TargetLifecycle::undo() {
 
 Result<std::string> TargetLifecycle::redo() {
   std::lock_guard lock(injection_mutex_);
-  if (!injection_) return fail("nothing was injected");
+  if (!injection_) {
+    std::lock_guard counting(counting_mutex_);
+    if (counting_ && counting_->stopped())
+      return fail("counting was stopped by dyni -undo before any optimized code was made: nothing to redo "
+                  "(restart dynid to optimize it again)");
+    return fail("nothing was injected");
+  }
   auto again = redo_patches(*injection_);
   if ((!again || again->patched.empty()) && gone()) return fmt::format("{} (pid {}): exited, nothing to redo", name_, pid_);
   if (!again) return fail("redo: " + again.error().message());

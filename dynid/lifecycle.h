@@ -5,12 +5,19 @@
 //   check     the executable parses completely             else profiling → unsupported
 //             (sampling is stopped on every way out)
 //   profile   ... until the hot set is stable             profiling → dynimizing
-//   dynimize  lay out and inject the hot code              dynimizing → dynimized
-//             (injector.h)                                 else → failed, original code
+//   count     counting copies of the hot set, until their  (dynimizing; -status -json
+//             counts are stable (counting_phase.h)          "counting"); -undo → undone
+//   dynimize  lay out by the counts and inject the hot     dynimizing → dynimized
+//             code, re-pointing each entry from its        else → failed, original code
+//             counting copy (injector.h); counting ends
+//   ([options] counting = false, or counting refused: laid out from the profile)
 //
 // A target that already holds a dyni cache (an earlier dynid's, or its
 // parent's before a fork) is adopted from the cache's record instead:
 // profiling → dynimized (or undone), never injected twice (cache_scan.h).
+// A counting cache found so (a dynid killed while counting) is ended first:
+// its entries back to the file's bytes, its counters off; with no optimized
+// cache beside it the target is profiled afresh.
 // With `dynimize = false` the plan is only logged, nothing is written.
 //
 // -undo and -redo come from the daemon's thread (undo(), redo()); they act
@@ -20,6 +27,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,13 +40,21 @@
 
 namespace dyni {
 
+class CountingPhase;
+
+struct DynimizeOptions {
+  bool dynimize = true;  // [options] dynimize: inject, or only plan
+  bool counting = true;  // [options] counting
+  std::chrono::seconds counting_max{5};  // [options] counting_max_seconds
+};
+
 class TargetLifecycle {
  public:
   // `adopt_only`: for a target that is not busy: only look for a cache of
   // dyni's in it (a restarted dynid must see an idle dynimized target, so
   // that -undo reaches it); the lifecycle ends when there is none.
-  TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options, bool dynimize,
-                  bool adopt_only = false);
+  TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options,
+                  DynimizeOptions dynimize, bool adopt_only = false);
   ~TargetLifecycle();  // stops the thread and waits for it (≤ one step, ~100 ms)
 
   pid_t pid() const { return pid_; }
@@ -53,6 +69,12 @@ class TargetLifecycle {
   nlohmann::json profile_json(std::size_t top_n) const;
   // What was injected (-status -json); null when nothing was.
   nlohmann::json injection_json() const;
+  // The counting phase, while it runs and after (-status -json); null without one.
+  nlohmann::json counting_json() const;
+  // -undo while counting (the target is dynimizing): the counting phase
+  // stops with the target on its original code (dynimizing → undone).
+  // Fails when it is not counting now.
+  Result<std::string> stop_counting();
 
   // dynimized → undone: every patched entry gets its original bytes back.
   // undone → dynimized: the entries are patched again, after the same checks.
@@ -69,6 +91,8 @@ class TargetLifecycle {
   void settle_adoption(TargetState to, const std::string& why);
   void settle_after_failure(TargetState from, const std::string& reason);
   void dynimize();
+  Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
+  std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);
   Status start_profiling();
   Status check_executable();
@@ -88,7 +112,7 @@ class TargetLifecycle {
   mutable std::mutex mutex_;  // guards recorder_ between this thread and status requests
   std::unique_ptr<profiler::Recorder> recorder_;
   nlohmann::json plan_;  // the jit's plan for the cache
-  bool dynimize_;        // [options] dynimize: inject, or only plan
+  DynimizeOptions dynimize_;
   bool adopt_only_;
   TargetState started_in_;  // the target's state when this lifecycle began
   double seconds_profiling_ = 0, seconds_optimizing_ = 0;
@@ -100,6 +124,11 @@ class TargetLifecycle {
   bool adopted_ = false;  // found in the target, not made by this dynid
   std::optional<uint64_t> huge_page_bytes_;  // of the cache, measured once after injection
   std::size_t redo_count_ = 0, undo_count_ = 0;
+
+  // The counting phase: made and ended by this lifecycle's thread, stopped
+  // by -undo from the daemon's (counting_mutex_ guards the pointer).
+  mutable std::mutex counting_mutex_;
+  std::unique_ptr<CountingPhase> counting_;
 
   std::thread thread_;
 };

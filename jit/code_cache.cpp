@@ -86,7 +86,7 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
   for (const HotCode& f : functions) {
     at = align_up(at, kFunctionAlignment);
     cache.redirects.to[f.cfg->start] = at;
-    cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}}, {f.cfg->start, {}}, "", {}, {}});
+    cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}, 0}, {f.cfg->start, {}}, "", {}, {}});
     CachedFunction& copy = cache.functions.back();
     if (options.counting) {
       copy.counters = plan_counters(*f.cfg, cache.counter_slots);

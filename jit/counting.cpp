@@ -25,9 +25,12 @@ std::vector<unsigned> ways_in(const FunctionCfg& cfg) {
 
 // Where the block counter of `b` goes: the first instruction, up to its
 // first call, before which the plain code may run; else the block's start.
+// Never before a last jmp after other instructions, which the layout may
+// drop (the counter would then stand for an instruction not in the copy).
 CounterSite block_site(const FunctionCfg& cfg, const Block& b, const std::vector<uint16_t>& live) {
   for (std::size_t i = b.first; i < b.first + b.count; ++i) {
-    if (!(live[i] & kCounterClobbers)) return {CounterKind::Block, b.start, cfg.instructions[i].addr, false, 0};
+    bool droppable = i > b.first && i + 1 == b.first + b.count && cfg.instructions[i].flow == Flow::Branch;
+    if (!droppable && !(live[i] & kCounterClobbers)) return {CounterKind::Block, b.start, cfg.instructions[i].addr, false, 0};
     Flow f = cfg.instructions[i].flow;
     if (f == Flow::Call || f == Flow::IndirectCall) break;
   }

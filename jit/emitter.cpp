@@ -282,7 +282,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy (a block counter before it)
   uint64_t at = base;
-  EmittedCode code{base, {}, {}, 0, {}, {}, {}};
+  EmittedCode code{base, {}, {}, 0, {}, {}, {}, counting.slots_base};
   for (const Piece& p : pieces) {
     // A dropped jmp's image is where its target's copy follows.
     if (auto original = image_of(p)) copy_of.emplace(*original, at);

@@ -94,6 +94,7 @@ struct EmittedCode {
   std::vector<RebuiltTable> tables;
   std::vector<uint64_t> absolute_slots;       // 8-byte link-time addresses in `bytes`, by address
   std::vector<EmittedCounter> counters;       // a counting copy's, by address
+  uint64_t counter_slots_base = 0;            // where slot 0 is (CounterPlacement::slots_base)
 };
 
 // The size emit_function() will produce for `layout` at `base` (known

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "jit/decoder.h"
+#include "jit/flags_liveness.h"
 #include "jit/patch_plan.h"
 #include "jit/relocator.h"
 
@@ -295,8 +297,13 @@ class Verifier {
     if (!block && (k == 0 || code_.translation[k - 1].kind != Translation::Copied ||
                    code_.translation[k - 1].original_addr != c.site.at || original_.at(c.site.at)->flow != Flow::CondBranch))
       return fail(fmt::format("verifier: fall-through counter at {:#x} does not follow its branch", t.new_addr));
-    if (c.slot_addr % kCounterSlotSize || (c.slot_addr >= code_.base && c.slot_addr < code_.base + code_.bytes.size()))
-      return fail(fmt::format("verifier: counter at {:#x} increments {:#x}, not a slot", t.new_addr, c.slot_addr));
+    const bool slot_in_code = code_.counter_slots_base >= code_.base &&
+                              code_.counter_slots_base < code_.base + code_.bytes.size();
+    if (c.slot_addr != code_.counter_slots_base + kCounterSlotSize * c.site.slot || slot_in_code ||
+        (c.slot_addr >= code_.base && c.slot_addr < code_.base + code_.bytes.size()))
+      return fail(fmt::format("verifier: counter at {:#x} increments {:#x}, not its slot", t.new_addr, c.slot_addr));
+    if (auto r = check_counter_site(c.site); !r)
+      return fail(fmt::format("verifier: counter at {:#x}: {}", t.new_addr, r.error().message()));
     std::vector<CounterStep> steps = counter_steps(c.site.saves_flags);
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const std::size_t e = k + s;
@@ -340,6 +347,35 @@ class Verifier {
     }
   }
 
+  // A site's place, decided again from the CFG: a block counter runs before
+  // an instruction of its block, with no call before it in the block; the
+  // plain form only where the flags it writes are dead (liveness computed
+  // afresh, not taken from the planner).
+  Status check_counter_site(const CounterSite& site) const {
+    if (live_.empty()) live_ = live_flags_before(cfg_);
+    auto index = [&](uint64_t addr) -> std::optional<std::size_t> {  // instructions are in address order
+      auto it = std::lower_bound(cfg_.instructions.begin(), cfg_.instructions.end(), addr,
+                                 [](const Instruction& in, uint64_t a) { return in.addr < a; });
+      if (it == cfg_.instructions.end() || it->addr != addr) return std::nullopt;
+      return static_cast<std::size_t>(it - cfg_.instructions.begin());
+    };
+    if (site.kind == CounterKind::FallThrough) {
+      auto i = index(site.at);
+      if (!i || cfg_.instructions[*i].flow != Flow::CondBranch) return fail("a fall-through site not at a branch");
+      if (!site.saves_flags && (live_flags_at_next(cfg_, live_, *i) & kCounterClobbers)) return fail("flags live there");
+      return ok();
+    }
+    const Block* b = cfg_.block_at(site.at);
+    auto i = index(site.before);
+    if (!b || b->start != site.at || !i || *i < b->first || *i >= b->first + b->count)
+      return fail("a block counter outside its block");
+    for (std::size_t k = b->first; k < *i; ++k)
+      if (cfg_.instructions[k].flow == Flow::Call || cfg_.instructions[k].flow == Flow::IndirectCall)
+        return fail("a block counter after a call");
+    if (!site.saves_flags && (live_[*i] & kCounterClobbers)) return fail("flags live there");
+    return ok();
+  }
+
   // Every counter of the copy is in its translation, once.
   Status check_every_counter_placed() const {
     std::set<uint64_t> starts;
@@ -379,6 +415,7 @@ class Verifier {
   std::map<uint64_t, const Instruction*> original_;
   std::map<uint64_t, uint64_t> copy_of_;
   std::map<uint64_t, const EmittedCounter*> counter_at_;
+  mutable std::vector<uint16_t> live_;  // status flags live before each instruction, once a counter asks
   std::set<uint64_t> dropped_;
 };
 

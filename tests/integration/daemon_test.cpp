@@ -56,9 +56,12 @@ bool text_equals_file(pid_t pid, const std::string& exe) {
 }
 
 // dyni caches in `pid` (mappings that start with a valid record).
-std::size_t caches_in(pid_t pid) {
+// dyni's caches in `pid` of one tier (optimized code, or counting copies).
+std::size_t caches_in(pid_t pid, CacheTier tier = CacheTier::Optimized) {
   auto maps = profiler::read_maps(pid);
-  return maps ? find_cache_records(pid, *maps).size() : 0;
+  if (!maps) return 0;
+  std::vector<CacheRecord> records = find_cache_records(pid, *maps);
+  return static_cast<std::size_t>(std::count_if(records.begin(), records.end(), [&](const CacheRecord& r) { return r.tier == tier; }));
 }
 
 nlohmann::json target_json(const DyniHost& host, pid_t pid) {
@@ -466,6 +469,15 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_NE(d.value("layout", ""), "") << "which block layout the copies have";
   EXPECT_FALSE(text_equals_file(hot, exe)) << "dynimized, yet the code is the file's";
   EXPECT_EQ(caches_in(hot), 1u);
+  // Laid out by counts: a counting cache came first, and has ended.
+  EXPECT_EQ(caches_in(hot, CacheTier::Counting), 1u);
+  nlohmann::json counting = target_json(host, hot)["counting"];
+  ASSERT_TRUE(counting.is_object()) << target_json(host, hot).dump();
+  EXPECT_EQ(counting["phase"], "ended") << counting.dump();
+  EXPECT_GT(counting["counts_total"].get<uint64_t>(), 0u) << counting.dump();
+  EXPECT_GE(counting["counter_sites_off"].get<std::size_t>() + 8, counting["counter_sites"].get<std::size_t>())
+      << "every counter site off but those at a page's edge: " << counting.dump();
+  EXPECT_NE(d.value("layout", "").find("by counts"), std::string::npos) << d.dump();
   EXPECT_NE(host.dyni({"-status"}).out.find(", dynimized\n"), std::string::npos);
 
   RunResult undo = host.dyni({"-undo"});
@@ -494,6 +506,7 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   d = target_json(host, hot)["dynimized"];
   EXPECT_EQ(d["adopted"], true) << d.dump();
   EXPECT_EQ(caches_in(hot), 1u) << "injected twice";
+  EXPECT_EQ(caches_in(hot, CacheTier::Counting), 1u) << "counted twice";
   undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.err;
   EXPECT_TRUE(text_equals_file(hot, exe)) << "undo from the record must restore every byte";

@@ -494,3 +494,26 @@ TEST(CountingCopy, CountersTurnedOffInPlaceCountNoMore) {
 
 }  // namespace
 }  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// The verifier decides again where the plain counter code may run: a plan
+// that put it where the flags are live (here the block that is only a jg)
+// is caught, whatever the planner said.
+TEST(CountingCopy, VerifierRecomputesWhereFlagsAreLive) {
+  auto m = AsmModule::load(kFlagsAndRedZone, {"g"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& g = m->cfg("g");
+  std::vector<CounterSite> sites = plan_counters(g, 0);
+  for (CounterSite& s : sites)
+    if (s.saves_flags) s.saves_flags = false;  // the jg block's counter, now plain
+  auto code = emit_function(g, original_layout(g), m->cache_base(), {}, BranchWidth::Short, {&sites, m->counters_base()});
+  ASSERT_TRUE(code) << code.error().message();
+  auto r = verify(g, *code);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("flags live there"), std::string::npos) << r.error().message();
+}
+
+}  // namespace
+}  // namespace dyni::jit

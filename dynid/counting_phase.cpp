@@ -1,0 +1,147 @@
+// The counting phase: inject counting copies, read their counters until
+// stable, end them.
+#include "dynid/counting_phase.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <thread>
+
+#include "common/log.h"
+
+namespace dyni {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every counter's value, in one vector (the order is the sites').
+std::vector<uint64_t> flatten(const jit::ModuleCounts& counts) {
+  std::vector<uint64_t> out;
+  for (const auto& [entry, f] : counts.functions) {
+    for (const auto& [offset, n] : f.blocks) out.push_back(n);
+    for (const auto& [offset, n] : f.falls) out.push_back(n);
+  }
+  return out;
+}
+
+// L1 distance between two count vectors, each normalized to sum 1; 2 when
+// either is all zero (nothing ran yet: not stable).
+double distance(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+  double sa = 0, sb = 0;
+  for (uint64_t v : a) sa += static_cast<double>(v);
+  for (uint64_t v : b) sb += static_cast<double>(v);
+  if (sa == 0 || sb == 0 || a.size() != b.size()) return 2;
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d += std::abs(static_cast<double>(a[i]) / sa - static_cast<double>(b[i]) / sb);
+  return d;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest request) {
+  request.options.cache.counting = true;
+  auto counting = inject_executable(request);
+  if (!counting) return std::unexpected(counting.error());
+  std::unique_ptr<CountingPhase> phase(new CountingPhase(std::move(*counting)));
+  std::string error = phase->counting_.error;
+  if (error.empty() && phase->counting_.patched.empty()) error = "no entry could be patched";
+  if (!error.empty()) {
+    phase->end();
+    return fail("counting cache: " + error);
+  }
+  return phase;
+}
+
+CountingPhase::~CountingPhase() { end(); }
+
+Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds ceiling, const std::function<bool()>& stopping) {
+  const auto t0 = Clock::now();
+  std::vector<uint64_t> previous;
+  int stable_reads = 0;
+  for (;;) {
+    std::this_thread::sleep_for(kReadInterval);
+    std::lock_guard lock(mutex_);
+    if (stopped_) return fail("stopped by dyni -undo");
+    if (stopping()) {
+      end_locked();
+      return fail("dynid is stopping");
+    }
+    auto counts = read_counts(counting_);
+    if (!counts) {
+      end_locked();
+      return fail("counters unreadable: " + counts.error().message());
+    }
+    seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::vector<uint64_t> now = flatten(*counts);
+    total_ = 0;
+    for (uint64_t v : now) total_ += v;
+    last_distance_ = distance(previous, now);
+    stable_reads = last_distance_ < kStableDistance ? stable_reads + 1 : 0;
+    previous = std::move(now);
+    stable_ = stable_reads >= 2 && Clock::now() - t0 >= kMinimum;
+    if (stable_ || Clock::now() - t0 >= ceiling) {
+      counts->seconds = seconds_;
+      phase_ = stable_ ? "counted: stable" : "counted: ceiling reached";
+      return counts;
+    }
+  }
+}
+
+bool CountingPhase::begin_switch() {
+  std::lock_guard lock(mutex_);
+  if (stopped_ || ended_) return false;
+  switching_ = true;
+  phase_ = "switching to the optimized code";
+  return true;
+}
+
+void CountingPhase::end() {
+  std::lock_guard lock(mutex_);
+  end_locked();
+}
+
+// Undo writes only entries that still hold a counting jump: those the
+// optimized cache re-pointed hold its own.
+void CountingPhase::end_locked() {
+  if (ended_) return;
+  ended_ = true, switching_ = false;
+  std::string why;
+  if (auto undone = undo_patches(counting_); !undone) why = "entries: " + undone.error().message();
+  auto off = counters_off(counting_);
+  if (off) sites_off_ = *off;
+  else why += (why.empty() ? "" : "; ") + std::string("counters: ") + off.error().message();
+  end_error_ = why;
+  if (!why.empty()) log::warn("counting cache at {:#x} of pid {}: ending it: {}", counting_.cache.addr, counting_.pid, why);
+  if (!stopped_) phase_ = why.empty() ? "ended" : "ended with errors: " + why;
+}
+
+Result<std::string> CountingPhase::stop() {
+  std::lock_guard lock(mutex_);
+  if (switching_) return fail("switching to the optimized code; run dyni -undo again in a few seconds");
+  if (ended_) return fail("the counting phase has ended");
+  stopped_ = true;
+  end_locked();
+  phase_ = "stopped by dyni -undo";
+  if (!end_error_.empty()) return fail("counting stopped, but: " + end_error_);
+  return fmt::format("counting stopped, original code restored ({} entries)", counting_.patched.size());
+}
+
+nlohmann::json CountingPhase::to_json() const {
+  std::lock_guard lock(mutex_);
+  return {{"phase", phase_},
+          {"seconds", seconds_},
+          {"functions", counting_.counted.size()},
+          {"entries_patched", counting_.patched.size()},
+          {"counter_sites", counting_.counter_sites.size()},
+          {"counter_sites_off", sites_off_},
+          {"counts_total", total_},
+          {"change_between_reads", last_distance_ < 0 ? nlohmann::json(nullptr) : nlohmann::json(last_distance_)},
+          {"stable", stable_},
+          {"cache", {{"addr", fmt::format("{:#x}", counting_.cache.addr)},
+                     {"code_bytes", counting_.code_size},
+                     {"counters_addr", fmt::format("{:#x}", counting_.counters.addr)},
+                     {"counters_bytes", counting_.counters.length}}},
+          {"error", end_error_}};
+}
+
+}  // namespace dyni

@@ -1,0 +1,79 @@
+// The counting phase of a target's lifecycle (DESIGN.md §3 step 5, issue 19):
+// exact counts without a PMU, from counting copies of the hot set.
+//
+//   start   the counting cache is injected (injector.h, counting copies
+//           with their counters beside them) and the entries point at it
+//   count   its counters are read every kReadInterval until the counts are
+//           stable (the distribution of the counts moves less than
+//           kStableDistance between two reads, twice in a row) or the
+//           ceiling passes
+//   switch  the optimized cache, laid out by the counts, is injected by the
+//           caller with InjectRequest::replacing = injection(): each entry
+//           re-pointed from its counting copy in one write
+//   end     entries still on counting copies go back to the file's bytes,
+//           and every counter site is turned off in place, so that no
+//           thread keeps counting in a loop it entered while counting
+//
+// stop() (-undo during counting, from the daemon's thread) ends the phase
+// with the target on its original code. A counting cache never comes back:
+// nothing patches its entries again (a new dynid that finds one ends it the
+// same way, lifecycle.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "dynid/injector.h"
+#include "jit/module_counts.h"
+
+namespace dyni {
+
+class CountingPhase {
+ public:
+  static constexpr std::chrono::milliseconds kReadInterval{500};
+  static constexpr double kStableDistance = 0.02;  // L1 distance of the normalized counts
+  static constexpr std::chrono::milliseconds kMinimum{1000};
+
+  // Injects the counting cache for `request`'s hot set. Fails when nothing
+  // was done to the target, or when what was done is ended already.
+  static Result<std::unique_ptr<CountingPhase>> start(InjectRequest request);
+  ~CountingPhase();  // ends the phase if nobody did
+
+  // Counts until stable, the ceiling, `stopping()` (dynid is stopping), or
+  // stop(): the counts, or why there are none (the phase is then ended).
+  Result<jit::ModuleCounts> count(std::chrono::seconds ceiling, const std::function<bool()>& stopping);
+
+  // From now until end() the optimized cache replaces this one: stop()
+  // refuses meanwhile. False when the phase was stopped already.
+  bool begin_switch();
+  const Injection& injection() const { return counting_; }
+  // Entries still on counting copies back to the file's bytes, counters off.
+  void end();
+
+  // -undo while counting: the target back on its original code.
+  Result<std::string> stop();
+  bool stopped() const { return stopped_; }
+
+  nlohmann::json to_json() const;
+
+ private:
+  explicit CountingPhase(Injection counting) : counting_(std::move(counting)) {}
+  void end_locked();
+
+  mutable std::mutex mutex_;  // guards everything below against stop() and to_json()
+  Injection counting_;
+  std::atomic<bool> stopped_{false};
+  bool switching_ = false, ended_ = false;
+  std::string phase_ = "counting", end_error_;
+  double seconds_ = 0, last_distance_ = -1;
+  bool stable_ = false;
+  std::size_t sites_off_ = 0;
+  uint64_t total_ = 0;  // every counter summed, at the last read
+};
+
+}  // namespace dyni
