@@ -65,7 +65,12 @@ bool maybe_in_rseq_section(pid_t tid) {
 }
 
 Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack& stack,
-                       const profiler::Symbolizer& symbols, std::string_view executable) {
+                       const profiler::Symbolizer& symbols, std::string_view executable, const CopiedFrom& copied_from) {
+  // A PC in a copy is looked up as the function it copies.
+  auto locate = [&](uint64_t pc) {
+    std::optional<uint64_t> original = copied_from ? copied_from(pc) : std::nullopt;
+    return symbols.locate(original ? *original : pc);
+  };
   // Parked in a system call the kernel restarts, or stopped in the
   // executable's own code (a CPU-bound thread, maybe the only one): the call
   // then runs as a signal handler would at that instruction. Only there: a
@@ -75,7 +80,7 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
   if (!in_user_code && !in_restartable_call(thread.regs))
     return fail("in a system call that is not restarted");
   if (in_user_code) {
-    profiler::Location at = symbols.locate(thread.regs.rip);
+    profiler::Location at = locate(thread.regs.rip);
     if (executable.empty() || at.module < 0 || symbols.modules()[static_cast<std::size_t>(at.module)].path != executable)
       return fail("stopped in code outside the executable");
     if (maybe_in_rseq_section(tid)) return fail("maybe inside an rseq critical section");
@@ -85,7 +90,7 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
     const StackFrame& f = stack.frames[i];
     if (f.signal_frame) return fail("inside a signal handler");
     // A return address points past its call: look up the call itself.
-    profiler::Location at = symbols.locate(i == 0 ? f.pc : f.pc - 1);
+    profiler::Location at = locate(i == 0 ? f.pc : f.pc - 1);
     if (at.module < 0) return fail(fmt::format("frame {:#x} is not in file-backed code", f.pc));
     const profiler::Module& m = symbols.modules()[static_cast<std::size_t>(at.module)];
     if (module_holds_call_locks(m.path)) return fail(fmt::format("a frame in {}", basename(m.path)));

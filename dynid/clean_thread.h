@@ -16,6 +16,9 @@
 // holds the lock.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,9 +34,16 @@ bool holds_call_locks(std::string_view function_name);
 // A module all of whose code may (libgcc_s, ld.so, libunwind).
 bool module_holds_call_locks(std::string_view path);
 
+// Where dyni's copies of the executable's functions are: the original
+// function's run-time entry for a PC in a copy, or none for a PC elsewhere.
+using CopiedFrom = std::function<std::optional<uint64_t>(uint64_t pc)>;
+
 // `executable`: the path of the target's executable as the symbolizer names
 // it (a thread stopped in user code must be there); empty: parked only.
+// `copied_from`: a PC in one of dyni's copies counts as a PC in the function
+// it copies (a thread running a counting copy is in the executable's code).
 Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack& stack,
-                       const profiler::Symbolizer& symbols, std::string_view executable);
+                       const profiler::Symbolizer& symbols, std::string_view executable,
+                       const CopiedFrom& copied_from = {});
 
 }  // namespace dyni

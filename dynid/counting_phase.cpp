@@ -134,6 +134,7 @@ nlohmann::json CountingPhase::to_json() const {
           {"entries_patched", counting_.patched.size()},
           {"counter_sites", counting_.counter_sites.size()},
           {"counter_sites_off", sites_off_},
+          {"skipped", skipped_by_kind(counting_.skipped)},
           {"counts_total", total_},
           {"change_between_reads", last_distance_ < 0 ? nlohmann::json(nullptr) : nlohmann::json(last_distance_)},
           {"stable", stable_},

@@ -156,6 +156,14 @@ Status same_target(pid_t pid, uint64_t start_time, uint64_t at = 0, std::span<co
   return ok();
 }
 
+// The process still runs the image the caller profiled: an exec keeps pid
+// and start time, and changes where its code and stack are (`image`).
+Status same_image(const ProcStat& stat, uint64_t image) {
+  if (image && stat.image && stat.image != image)
+    return fail(fmt::format("process {} exec'd since it was profiled", stat.pid));
+  return ok();
+}
+
 // Before there is a cache: an exec keeps the pid and start time, but maps
 // the executable afresh (elsewhere, with ASLR).
 Status executable_where_it_was(pid_t pid, const Executable& prepared) {
@@ -376,11 +384,21 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
   // The record is not written yet: the return stub marks the cache.
   if (auto same = same_target(pid, in.start_time, stub, kReturnStub); !same) return same;
   StackReader reader(pid, frame_tables(in));
+  std::map<uint64_t, const CopyRange*> copies;  // by cache address: a thread in a copy is in its function
+  for (const std::vector<CopyRange>* v : {&in.copies, &in.other_copies})
+    for (const CopyRange& c : *v) copies[c.cache_addr] = &c;
+  CopiedFrom copied_from = [&](uint64_t pc) -> std::optional<uint64_t> {
+    auto it = copies.upper_bound(pc);
+    if (it == copies.begin()) return std::nullopt;
+    --it;
+    if (pc >= it->first + it->second->size) return std::nullopt;
+    return it->second->original_entry;
+  };
   std::string why;
   for (const auto& [tid, t] : w->threads()) {
     auto stack = reader.unwind(tid);
     if (!stack) continue;
-    if (auto clean = clean_for_calls(tid, t, *stack, symbols, in_executable); !clean) {
+    if (auto clean = clean_for_calls(tid, t, *stack, symbols, in_executable, copied_from); !clean) {
       why = clean.error().message();
       continue;
     }
@@ -646,6 +664,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   auto stat = read_proc_stat("/proc", req.pid);
   if (!stat) return std::unexpected(stat.error());
   out.start_time = stat->start_time;
+  if (auto same = same_image(*stat, req.image); !same) return std::unexpected(same.error());
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
   {  // A short window, for the mmap alone.
@@ -654,6 +673,9 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     if (!w) return std::unexpected(w.error());
     if (auto same = same_target(req.pid, out.start_time); !same) return std::unexpected(same.error());
     if (auto same = executable_where_it_was(req.pid, p->exe); !same) return std::unexpected(same.error());
+    auto now = read_proc_stat("/proc", req.pid);
+    if (!now) return std::unexpected(now.error());
+    if (auto same = same_image(*now, req.image); !same) return std::unexpected(same.error());
     auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
@@ -680,6 +702,10 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   out.frames = {out.code_addr, out.code_addr + out.code_size, p->place.addr + p->layout.table_offset,
                 p->search_table.size() / jit::kSearchEntryBytes};
   out.other_frames = p->other_frames;
+  if (req.replacing) {
+    out.other_copies = req.replacing->other_copies;
+    out.other_copies.insert(out.other_copies.end(), req.replacing->copies.begin(), req.replacing->copies.end());
+  }
   if (auto r = write_code(req.pid, *p, out.cache); !r) {
     out.error = r.error().message();
     return out;
@@ -812,6 +838,17 @@ Result<std::size_t> counters_off(const Injection& in) {
     off += *n;
   }
   return off;
+}
+
+std::map<std::string, std::size_t> skipped_by_kind(const std::vector<std::string>& skipped) {
+  std::map<std::string, std::size_t> out;
+  for (const std::string& s : skipped) {
+    auto colon = s.find(": ");
+    std::string kind = colon == std::string::npos ? s : s.substr(colon + 2);
+    auto at = kind.find(" at 0x");
+    out[at == std::string::npos ? kind : kind.substr(0, at)]++;
+  }
+  return out;
 }
 
 Result<jit::ModuleCounts> read_counts(const Injection& in) {

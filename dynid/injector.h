@@ -44,6 +44,9 @@ struct InjectRequest {
   const struct Injection* replacing = nullptr;
   std::chrono::milliseconds call_timeout{2000};
   jit::JitOptions options{};
+  // The image the caller profiled (ProcStat::image, 0: not checked): a
+  // process that exec'd since (same pid and start time) is refused.
+  uint64_t image = 0;
 };
 
 // The profile to lay blocks out by: `profile` where it has measured edges
@@ -86,6 +89,7 @@ struct Injection {
   // Frames of the target's other dyni caches (a counting cache that threads
   // may still run in): every stack proof needs them too.
   std::vector<UnwindTable> other_frames;
+  std::vector<CopyRange> other_copies;  // their copies, where known (the counting cache replaced)
   std::string frames_registered;  // with the target's unwinder: "yes: …" or "no: why"
   std::vector<PatchRecord> patched;
   std::vector<std::string> skipped;  // "func_<addr>: reason"
@@ -93,6 +97,10 @@ struct Injection {
   WindowTiming longest_window;  // of the patch windows
   std::string error;  // set when a step failed after the cache was mapped
 };
+
+// How many of `skipped` ("func_1234: its code in memory differs from the
+// file") there are of each kind ("its code in memory differs from the file").
+std::map<std::string, std::size_t> skipped_by_kind(const std::vector<std::string>& skipped);
 
 // Fails with the reason when nothing was done to the target. Once the cache
 // is mapped it returns what was done, with `error` set if a later step

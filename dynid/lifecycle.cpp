@@ -24,13 +24,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// "func_1234: its code in memory differs from the file" → "its code in memory differs from the file"
-std::string skip_kind(const std::string& skipped) {
-  auto colon = skipped.find(": ");
-  std::string kind = colon == std::string::npos ? skipped : skipped.substr(colon + 2);
-  auto at = kind.find(" at 0x");
-  return at == std::string::npos ? kind : kind.substr(0, at);
-}
 
 std::string first_or_none(const std::vector<std::string>& v) { return v.empty() ? "none" : v.front(); }
 
@@ -206,6 +199,7 @@ void TargetLifecycle::dynimize() {
     layout_ = layout ? "by profile (LBR edges)" : "original block order (no LBR: inferred edges lay out worse)";
     InjectRequest request;
     request.pid = pid_;
+    request.image = image_;
     request.hot = exe->profile.hot_set(kHotSetShare);
     request.profile = layout;
     std::optional<jit::ModuleCounts> counts;
@@ -385,8 +379,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return nullptr;
   const Injection& in = *injection_;
-  std::map<std::string, std::size_t> skipped;
-  for (const std::string& s : in.skipped) skipped[skip_kind(s)]++;
+  std::map<std::string, std::size_t> skipped = skipped_by_kind(in.skipped);
 
   return {{"adopted", adopted_},
           {"functions_patched", in.patched.size()},

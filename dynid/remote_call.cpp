@@ -38,7 +38,7 @@ Result<int> wait_stop(pid_t tid, Clock::time_point deadline) {
 Status abandon(WorldStop& world, pid_t tid) {
   ::ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
   int status = 0;
-  if (::waitpid(tid, &status, __WALL) == tid && WIFSTOPPED(status)) ::ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+  if (wait_for_report(world.pid(), tid, status) && WIFSTOPPED(status)) ::ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
   world.forget(tid);
   return fail(fmt::format("thread {}: the remote call did not return in time; it finishes on its own", tid));
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -293,7 +294,7 @@ Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sit
     if (::ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr) != 0)
       return fail(sys_error(fmt::format("PTRACE_SYSCALL of thread {}", tid)));
     int status = 0;
-    if (::waitpid(tid, &status, __WALL) != tid || !WIFSTOPPED(status))
+    if (!wait_for_report(world.pid(), tid, status) || !WIFSTOPPED(status))
       return fail(fmt::format("thread {} ended during a remote call", tid));
     if (::ptrace(PTRACE_GETREGS, tid, nullptr, &after) != 0)
       return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));

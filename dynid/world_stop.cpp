@@ -1,6 +1,8 @@
 // ptrace stop-the-world for one target: seize, interrupt, re-list, detach.
 #include "dynid/world_stop.h"
 
+#include "dynid/proc_reader.h"
+
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -95,6 +97,21 @@ Status WorldStop::seize_new_threads() {
   return ok();
 }
 
+bool wait_for_report(pid_t pid, pid_t tid, int& status) {
+  const std::string tasks = fmt::format("/proc/{}/task", pid);
+  for (;;) {
+    pid_t r = ::waitpid(tid, &status, __WALL | WNOHANG);
+    if (r == tid) return true;
+    if (r < 0 && errno != EINTR) return false;
+    auto st = read_proc_stat(tasks, tid);
+    if (!st || st->state == 'Z' || st->state == 'X') {
+      // One last look: it may have reported as it died.
+      return ::waitpid(tid, &status, __WALL | WNOHANG) == tid;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 // Collects stop reports until every held thread has stopped or exited.
 Status WorldStop::wait_for_stops(Clock::time_point deadline) {
   while (!all_stopped()) {
@@ -176,11 +193,10 @@ void WorldStop::release_all_but(pid_t keep) {
   // waited for and detached like the others. Only dynid waits meanwhile.
   for (pid_t tid = first_unstopped(); tid > 0; tid = first_unstopped()) {
     int status = 0;
-    pid_t r = ::waitpid(tid, &status, __WALL);
-    if (r == tid)
+    if (wait_for_report(pid_, tid, status))
       on_wait_status(tid, status);
-    else if (r < 0 && errno != EINTR)
-      threads_.erase(tid);  // gone
+    else
+      threads_.erase(tid);  // gone (or dead and held back: a leader)
     detach_stopped(keep);
   }
 }

@@ -50,6 +50,13 @@ struct StoppedThread {
   user_regs_struct regs{};  // at the stop: where the thread resumes
 };
 
+// The next wait report of thread `tid` of process `pid`, which is
+// running (resumed by dynid). False when it died instead: a killed process's
+// leader may never report, because the kernel holds a group leader's exit
+// back until every other thread is reaped, and those are dynid's tracees
+// too. So the wait polls, and gives up once the thread is a zombie or gone.
+bool wait_for_report(pid_t pid, pid_t tid, int& status);
+
 class WorldStop {
  public:
   // Stops every thread of `pid` within `timeout`. On failure no thread stays

@@ -23,9 +23,10 @@
 // the 8 bytes at [rsp - 136]: below the red zone, where a signal frame would
 // go too. A block's counter goes at the first point of the block, before
 // its first call, where the plain form may run; else at its start, saving
-// flags. Counts are not atomic (no lock prefix): two threads on two CPUs
-// that increment one counter at the same instant may lose one increment
-// (bench/counting_cost.sh measures how many); single-threaded they are exact.
+// flags. Counts are not atomic (no lock prefix): threads on different CPUs
+// that increment one counter at the same instant lose increments (at worst
+// about one CPU's worth: CountingCopy.ThreadsRacingOnOneCounterLoseABoundedShare);
+// a count is never above the true count, and single-threaded it is exact.
 #pragma once
 
 #include <array>

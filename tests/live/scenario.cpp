@@ -123,6 +123,12 @@ std::string Scenario::undo_redo(int rounds) {
   return check_output(expected_);
 }
 
+nlohmann::json Scenario::counting_facts(const char* name) const {
+  nlohmann::json c = facts().value("counting", nlohmann::json::object());
+  std::printf("%s, counting: %s\n", name, c.dump().c_str());
+  return c;
+}
+
 nlohmann::json Scenario::dynimized_facts(const char* name) const {
   nlohmann::json d = facts().value("dynimized", nlohmann::json::object());
   std::printf("%s: %s\n", name, d.dump().c_str());

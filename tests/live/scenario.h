@@ -35,6 +35,8 @@ class Scenario {
   bool wait_for_state(const std::string& state, std::chrono::seconds timeout = std::chrono::seconds(60));
   // The target's -status -json entry ({} when not listed).
   nlohmann::json facts() const;
+  // The counting phase's facts (-status -json "counting"), printed.
+  nlohmann::json counting_facts(const char* name) const;
   // The lines printed so far.
   std::vector<std::string> lines() const;
   // Waits for `count` lines more than now; false on timeout.

@@ -23,6 +23,7 @@
 #include <linux/seccomp.h>
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <signal.h>
 #include <time.h>
@@ -103,10 +104,13 @@ void block_all_signals() {
   block_for_ever();
 }
 
-// Parks inside a signal handler running on an 8 KiB alternate stack.
+// Parks inside a signal handler running on a small alternate stack: 8 KiB,
+// or the kernel's minimum where that is more (AT_MINSIGSTKSZ: 11,952 bytes
+// on an Intel Xeon with AMX, whose tile data a signal frame may hold;
+// sigaltstack refuses a smaller one there).
 [[noreturn]] void on_alternate_stack() {
   pthread_setname_np(pthread_self(), "dyni-altstack");
-  constexpr std::size_t kAltSize = 8192;
+  const std::size_t kAltSize = (std::max<std::size_t>(8192, getauxval(AT_MINSIGSTKSZ) + 2048) + 4095) & ~std::size_t{4095};
   void* alt = mmap(nullptr, kAltSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (alt == MAP_FAILED) wrong("mmap");
   stack_t ss{};

@@ -9,7 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -34,18 +37,23 @@ bool no_thread_traced(pid_t pid) {
   return true;
 }
 
-// Every patch the target's cache records is either the original bytes or the jump.
+// Every entry a cache of the target records holds its original bytes or a
+// whole jump of one of the target's caches (a counting cache's, or the
+// optimized one's that re-pointed it).
 std::string torn_entries(pid_t pid) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return "";
-  for (const CacheRecord& r : find_cache_records(pid, *maps))
-    for (const PatchRecord& p : r.patches) {
-      auto live = read_target(pid, p.addr, 5);
-      if (!live) return "unreadable entry";
-      bool original = std::equal(live->begin(), live->end(), p.original.begin());
-      bool jump = std::equal(live->begin(), live->end(), p.replacement.begin());
-      if (!original && !jump) return "torn entry at " + std::to_string(p.addr);
-    }
+  std::vector<CacheRecord> records = find_cache_records(pid, *maps);
+  std::map<uint64_t, std::vector<std::array<uint8_t, 5>>> allowed;  // entry → the bytes it may hold
+  for (const CacheRecord& r : records)
+    for (const PatchRecord& p : r.patches) allowed[p.addr].insert(allowed[p.addr].end(), {p.original, p.replacement});
+  for (const auto& [addr, bytes] : allowed) {
+    auto live = read_target(pid, addr, 5);
+    if (!live) return "unreadable entry";
+    bool whole = std::any_of(bytes.begin(), bytes.end(),
+                             [&](const std::array<uint8_t, 5>& b) { return std::equal(b.begin(), b.end(), live->begin()); });
+    if (!whole) return "torn entry at " + std::to_string(addr);
+  }
   return "";
 }
 

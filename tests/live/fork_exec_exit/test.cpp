@@ -1,5 +1,7 @@
 // fork, exec and exit during injection (tests/live/fork_exec_exit/README.md).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,9 +19,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::size_t caches_in(pid_t pid) {
+// dyni's caches in `pid` of one tier: the optimized code, or counting copies.
+std::size_t caches_in(pid_t pid, CacheTier tier = CacheTier::Optimized) {
   auto maps = profiler::read_maps(pid);
-  return maps ? find_cache_records(pid, *maps).size() : 0;
+  if (!maps) return 0;
+  std::vector<CacheRecord> records = find_cache_records(pid, *maps);
+  return static_cast<std::size_t>(
+      std::count_if(records.begin(), records.end(), [&](const CacheRecord& r) { return r.tier == tier; }));
 }
 
 // Waits until `pid`'s state is `state`; or the state "dynimizing" was seen
@@ -51,8 +57,9 @@ TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
     pid_t pid;
     ~KillAtEnd() { ::kill(pid, SIGKILL); }
   } kill_child{child};
-  // It inherited the cache and the patches: a new dynid would adopt it, and so does this one.
+  // It inherited the caches and the patches: a new dynid would adopt it, and so does this one.
   EXPECT_EQ(caches_in(child), 1u);
+  EXPECT_EQ(caches_in(child, CacheTier::Counting), 1u) << "the ended counting cache comes along";
   std::string child_state = wait_for_state(s.host, child, "dynimized", 20s);
   EXPECT_EQ(child_state, "dynimized") << s.host.log();
   nlohmann::json child_facts = nlohmann::json::object();
@@ -86,6 +93,7 @@ TEST(ForkExecExit, AnExecDuringInjectionLeavesANewPlainTargetThatIsDynimizedAfre
   // The new image is plain, and becomes dynimized on its own profile.
   ASSERT_TRUE(s.wait_for_state("dynimized")) << s.host.state_of(s.pid()) << s.host.log();
   EXPECT_EQ(caches_in(s.pid()), 1u);
+  EXPECT_EQ(caches_in(s.pid(), CacheTier::Counting), 1u) << "the new image was counted afresh\n" << s.host.log();
   ASSERT_TRUE(s.wait_for_more_lines(3)) << s.check_output(expected);
   EXPECT_EQ(s.check_output(expected), "");
 }

@@ -14,8 +14,13 @@ TEST(SpinAtEntry, NoThreadIsCaughtInTheBytesThatChange) {
   EXPECT_EQ(s.undo_redo(3), "");
   nlohmann::json d = s.dynimized_facts("spin_at_entry");
   EXPECT_GE(d.value("functions_patched", 0), 1) << d.dump();
-  // spin_park loops back to entry+2: its entry must never be patched.
-  EXPECT_EQ(d["skipped"].value("entry left unpatched: branch target in the entry bytes", 0), 1) << d.dump();
+  // spin_park loops back to entry+2: its entry must never be patched. It is
+  // skipped by the counting cache; its copy never runs (only its entry leads
+  // there), so the optimized cache, made of what ran, leaves it out.
+  nlohmann::json c = s.counting_facts("spin_at_entry");
+  const char* kind = "entry left unpatched: branch target in the entry bytes";
+  EXPECT_EQ(d["skipped"].value(kind, 0) + c["skipped"].value(kind, 0), 1) << d.dump() << c.dump();
+  EXPECT_EQ(c.value("phase", ""), "ended") << c.dump();
 }
 
 }  // namespace
