@@ -143,6 +143,8 @@ const std::map<std::string, Setter>& option_setters() {
       {"log_debug", [](Config& c, const std::string& v) { return parse_bool(v, c.log_debug); }},
       {"dynimize", [](Config& c, const std::string& v) { return parse_bool(v, c.dynimize); }},
       {"counting", [](Config& c, const std::string& v) { return parse_bool(v, c.counting); }},
+      {"counting_min_seconds",
+       [](Config& c, const std::string& v) { return parse_int(v, 0, 600, c.counting_min_seconds); }},
       {"counting_max_seconds",
        [](Config& c, const std::string& v) { return parse_int(v, 1, 600, c.counting_max_seconds); }},
   };

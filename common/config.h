@@ -31,6 +31,7 @@ struct Config {
   // until their counts are stable, at most this long; false: lay out from
   // the profile alone (original block order without LBR).
   bool counting = true;
+  int counting_min_seconds = 1;  // before the counts may be called stable (the ceiling wins)
   int counting_max_seconds = 5;
 
   // [license]

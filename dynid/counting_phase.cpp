@@ -54,7 +54,8 @@ Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest reques
 
 CountingPhase::~CountingPhase() { end(); }
 
-Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds ceiling, const std::function<bool()>& stopping) {
+Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds minimum, std::chrono::seconds ceiling,
+                                               const std::function<bool()>& stopping) {
   const auto t0 = Clock::now();
   std::vector<uint64_t> previous;
   int stable_reads = 0;
@@ -78,7 +79,7 @@ Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds ceiling, con
     last_distance_ = distance(previous, now);
     stable_reads = last_distance_ < kStableDistance ? stable_reads + 1 : 0;
     previous = std::move(now);
-    stable_ = stable_reads >= 2 && Clock::now() - t0 >= kMinimum;
+    stable_ = stable_reads >= 2 && Clock::now() - t0 >= minimum;
     if (stable_ || Clock::now() - t0 >= ceiling) {
       counts->seconds = seconds_;
       phase_ = stable_ ? "counted: stable" : "counted: ceiling reached";

@@ -5,8 +5,8 @@
 //           with their counters beside them) and the entries point at it
 //   count   its counters are read every kReadInterval until the counts are
 //           stable (the distribution of the counts moves less than
-//           kStableDistance between two reads, twice in a row) or the
-//           ceiling passes
+//           kStableDistance between two reads, twice in a row, after the
+//           minimum) or the ceiling passes
 //   switch  the optimized cache, laid out by the counts, is injected by the
 //           caller with InjectRequest::replacing = injection(): each entry
 //           re-pointed from its counting copy in one write
@@ -37,16 +37,17 @@ class CountingPhase {
  public:
   static constexpr std::chrono::milliseconds kReadInterval{500};
   static constexpr double kStableDistance = 0.02;  // L1 distance of the normalized counts
-  static constexpr std::chrono::milliseconds kMinimum{1000};
 
   // Injects the counting cache for `request`'s hot set. Fails when nothing
   // was done to the target, or when what was done is ended already.
   static Result<std::unique_ptr<CountingPhase>> start(InjectRequest request);
   ~CountingPhase();  // ends the phase if nobody did
 
-  // Counts until stable, the ceiling, `stopping()` (dynid is stopping), or
-  // stop(): the counts, or why there are none (the phase is then ended).
-  Result<jit::ModuleCounts> count(std::chrono::seconds ceiling, const std::function<bool()>& stopping);
+  // Counts until stable (not before `minimum`), the ceiling, `stopping()`
+  // (dynid is stopping), or stop(): the counts, or why there are none (the
+  // phase is then ended).
+  Result<jit::ModuleCounts> count(std::chrono::seconds minimum, std::chrono::seconds ceiling,
+                                  const std::function<bool()>& stopping);
 
   // From now until end() the optimized cache replaces this one: stop()
   // refuses meanwhile. False when the phase was stopped already.

@@ -164,7 +164,8 @@ void Daemon::sync_lifecycles() {
 }
 
 DynimizeOptions Daemon::dynimize_options() const {
-  return {config_.dynimize, config_.counting, std::chrono::seconds(config_.counting_max_seconds)};
+  return {config_.dynimize, config_.counting, std::chrono::seconds(config_.counting_min_seconds),
+          std::chrono::seconds(config_.counting_max_seconds)};
 }
 
 profiler::RecorderOptions Daemon::recorder_options() const {

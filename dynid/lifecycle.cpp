@@ -269,7 +269,7 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
   log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites; at most {} s", name_, pid_,
             counting->injection().patched.size(), counting->injection().counter_sites.size(),
             dynimize_.counting_max.count());
-  auto counts = counting->count(dynimize_.counting_max, [this] { return stop_.load(); });
+  auto counts = counting->count(dynimize_.counting_min, dynimize_.counting_max, [this] { return stop_.load(); });
   if (counts)
     log::info("target {} pid {}: counted for {:.1f} s: {}", name_, pid_, counts->seconds,
               counting->to_json()["phase"].get<std::string>());

@@ -45,6 +45,7 @@ class CountingPhase;
 struct DynimizeOptions {
   bool dynimize = true;  // [options] dynimize: inject, or only plan
   bool counting = true;  // [options] counting
+  std::chrono::seconds counting_min{1};  // [options] counting_min_seconds
   std::chrono::seconds counting_max{5};  // [options] counting_max_seconds
 };
 

@@ -519,6 +519,63 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
+// The counting phase, stopped by the operator: -undo while the target
+// counts (it is dynimizing) puts every original byte back and ends the phase
+// (counters off); -redo says there is nothing to redo; the target runs on
+// with right results. Then -stop while a second target counts ends its
+// phase the same way, and a new dynid finds the ended counting cache, leaves
+// it ended and counts the target afresh.
+TEST_F(Daemon, UndoAndStopDuringCountingPutTheOriginalCodeBack) {
+  const std::string options = std::string(kFastOptions) +
+                              "profile_min_samples = 500\nprofile_max_seconds = 10\n"
+                              "counting_min_seconds = 30\ncounting_max_seconds = 60\n";
+  start({"dyni-hot-cnt"}, options);
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-cnt");
+  pid_t hot = host.spawn({exe, "120", "2"});
+  auto counting_now = [&](pid_t pid) {
+    return host.wait_for([&](const nlohmann::json& j) {
+      for (const auto& t : j.value("targets", nlohmann::json::array()))
+        if (t["pid"] == pid && t.value("counting", nlohmann::json()).is_object())
+          return t["counting"].value("phase", "") == "counting" && t["counting"].value("counts_total", 0) > 0;
+      return false;
+    }, 40s);
+  };
+  ASSERT_TRUE(counting_now(hot)) << host.state_of(hot) << host.log();
+  EXPECT_EQ(host.state_of(hot), "dynimizing");
+  EXPECT_FALSE(text_equals_file(hot, exe)) << "counting copies are patched in";
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_NE(undo.out.find("counting stopped, original code restored"), std::string::npos) << undo.out;
+  EXPECT_EQ(host.state_of(hot), "undone");
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "undo during counting must restore every byte";
+  nlohmann::json counting = target_json(host, hot)["counting"];
+  EXPECT_EQ(counting.value("phase", ""), "stopped by dyni -undo") << counting.dump();
+  EXPECT_GE(counting.value("counter_sites_off", 0) + 8, counting.value("counter_sites", 0)) << counting.dump();
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_NE(redo.exit_code, 0) << redo.out;
+  EXPECT_NE((redo.out + redo.err).find("nothing to redo"), std::string::npos) << redo.out << redo.err;
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "a counting cache never comes back";
+  EXPECT_EQ(caches_in(hot), 0u) << "no optimized cache was made";
+
+  pid_t second = host.spawn({exe, "120", "2"});
+  ASSERT_TRUE(counting_now(second)) << host.state_of(second) << host.log();
+  host.dyni({"-stop"});
+  ASSERT_TRUE(DyniHost::alive(second));
+  EXPECT_TRUE(text_equals_file(second, exe)) << "-stop during counting must restore every byte";
+  EXPECT_EQ(caches_in(second, CacheTier::Counting), 1u);
+  // A new dynid ends nothing twice and counts afresh: a second counting cache.
+  start({"dyni-hot-cnt"}, std::string(kFastOptions) + "profile_min_samples = 500\nprofile_max_seconds = 10\n");
+  ASSERT_TRUE(host.wait_for_state(second, "dynimized", 40s)) << host.state_of(second) << host.log();
+  EXPECT_EQ(caches_in(second), 1u);
+  EXPECT_EQ(caches_in(second, CacheTier::Counting), 2u) << "the old counting cache stays ended, a new one counted";
+  for (pid_t p : {hot, second}) {
+    kill(p, SIGTERM);
+    int status = 0;
+    ASSERT_EQ(waitpid(p, &status, 0), p);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
+  }
+}
+
 // A CPU-bound program with one thread that never makes a system call: the
 // cache's frames are registered through that thread, stopped in its own
 // code; its results stay right.
