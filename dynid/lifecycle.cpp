@@ -217,8 +217,11 @@ void TargetLifecycle::dynimize() {
       } else {
         log::warn("target {} pid {}: counting: {}; laid out without counts", name_, pid_, counted.error().message());
       }
-      if (counting_ && !counting_->begin_switch()) return;
-      if (counting_) request.replacing = &counting_->injection();
+      // With counts, the optimized cache replaces the counting one (stop()
+      // refuses meanwhile); a phase that failed has ended already, and the
+      // code is laid out without counts, replacing nothing.
+      if (counted && !counting_->begin_switch()) return;  // stopped by -undo just now: undone
+      if (counted) request.replacing = &counting_->injection();
     }
     injected = inject_executable(request);
     std::lock_guard lock(counting_mutex_);
