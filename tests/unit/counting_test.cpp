@@ -16,6 +16,7 @@
 #include "jit/decoder.h"
 #include "jit/emitter.h"
 #include "jit/flags_liveness.h"
+#include "jit/layout_metrics.h"
 #include "jit/module_counts.h"
 #include "jit/unwind_rows.h"
 #include "jit/verifier.h"
@@ -568,6 +569,45 @@ end:
               static_cast<unsigned long long>(calls), 100.0 * static_cast<double>(calls - counted) / calls, kThreads);
   EXPECT_LE(counted, calls);
   EXPECT_GE(counted, calls / 4);
+}
+
+}  // namespace
+}  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// What the counts show of a layout (layout_metrics.h), on a loop whose
+// counts are known: every executed instruction is counted in both
+// placements, and the layout by counts takes no more jumps than the
+// original, whose taken jumps are counted by hand.
+TEST(CountingCopy, LayoutMetricsCountInstructionsAndTakenJumps) {
+  auto m = AsmModule::load(kRounds, {"f"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  CodeCache counting_cache = m->build({"f"}, in_order, counting());
+  const test::Inputs inputs = {{10, 5}, {7, 1}, {33, 2}};
+  ASSERT_EQ(test::run_isolated(m->addr("f"), inputs).outcome, Outcome::Returned);
+  FunctionCounts c = counts_from(f, read_counts(counting_cache, m->counters()).functions.at(f.start));
+  BlockLayout layout = layout_by_counts(f, c);
+  CodeCache optimized = m->build({"f"}, [&](const FunctionCfg&) { return layout; });
+  ASSERT_TRUE(optimized.rejected.empty());
+  const EmittedCode& copy = optimized.functions[0].code;
+  BlockLayout seen = layout_of_copy(f, copy);
+  EXPECT_EQ(seen.order, layout.order) << "the copy's block order, read back from its translation";
+  FunctionPlacement p = place_counts(f, c, layout, copy);
+  RoundCounts r = expected_rounds(inputs);
+  // entry 4 instructions, loop 2, even 3, minus 2, odd 1, next 3, done 1 (kRounds).
+  const uint64_t executed = 4 * r.calls + 2 * r.rounds + 3 * r.even + 2 * r.minus + r.odd + 3 * r.rounds + r.calls;
+  LayoutMetrics original = metrics_of({p}, false), laid_out = metrics_of({p}, true);
+  EXPECT_EQ(original.instructions, executed);
+  EXPECT_EQ(laid_out.instructions, executed);
+  // Original order, taken: jne to odd, je to next (rounds i % 4 == 0), jmp next (i % 4 == 2), jl back.
+  EXPECT_EQ(original.taken_jumps, r.odd + (r.even - r.minus) + r.minus + (r.rounds - r.last_round));
+  EXPECT_LE(laid_out.taken_jumps, original.taken_jumps);
+  EXPECT_GE(p.ext_tsp_laid_out, p.ext_tsp_original);
+  EXPECT_GT(original.lines_99, 0u);
+  EXPECT_GT(original.pages_99, 0u);
 }
 
 }  // namespace

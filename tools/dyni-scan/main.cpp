@@ -1,4 +1,4 @@
-// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting]
+// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting] [--counts FILE]
 //
 // Runs the whole jit (jit/pipeline.h) over a binary: every function as if all
 // were hot, or the functions of a recorded profile (dyni-record) laid out by
@@ -12,7 +12,10 @@
 // --shuffle lays every function out in a random block order (with
 // --leave-cold, leaving a random quarter of blocks behind): a stress test of
 // the emitter and verifier on real code. --counting builds counting copies
-// (jit/counting.h) instead and prints their counter sites.
+// (jit/counting.h) instead and prints their counter sites. --counts FILE lays
+// the functions that ran out by those counts (dyni-inject's DYNI_COUNTS_FILE)
+// and prints what they show of the original code and of that layout
+// (jit/layout_metrics.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +31,8 @@
 #include "jit/block_profile.h"
 #include "jit/cfg.h"
 #include "jit/counting.h"
+#include "jit/layout_metrics.h"
+#include "jit/module_counts.h"
 #include "jit/module_image.h"
 #include "jit/pipeline.h"
 #include "jit/verifier.h"
@@ -44,6 +49,7 @@ struct Args {
   bool leave_cold = false;
   bool leaving = false;  // --leaving: list the sampled functions whose copies leave the cache
   bool counting = false;
+  std::string counts;  // --counts FILE: lay out by these counts and say what they show
 };
 
 bool parse(int argc, char** argv, Args& a) {
@@ -54,6 +60,7 @@ bool parse(int argc, char** argv, Args& a) {
     else if (s == "--leave-cold") a.leave_cold = true;
     else if (s == "--leaving") a.leaving = true;
     else if (s == "--counting") a.counting = true;
+    else if (s == "--counts" && i + 1 < argc) a.counts = argv[++i];
     else if (!s.starts_with("-") && a.elf.empty()) a.elf = s;
     else return false;
   }
@@ -208,6 +215,35 @@ void print_leaving(const std::vector<SampledCopy>& copies, const elf::FunctionTa
     std::printf("leaving:   %6llu samples  %s: %s\n", static_cast<unsigned long long>(samples), name.c_str(), why.c_str());
 }
 
+Result<jit::ModuleCounts> read_counts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return fail(path + ": cannot open");
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return fail(path + ": not JSON");
+  return jit::ModuleCounts::from_json(j);
+}
+
+// --counts: what the counts show of the original code and of the cache laid
+// out by them (jit/layout_metrics.h).
+void print_count_metrics(const jit::ModulePlan& plan, const jit::ModuleCounts& counts) {
+  std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
+  for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
+  std::vector<jit::FunctionPlacement> placed;
+  for (const jit::CachedFunction& f : plan.cache.functions) {
+    auto c = counts.functions.find(f.original_entry);
+    if (c == counts.functions.end()) continue;
+    const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
+    placed.push_back(jit::place_counts(cfg, jit::counts_from(cfg, c->second), jit::layout_of_copy(cfg, f.code), f.code));
+  }
+  for (bool laid_out : {false, true}) {
+    jit::LayoutMetrics m = jit::metrics_of(placed, laid_out);
+    std::printf("%-12s ext-TSP %.4g, %llu bytes ran, 99%% of %llu executed instructions in %zu lines and %zu pages, "
+                "%.1f taken jumps per 1,000 instructions\n",
+                laid_out ? "laid out:" : "original:", m.ext_tsp, static_cast<unsigned long long>(m.hot_bytes),
+                static_cast<unsigned long long>(m.instructions), m.lines_99, m.pages_99, m.taken_per_1000());
+  }
+}
+
 // --counting: the counter sites of the counting cache, and what they cost.
 void print_counters(const jit::CodeCache& cache) {
   std::size_t blocks = 0, falls = 0, saving = 0, bytes = 0;
@@ -230,24 +266,32 @@ int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, args)) {
     std::fprintf(stderr,
-                 "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting]\n");
+                 "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting] "
+                 "[--counts FILE]\n");
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
   auto file = elf::ElfFile::open(args.elf);
   auto table = file ? elf::FunctionTable::build(*file) : std::unexpected(file.error());
   auto profile = args.profile.empty() ? Result<jit::ModuleProfile>(jit::ModuleProfile{}) : read_profile(args.profile);
-  if (!table || !profile) {
+  auto counts = args.counts.empty() ? Result<jit::ModuleCounts>(jit::ModuleCounts{}) : read_counts(args.counts);
+  if (!table || !profile || !counts) {
     std::fprintf(stderr, "dyni-scan: %s: %s\n", args.elf.c_str(),
-                 (!table ? table.error() : profile.error()).message().c_str());
+                 (!table ? table.error() : !profile ? profile.error() : counts.error()).message().c_str());
+    return 1;
+  }
+  if (!args.counts.empty() && !counts->build_id.empty() && counts->build_id != file->build_id()) {
+    std::fprintf(stderr, "dyni-scan: %s: the counts are of another build (%s)\n", args.elf.c_str(), counts->build_id.c_str());
     return 1;
   }
   jit::ModuleImage image(*file);
   jit::ModuleInput input{&*table, &image, args.profile.empty() ? nullptr : &*profile, {}, 0, {}, {}, 0};
   jit::use_unwind_info(input, *file);
   uint64_t bytes_all = 0;
+  if (!args.counts.empty()) input.counts = &*counts;
   for (const auto& f : table->functions()) {
-    bool wanted = input.profile ? profile->functions.count(f.addr) > 0 : image.is_code(f.addr);
+    bool wanted = input.counts ? counts->entries(f.addr) > 0
+                  : input.profile ? profile->functions.count(f.addr) > 0 : image.is_code(f.addr);
     if (!wanted) continue;
     input.hot.push_back(f.addr);
     bytes_all += f.size;
@@ -303,6 +347,7 @@ int main(int argc, char** argv) {
               "the cache); the others send their targets back to the original code\n",
               static_cast<unsigned long long>(tables), rebuildable, rebuilt);
   if (args.counting) print_counters(plan->cache);
+  if (input.counts) print_count_metrics(*plan, *counts);
   std::size_t with_rows = 0, rows = 0;
   for (const jit::CachedFunction& f : plan->cache.functions) with_rows += !f.unwind.empty(), rows += f.unwind.size();
   std::printf("unwind:    %zu functions with rows, %zu rows (each cache instruction has its original's frame)\n",
