@@ -96,16 +96,16 @@ bool CountingPhase::begin_switch() {
   return true;
 }
 
-void CountingPhase::end() {
+bool CountingPhase::end() {
   std::lock_guard lock(mutex_);
-  end_locked();
+  return end_locked();
 }
 
 // Undo writes only entries that still hold a counting jump: those the
 // optimized cache re-pointed hold its own.
-void CountingPhase::end_locked() {
-  if (ended_) return;
-  ended_ = true, switching_ = false;
+bool CountingPhase::end_locked() {
+  if (ended_) return true;
+  switching_ = false;
   std::string why;
   if (auto undone = undo_patches(counting_); !undone) why = "entries: " + undone.error().message();
   auto off = counters_off(counting_);
@@ -113,17 +113,21 @@ void CountingPhase::end_locked() {
   else why += (why.empty() ? "" : "; ") + std::string("counters: ") + off.error().message();
   end_error_ = why;
   if (!why.empty()) log::warn("counting cache at {:#x} of pid {}: ending it: {}", counting_.cache.addr, counting_.pid, why);
-  if (!stopped_) phase_ = why.empty() ? "ended" : "ended with errors: " + why;
+  ended_ = why.empty();  // else it is tried again
+  if (!stopped_) phase_ = why.empty() ? "ended" : "ending: " + why;
+  return ended_;
 }
 
 Result<std::string> CountingPhase::stop() {
   std::lock_guard lock(mutex_);
   if (switching_) return fail("switching to the optimized code; run dyni -undo again in a few seconds");
-  if (ended_) return fail("the counting phase has ended");
+  if (ended_) return fail("being dynimized; run dyni -undo again in a few seconds");  // counting is over
   stopped_ = true;
-  end_locked();
+  if (!end_locked()) {  // the phase goes on, and ends later (or at the next -undo)
+    stopped_ = false;
+    return fail("counting could not be stopped now (" + end_error_ + "); run dyni -undo again");
+  }
   phase_ = "stopped by dyni -undo";
-  if (!end_error_.empty()) return fail("counting stopped, but: " + end_error_);
   return fmt::format("counting stopped, original code restored ({} entries)", counting_.patched.size());
 }
 

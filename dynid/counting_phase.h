@@ -54,9 +54,11 @@ class CountingPhase {
   bool begin_switch();
   const Injection& injection() const { return counting_; }
   // Entries still on counting copies back to the file's bytes, counters off.
-  void end();
+  // False when a step failed (a window missed): it may be called again.
+  bool end();
 
-  // -undo while counting: the target back on its original code.
+  // -undo while counting: the target back on its original code. When that
+  // could not be done now (a window missed), it fails and counting goes on.
   Result<std::string> stop();
   bool stopped() const { return stopped_; }
 
@@ -64,7 +66,7 @@ class CountingPhase {
 
  private:
   explicit CountingPhase(Injection counting) : counting_(std::move(counting)) {}
-  void end_locked();
+  bool end_locked();
 
   mutable std::mutex mutex_;  // guards everything below against stop() and to_json()
   Injection counting_;

@@ -224,10 +224,10 @@ void TargetLifecycle::dynimize() {
       if (counted) request.replacing = &counting_->injection();
     }
     injected = inject_executable(request);
-    std::lock_guard lock(counting_mutex_);
-    if (counting_) counting_->end();  // what the optimized cache did not re-point goes back; counters off
+    end_counting();  // what the optimized cache did not re-point goes back; counters off
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
+    end_counting();  // never left counting: its entries back, its counters off
   }
   seconds_optimizing_ = seconds_since(t0);
   if (!injected) {
@@ -277,6 +277,16 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
     log::info("target {} pid {}: counted for {:.1f} s: {}", name_, pid_, counts->seconds,
               counting->to_json()["phase"].get<std::string>());
   return counts;
+}
+
+// Ends the counting phase, if any, retrying a few windows apart: a thread in
+// uninterruptible sleep (fsync) can make a window fail, and entries left on
+// counting copies would count for good.
+void TargetLifecycle::end_counting() {
+  std::lock_guard lock(counting_mutex_);
+  if (!counting_) return;
+  for (int attempt = 0; attempt < 5 && !counting_->end(); ++attempt)
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }
 
 Result<std::string> TargetLifecycle::stop_counting() {

@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -99,16 +100,20 @@ Status WorldStop::seize_new_threads() {
 
 bool wait_for_report(pid_t pid, pid_t tid, int& status) {
   const std::string tasks = fmt::format("/proc/{}/task", pid);
+  std::chrono::microseconds pause{20};
   for (;;) {
     pid_t r = ::waitpid(tid, &status, __WALL | WNOHANG);
     if (r == tid) return true;
     if (r < 0 && errno != EINTR) return false;
+    // Dead: a zombie, or gone from /proc. A stat dynid could not read for
+    // another reason (out of descriptors) proves nothing: keep waiting.
     auto st = read_proc_stat(tasks, tid);
-    if (!st || st->state == 'Z' || st->state == 'X') {
-      // One last look: it may have reported as it died.
-      return ::waitpid(tid, &status, __WALL | WNOHANG) == tid;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    const std::string dir = tasks + "/" + std::to_string(tid);
+    bool dead = st ? st->state == 'Z' || st->state == 'X' : ::access(dir.c_str(), F_OK) != 0 && errno == ENOENT;
+    if (dead) return ::waitpid(tid, &status, __WALL | WNOHANG) == tid;  // it may have reported as it died
+    // Backing off to 1 ms: dynid may run SCHED_FIFO here, beside the target.
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
 }
 
