@@ -46,6 +46,11 @@ bool is_the_cache(const profiler::Mapping& m, const MappedCache& cache) {
          !m.shared && m.path.empty();
 }
 
+bool is_the_counters(const profiler::Mapping& m, const MappedCache& counters) {
+  return m.start == counters.addr && m.end == counters.addr + counters.length && m.readable && m.writable &&
+         !m.executable && !m.shared && m.path.empty();
+}
+
 // An anonymous private mapping of exactly [addr, addr + length).
 Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length, int prot) {
   auto mapped = call_in_any_thread(world, sites, SYS_mmap, mmap_args(addr, length, prot));
@@ -67,12 +72,21 @@ Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, ui
   return map_exactly(world, sites, addr, length, PROT_READ | PROT_WRITE);
 }
 
+Status write_counters(pid_t pid, const MappedCache& counters, std::span<const uint8_t> bytes) {
+  WindowMemory memory(pid);  // opened first: see write_cache
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  const profiler::Mapping* m = mapping_at(*maps, counters.addr);
+  if (!m || !is_the_counters(*m, counters) || bytes.size() > counters.length)
+    return fail(fmt::format("the counters at {:#x} are no longer the mapping dyni made", counters.addr));
+  return memory.write_in_mapping(*m, counters.addr, bytes);
+}
+
 Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counters) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   const profiler::Mapping* m = mapping_at(*maps, counters.addr);
-  if (!m || m->start != counters.addr || m->end != counters.addr + counters.length || !m->writable || m->executable ||
-      m->shared || !m->path.empty())
+  if (!m || !is_the_counters(*m, counters))
     return fail(fmt::format("the counters at {:#x} are no longer the mapping dyni made", counters.addr));
   auto bytes = read_target(pid, counters.addr, counters.length);
   if (!bytes) return std::unexpected(bytes.error());

@@ -41,6 +41,10 @@ Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const
 // executable, as the code is never writable.
 Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length);
 
+// Writes `bytes` at the start of the counters' mapping (the stripe table,
+// before any counter code can run), once it is checked to be the one dyni made.
+Status write_counters(pid_t pid, const MappedCache& counters, std::span<const uint8_t> bytes);
+
 // The counters as they are now (the target may run: each 8-byte counter is
 // read whole, as the CPU wrote it).
 Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counters);

@@ -12,7 +12,7 @@ namespace dyni {
 namespace {
 
 constexpr std::size_t kPatchEntryBytes = 24;  // addr, original, replacement, padding
-constexpr std::size_t kSiteEntryBytes = 16;   // addr, saves_flags, padding
+constexpr std::size_t kSiteEntryBytes = 16;   // addr, form bits, padding
 constexpr std::size_t kHeadBytes = 8 + 4 + 4 + 1 + 64 + 7 + 12 * 8 + 8;  // at most, before the entries
 
 uint64_t fnv1a(std::span<const uint8_t> bytes) {
@@ -104,7 +104,7 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
   }
   for (const CounterSiteRecord& c : r.counter_sites) {
     put<uint64_t>(out, c.addr);
-    out.push_back(c.saves_flags ? 1 : 0);
+    out.push_back(c.form.bits());
     out.resize(out.size() + kSiteEntryBytes - 9, 0);
   }
   uint32_t total = static_cast<uint32_t>(out.size() + 8);
@@ -173,7 +173,10 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
   for (uint32_t i = 0; i < *sites; ++i) {
     CounterSiteRecord c;
     c.addr = *r.read<uint64_t>();
-    c.saves_flags = *r.read<uint8_t>() != 0;
+    const uint8_t form = *r.read<uint8_t>();
+    if (*version >= 4 && form > jit::CounterForm{true, true}.bits())
+      return fail(fmt::format("cache record: counter site at {:#x} has an unknown form", c.addr));
+    c.form = *version >= 4 ? jit::CounterForm::from_bits(form) : jit::CounterForm{form != 0, false};
     r.skip(kSiteEntryBytes - 9);
     if (!inside(c.addr - rec.cache_addr - rec.code_offset, 2, rec.code_size))  // below the code: wraps, outside
       return fail(fmt::format("cache record: counter site at {:#x} is not in the code", c.addr));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "jit/counting.h"
 
 namespace dyni {
 
@@ -28,8 +29,8 @@ struct PatchRecord {
 
 // Counter code in a counting cache (jit/counting.h), as dynid turns it off.
 struct CounterSiteRecord {
-  uint64_t addr = 0;         // run-time address of its first instruction
-  bool saves_flags = false;  // its form, which gives its length
+  uint64_t addr = 0;      // run-time address of its first instruction
+  jit::CounterForm form;  // which gives its length
 };
 
 // What a cache is for: the optimized code, or the counting copies that
@@ -39,8 +40,11 @@ enum class CacheTier : uint8_t { Optimized = 0, Counting = 1 };
 
 struct CacheRecord {
   // 2: the search table; 3: the tier, the counters' mapping and the counter
-  // sites. Every older version is still read (tier Optimized, no counters).
-  static constexpr uint32_t kVersion = 3;
+  // sites; 4: a site's form byte holds CounterForm::bits (striped counters),
+  // where 3 knew only 0 and 1 (so that a dynid that reads 3 never takes a
+  // striped site for a shorter one: it refuses the record). Every older
+  // version is still read (2: tier Optimized, no counters).
+  static constexpr uint32_t kVersion = 4;
   static constexpr uint32_t kOldestVersion = 2;
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;

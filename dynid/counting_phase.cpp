@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/cpu_features.h"
 
 namespace dyni {
 namespace {
@@ -40,6 +41,7 @@ double distance(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) 
 
 Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest request) {
   request.options.cache.counting = true;
+  request.options.cache.counter_stripes = counter_stripes_here();
   auto counting = inject_executable(request);
   if (!counting) return std::unexpected(counting.error());
   std::unique_ptr<CountingPhase> phase(new CountingPhase(std::move(*counting)));

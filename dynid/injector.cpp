@@ -329,14 +329,14 @@ struct Layout {
   uint64_t counters_length = 0;
 };
 
-Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size, std::size_t counter_slots) {
+Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size, const jit::CounterLayout& counters) {
   Layout l;
-  l.code_offset = align_up(record_size(functions + 64, counter_slots) + 64, 4096);
+  l.code_offset = align_up(record_size(functions + 64, counters.slots) + 64, 4096);
   l.stub_offset = l.code_offset - 16;
   l.blob_offset = align_up(l.code_offset + code_size, 64);
   l.table_offset = align_up(l.blob_offset + blob_size, 8);
   l.total = l.table_offset + jit::kSearchEntryBytes * functions;
-  l.counters_length = counter_slots ? align_up(jit::kCounterSlotSize * counter_slots, 4096) : 0;
+  l.counters_length = counters.slots ? align_up(counters.bytes(), 4096) : 0;
   return l;
 }
 
@@ -562,7 +562,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto draft = plan_with_frames(p.exe, req, jit::provisional_cache_base(*p.exe.module->functions), 0x10000000, ignored);
   if (!draft) return std::unexpected(draft.error());
   p.layout = layout_for(draft->plan.cache.functions.size(), draft->plan.cache.bytes.size() + 4096,
-                        draft->frames.blob.size() + 4096, draft->plan.cache.counter_slots);
+                        draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
   auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total + p.layout.counters_length, 0});
   if (!place) return std::unexpected(place.error());
   p.place = *place;
@@ -582,7 +582,8 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   if (!table) return std::unexpected(table.error());
   p.search_table = std::move(*table);
   if (p.layout.table_offset + p.search_table.size() > p.place.length ||
-      jit::kCounterSlotSize * cache.counter_slots > p.layout.counters_length)
+      cache.counter_layout().bytes() > p.layout.counters_length ||
+      cache.counter_layout().stripes != draft->plan.cache.counter_layout().stripes)
     return fail("the cache outgrew its place");
   p.record = {p.exe.file->build_id(), bias, p.place.addr, p.place.length, p.layout.code_offset, cache.bytes.size(),
               p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {},
@@ -591,7 +592,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
     p.record.tier = CacheTier::Counting;
     p.record.counters_addr = p.counters_addr, p.record.counters_length = p.layout.counters_length;
     for (const jit::CachedFunction& f : cache.functions)
-      for (const jit::EmittedCounter& c : f.code.counters) p.record.counter_sites.push_back({c.addr + bias, c.site.saves_flags});
+      for (const jit::EmittedCounter& c : f.code.counters) p.record.counter_sites.push_back({c.addr + bias, c.site.form()});
   }
   for (const jit::CachedFunction* f : p.planned.frames.copies) {
     for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
@@ -688,12 +689,19 @@ Result<Injection> inject_executable(const InjectRequest& req) {
       out.counters = *counters;
     }
   }
+  // The stripe table before any site can run (nothing reaches the cache yet).
+  if (std::vector<uint8_t> table = p->planned.plan.cache.counter_layout().table(); !table.empty())
+    if (auto r = write_counters(req.pid, out.counters, table); !r) {
+      out.error = "counters: " + r.error().message();
+      return out;
+    }
   // From here on the target holds dyni's cache: failures are reported in
   // `out.error`, with what was done, so that it can be undone.
   out.code_addr = p->place.addr + p->layout.code_offset;
   out.code_size = p->planned.plan.cache.bytes.size();
   out.tier = p->record.tier;
   out.counter_sites = p->record.counter_sites;
+  out.counter_layout = p->planned.plan.cache.counter_layout();
   out.build_id = p->record.build_id, out.module = p->exe.module->path;
   for (const jit::CachedFunction& f : p->planned.plan.cache.functions)
     if (!f.counters.empty()) out.counted[f.original_entry] = f.counters;
@@ -766,7 +774,7 @@ Result<Injection> redo_patches(const Injection& in) {
 namespace {
 
 constexpr std::size_t kOffPagesPerWindow = 32;
-constexpr std::size_t kCounterLookahead = 8;  // is_counter_start reads at most 5 bytes
+constexpr std::size_t kCounterLookahead = jit::kCounterStartBytes;
 
 // The sites of `sites` on code page `page` of the held target turned off in
 // its bytes (the page, then a few bytes of the next); how many were (a site
@@ -779,8 +787,8 @@ std::size_t turn_off_on_page(std::vector<uint8_t>& page_bytes, uint64_t page,
   for (const CounterSiteRecord* c : sites) {
     const uint64_t at = c->addr - page;
     std::span<uint8_t> live(page_bytes.data() + at, page_bytes.size() - at);
-    if (!jit::is_counter_start(live, c->saves_flags)) continue;
-    std::array<uint8_t, 2> off = jit::counter_off_bytes(c->saves_flags);
+    if (!jit::is_counter_start(live, c->form)) continue;
+    std::array<uint8_t, 2> off = jit::counter_off_bytes(c->form);
     std::copy(off.begin(), off.end(), live.begin());
     ++n;
   }
@@ -853,11 +861,12 @@ std::map<std::string, std::size_t> skipped_by_kind(const std::vector<std::string
 
 Result<jit::ModuleCounts> read_counts(const Injection& in) {
   if (in.tier != CacheTier::Counting || in.counted.empty()) return fail("not a counting cache made by this dynid");
-  auto values = read_counters(in.pid, in.counters);
-  if (!values) return std::unexpected(values.error());
+  auto words = read_counters(in.pid, in.counters);
+  if (!words) return std::unexpected(words.error());
+  const std::vector<uint64_t> values = in.counter_layout.sums(*words);
   jit::ModuleCounts counts;
   counts.module = in.module, counts.build_id = in.build_id;
-  for (const auto& [entry, sites] : in.counted) counts.functions[entry] = jit::site_counts(entry, sites, *values);
+  for (const auto& [entry, sites] : in.counted) counts.functions[entry] = jit::site_counts(entry, sites, values);
   return counts;
 }
 

@@ -80,6 +80,7 @@ struct Injection {
   // (link-time entry → sites), from which read_counts makes counts.
   MappedCache counters;
   std::vector<CounterSiteRecord> counter_sites;
+  jit::CounterLayout counter_layout;  // where its slots lie in `counters` (striped or shared)
   std::map<uint64_t, std::vector<jit::CounterSite>> counted;
   std::string build_id, module;
   std::vector<CopyRange> copies;

@@ -89,12 +89,15 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
     cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}, 0}, {f.cfg->start, {}}, "", {}, {}});
     CachedFunction& copy = cache.functions.back();
     if (options.counting) {
-      copy.counters = plan_counters(*f.cfg, cache.counter_slots);
+      copy.counters = plan_counters(*f.cfg, cache.counter_slots, options.counter_stripes > 0, options.counter_set);
       cache.counter_slots += static_cast<uint32_t>(copy.counters.size());
     }
     at += emitted_size(*f.cfg, f.layout, at, shortest(options), {options.counting ? &copy.counters : nullptr, 0});
   }
-  if (cache.counter_slots) cache.counters_base = options.counters_base ? options.counters_base : align_up(at, kPageSize);
+  if (cache.counter_slots) {
+    cache.counters_base = options.counters_base ? options.counters_base : align_up(at, kPageSize);
+    if (options.counter_stripes) cache.counter_stripes = stripes_for(cache.counter_slots, options.counter_stripes);
+  }
   for (const auto& [stub, callee] : plt.to) {
     auto copy = cache.redirects.to.find(callee);
     uint64_t to = copy != cache.redirects.to.end() ? copy->second : callee;
@@ -116,7 +119,9 @@ PatchedBytes patched_bytes(const CodeCache& cache) {
 // Emits (and verifies) function `f` into its slot; the reason when it fails.
 Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const PatchedBytes& patched,
                  const CacheOptions& options) {
-  CounterPlacement counting{options.counting ? &slot.counters : nullptr, cache.counters_base};
+  const CounterLayout layout = cache.counter_layout();
+  CounterPlacement counting{options.counting ? &slot.counters : nullptr, cache.counters_base + layout.slot_offset(0),
+                            layout.striped() ? cache.counters_base : 0};
   auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects, shortest(options), counting);
   if (!code) return fail("copy cannot be emitted: " + code.error().message());
   // Its slot was sized by the plan.

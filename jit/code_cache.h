@@ -50,10 +50,13 @@ struct CodeCache {
   std::vector<CachedFunction> functions;  // in cache order
   Redirects redirects;                    // what calls leaving a function were sent to
   std::vector<CacheRejection> rejected;   // never in `functions`, nor redirected to
-  // A counting cache's counters: `counter_slots` 8-byte slots from
-  // `counters_base`, in a read-write mapping of their own (0 slots: none).
+  // A counting cache's counters: `counter_slots` 8-byte slots, shared or
+  // in `counter_stripes` stripes (counting.h, CounterLayout), from
+  // `counters_base` in a read-write mapping of their own (0 slots: none).
   uint64_t counters_base = 0;
   uint32_t counter_slots = 0;
+  uint32_t counter_stripes = 0;
+  CounterLayout counter_layout() const { return {counter_slots, counter_stripes}; }
 
   // Every cache instruction → its original address, over all functions.
   std::vector<TranslationEntry> translation() const;
@@ -86,6 +89,10 @@ struct CacheOptions {
   // `counters_base`, or when 0 at the first page boundary after the code.
   bool counting = false;
   uint64_t counters_base = 0;
+  // Striped counters for this many CPUs (stripes_for); 0: shared slots.
+  // Striped code runs rdpid: only where the CPU has it (CPUID.7.0:ECX[22]).
+  uint32_t counter_stripes = 0;
+  CounterSet counter_set = CounterSet::Fewest;  // plan_counters: Every for measurements
 };
 
 // `plt`: PLT stub address → the function it reaches (read from the GOT by

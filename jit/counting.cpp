@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "jit/count_flow.h"
 #include "jit/flags_liveness.h"
 
 namespace dyni::jit {
@@ -90,64 +91,320 @@ ZydisEncoderRequest increment(int64_t disp) {
 
 constexpr std::size_t kIncLength = 7;  // 48 ff 05 disp32
 
-}  // namespace
+ZydisEncoderRequest with_register(ZydisMnemonic m, ZydisRegister r) {
+  ZydisEncoderRequest req = request(m);
+  req.operand_count = 1;
+  req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
+  req.operands[0].reg.value = r;
+  return req;
+}
 
-std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot) {
+ZydisEncoderRequest register_from(ZydisMnemonic m, ZydisRegister to, ZydisRegister from) {
+  ZydisEncoderRequest req = with_register(m, to);
+  req.operand_count = 2;
+  req.operands[1].type = ZYDIS_OPERAND_TYPE_REGISTER;
+  req.operands[1].reg.value = from;
+  return req;
+}
+
+// `m` to, [base + index * scale + disp] (a lea or a load of 8 bytes).
+ZydisEncoderRequest register_from_memory(ZydisMnemonic m, ZydisRegister to, ZydisRegister base, ZydisRegister index,
+                                         uint8_t scale, int64_t disp) {
+  ZydisEncoderRequest req = with_register(m, to);
+  req.operand_count = 2;
+  req.operands[1].type = ZYDIS_OPERAND_TYPE_MEMORY;
+  req.operands[1].mem.base = base;
+  req.operands[1].mem.index = index;
+  req.operands[1].mem.scale = index == ZYDIS_REGISTER_NONE ? 0 : scale;
+  req.operands[1].mem.displacement = disp;
+  req.operands[1].mem.size = 8;
+  return req;
+}
+
+// inc qword ptr [rcx + rax + disp]
+ZydisEncoderRequest striped_increment(int64_t disp) {
+  ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_INC);
+  req.operand_count = 1;
+  req.operands[0].type = ZYDIS_OPERAND_TYPE_MEMORY;
+  req.operands[0].mem.base = ZYDIS_REGISTER_RCX;
+  req.operands[0].mem.index = ZYDIS_REGISTER_RAX;
+  req.operands[0].mem.scale = 1;
+  req.operands[0].mem.displacement = disp;
+  req.operands[0].mem.size = 8;
+  return req;
+}
+
+// One instruction of counter code: its request, its length, and the stack
+// shift when it starts. `disp` is filled in by counter_code.
+struct CounterInstruction {
+  enum What : uint8_t { LowerRsp, Pushfq, PushRax, PushRcx, Rdpid, Movzx, LeaTable, LoadStripe, IncStriped, IncShared,
+                        PopRcx, PopRax, Popfq, RaiseRsp } what;
+  uint8_t length;
+};
+
+// The instructions of a form, in order.
+std::vector<CounterInstruction> instructions_of(CounterForm form) {
+  using I = CounterInstruction;
+  std::vector<I> out;
+  if (!form.saves_flags && !form.striped) return {{I::IncShared, kIncLength}};
+  out.push_back({I::LowerRsp, 5});
+  if (form.saves_flags) out.push_back({I::Pushfq, 1});
+  if (form.striped) {
+    for (I i : {I{I::PushRax, 1}, I{I::PushRcx, 1}, I{I::Rdpid, 4}, I{I::Movzx, 3}, I{I::LeaTable, 7},
+                I{I::LoadStripe, 4}, I{I::IncStriped, 8}, I{I::PopRcx, 1}, I{I::PopRax, 1}})
+      out.push_back(i);
+  } else {
+    out.push_back({I::IncShared, kIncLength});
+  }
+  if (form.saves_flags) out.push_back({I::Popfq, 1});
+  out.push_back({I::RaiseRsp, 8});
+  return out;
+}
+
+int stack_effect(CounterInstruction::What w) {
+  using I = CounterInstruction;
+  switch (w) {
+    case I::LowerRsp: return kRedZone;
+    case I::Pushfq: case I::PushRax: case I::PushRcx: return 8;
+    case I::PopRcx: case I::PopRax: case I::Popfq: return -8;
+    case I::RaiseRsp: return -static_cast<int>(kRedZone);
+    default: return 0;
+  }
+}
+
+// The request for instruction `w` at `at`, which increments `slot` (shared)
+// or the stripe of `slot` (striped, the table at `table`).
+ZydisEncoderRequest request_for(CounterInstruction::What w, uint64_t at, uint8_t length, uint64_t slot, uint64_t table) {
+  using I = CounterInstruction;
+  const int64_t from_end = static_cast<int64_t>(at + length);
+  switch (w) {
+    case I::LowerRsp: return move_rsp(-static_cast<int32_t>(kRedZone));
+    case I::Pushfq: return request(ZYDIS_MNEMONIC_PUSHFQ);
+    case I::PushRax: return with_register(ZYDIS_MNEMONIC_PUSH, ZYDIS_REGISTER_RAX);
+    case I::PushRcx: return with_register(ZYDIS_MNEMONIC_PUSH, ZYDIS_REGISTER_RCX);
+    case I::Rdpid: return with_register(ZYDIS_MNEMONIC_RDPID, ZYDIS_REGISTER_RAX);
+    case I::Movzx: return register_from(ZYDIS_MNEMONIC_MOVZX, ZYDIS_REGISTER_EAX, ZYDIS_REGISTER_AL);
+    case I::LeaTable:
+      return register_from_memory(ZYDIS_MNEMONIC_LEA, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RIP, ZYDIS_REGISTER_NONE, 0,
+                                  static_cast<int64_t>(table) - from_end);
+    case I::LoadStripe:
+      return register_from_memory(ZYDIS_MNEMONIC_MOV, ZYDIS_REGISTER_RAX, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RAX, 8, 0);
+    case I::IncStriped: return striped_increment(static_cast<int64_t>(slot - table));
+    case I::IncShared: return increment(static_cast<int64_t>(slot) - from_end);
+    case I::PopRcx: return with_register(ZYDIS_MNEMONIC_POP, ZYDIS_REGISTER_RCX);
+    case I::PopRax: return with_register(ZYDIS_MNEMONIC_POP, ZYDIS_REGISTER_RAX);
+    case I::Popfq: return request(ZYDIS_MNEMONIC_POPFQ);
+    case I::RaiseRsp: return move_rsp(static_cast<int32_t>(kRedZone));
+  }
+  return request(ZYDIS_MNEMONIC_INVALID);
+}
+
+bool within_rel32(int64_t d) { return d >= INT32_MIN && d <= INT32_MAX; }
+
+
+// Every site: a counter per block, and per conditional branch whose
+// fall-through is not told by the block it falls into.
+std::vector<CounterSite> every_site(const FunctionCfg& cfg, bool striped) {
   std::vector<uint16_t> live = live_flags_before(cfg);
   std::vector<unsigned> in = ways_in(cfg);
   std::vector<CounterSite> sites;
-  uint32_t slot = first_slot;
   for (const Block& b : cfg.blocks) {
     CounterSite s = block_site(cfg, b, live);
-    s.slot = slot++;
+    s.striped = striped;
     sites.push_back(s);
     if (!needs_fall_through_site(cfg, b, in)) continue;
     std::size_t last = b.first + b.count - 1;
     bool saves = live_flags_at_next(cfg, live, last) & kCounterClobbers;
-    sites.push_back({CounterKind::FallThrough, cfg.instructions[last].addr, 0, saves, slot++});
+    sites.push_back({CounterKind::FallThrough, cfg.instructions[last].addr, 0, saves, 0, striped});
   }
   return sites;
 }
 
-std::size_t counter_length(bool saves_flags) { return saves_flags ? 5 + 1 + kIncLength + 1 + 8 : kIncLength; }
-
-std::vector<CounterStep> counter_steps(bool saves_flags) {
-  if (!saves_flags) return {{0, 0}};
-  constexpr uint8_t kPushed = kRedZone + 8;
-  return {{0, 0}, {5, kRedZone}, {6, kPushed}, {6 + kIncLength, kPushed}, {7 + kIncLength, kRedZone}};
+// Which blocks lie on a cycle (a loop), by Tarjan's strongly connected
+// components, iteratively.
+std::vector<bool> on_cycles(const FunctionCfg& cfg) {
+  const std::size_t n = cfg.blocks.size();
+  std::vector<std::vector<std::size_t>> succ(n);
+  std::vector<bool> out(n, false);
+  for (std::size_t k = 0; k < n; ++k)
+    for (uint64_t s : cfg.blocks[k].successors) {
+      const std::size_t t = block_index(cfg, s);
+      succ[k].push_back(t);
+      if (t == k) out[k] = true;  // a self-loop
+    }
+  std::vector<int> index(n, -1), low(n, 0);
+  std::vector<bool> on_stack(n, false);
+  std::vector<std::size_t> stack;
+  int next = 0;
+  for (std::size_t root = 0; root < n; ++root) {
+    if (index[root] >= 0) continue;
+    std::vector<std::pair<std::size_t, std::size_t>> work = {{root, 0}};  // block, next successor
+    index[root] = low[root] = next++, stack.push_back(root), on_stack[root] = true;
+    while (!work.empty()) {
+      auto& [v, i] = work.back();
+      if (i < succ[v].size()) {
+        const std::size_t w = succ[v][i++];
+        if (index[w] < 0) {
+          index[w] = low[w] = next++, stack.push_back(w), on_stack[w] = true;
+          work.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      if (low[v] == index[v]) {
+        std::vector<std::size_t> component;
+        for (std::size_t w = kOutside; w != v;) {
+          w = stack.back(), stack.pop_back(), on_stack[w] = false;
+          component.push_back(w);
+        }
+        if (component.size() > 1)
+          for (std::size_t w : component) out[w] = true;
+      }
+      const std::size_t done = v;
+      work.pop_back();
+      if (!work.empty()) low[work.back().first] = std::min(low[work.back().first], low[done]);
+    }
+  }
+  return out;
 }
 
-Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, bool saves_flags) {
-  CounterCode code;
-  auto step = [&](const ZydisEncoderRequest& req, uint8_t shift) -> Status {
-    code.steps.push_back({static_cast<uint8_t>(code.bytes.size()), shift});
-    auto n = encode(req, code.bytes);
-    return n ? ok() : Status(std::unexpected(n.error()));
-  };
-  const uint64_t inc_at = at + (saves_flags ? 6 : 0);
-  const int64_t disp = static_cast<int64_t>(slot_addr - (inc_at + kIncLength));
-  if (disp < INT32_MIN || disp > INT32_MAX) return fail(fmt::format("counter beyond ±2 GB at {:#x}", at));
-  Status s = ok();
-  if (saves_flags) {
-    s = step(move_rsp(-static_cast<int32_t>(kRedZone)), 0);
-    if (s) s = step(request(ZYDIS_MNEMONIC_PUSHFQ), kRedZone);
-    if (s) s = step(increment(disp), kRedZone + 8);
-    if (s) s = step(request(ZYDIS_MNEMONIC_POPFQ), kRedZone + 8);
-    if (s) s = step(move_rsp(static_cast<int32_t>(kRedZone)), kRedZone);
-  } else {
-    s = step(increment(disp), 0);
+// What the counters of `sites` (those `kept`) make known before propagation.
+FlowValues known_by(const FunctionCfg& cfg, const FlowGraph& g, const std::vector<CounterSite>& sites,
+                    const std::vector<bool>& kept) {
+  FlowValues v{std::vector<std::optional<int64_t>>(cfg.blocks.size()), std::vector<std::optional<int64_t>>(g.edges.size())};
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    if (!kept[i]) continue;
+    const std::size_t b = block_index(cfg, sites[i].at);
+    if (sites[i].kind == CounterKind::Block) v.blocks[b] = 0;
+    else if (g.fall_edge[b] != kOutside) v.edges[g.fall_edge[b]] = 0;
   }
-  if (!s) return std::unexpected(s.error());
-  // Invariant: the planned length and places (emitted_size and the
-  // translation table rest on them).
-  std::vector<CounterStep> planned = counter_steps(saves_flags);
-  bool same_places = planned.size() == code.steps.size() &&
-                     std::equal(planned.begin(), planned.end(), code.steps.begin(), [](CounterStep a, CounterStep b) {
-                       return a.offset == b.offset && a.stack_shift == b.stack_shift;
-                     });
-  if (code.bytes.size() != counter_length(saves_flags) || !same_places)
-    return fail(fmt::format("counter code: {} bytes at {:#x}, planned {}", code.bytes.size(), at,
-                            counter_length(saves_flags)));
+  return v;
+}
+
+// The sites that may go, most often run first (as far as the CFG tells):
+// those on loops, then those with more ways in (joins run as often as all
+// their ways in together). Never the entry's, a block's with no in-edge (a
+// landing pad's), or a jump table target's (its edge is known only so).
+std::vector<std::size_t> removal_order(const FunctionCfg& cfg, const FlowGraph& g, const std::vector<CounterSite>& sites) {
+  std::vector<bool> loop = on_cycles(cfg);
+  std::vector<bool> table_target(cfg.blocks.size(), false);
+  for (const FlowGraph::Edge& e : g.edges)
+    if (e.table && e.to != kOutside) table_target[e.to] = true;
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    const std::size_t b = block_index(cfg, sites[i].at);
+    if (sites[i].kind == CounterKind::Block && (b == 0 || g.in[b].empty() || table_target[b])) continue;
+    out.push_back(i);
+  }
+  auto rank = [&](std::size_t i) {
+    const std::size_t b = block_index(cfg, sites[i].at);
+    return std::pair{loop[b] ? 1 : 0, g.in[b].size()};
+  };
+  std::stable_sort(out.begin(), out.end(), [&](std::size_t a, std::size_t b) { return rank(a) > rank(b); });
+  return out;
+}
+
+// Drops every site whose count follows from the others (count_flow.h), the
+// most run first, keeping every block's and edge's count known.
+std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<CounterSite> sites) {
+  const FlowGraph g = flow_graph(cfg);
+  std::vector<bool> kept(sites.size(), true);
+  for (std::size_t i : removal_order(cfg, g, sites)) {
+    kept[i] = false;
+    FlowValues v = known_by(cfg, g, sites, kept);
+    propagate(g, v);
+    if (!fully_known(g, v)) kept[i] = true;
+  }
+  std::vector<CounterSite> out;
+  for (std::size_t i = 0; i < sites.size(); ++i)
+    if (kept[i]) out.push_back(sites[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot, bool striped, CounterSet set) {
+  std::vector<CounterSite> sites = every_site(cfg, striped);
+  if (set == CounterSet::Fewest && cfg.blocks.size() <= kMaxBlocksToReduce) sites = fewest_sites(cfg, std::move(sites));
+  uint32_t slot = first_slot;
+  for (CounterSite& s : sites) s.slot = slot++;
+  return sites;
+}
+
+uint64_t CounterLayout::stripe_bytes() const {
+  const uint64_t raw = kCounterSlotSize * slots;
+  return striped() ? (raw + kStripeAlign - 1) / kStripeAlign * kStripeAlign : raw;
+}
+
+uint64_t CounterLayout::bytes() const { return table_bytes() + std::max<uint32_t>(stripes, 1) * stripe_bytes(); }
+
+uint64_t CounterLayout::slot_offset(uint32_t slot) const { return table_bytes() + kCounterSlotSize * slot; }
+
+std::vector<uint8_t> CounterLayout::table() const {
+  std::vector<uint8_t> out;
+  if (!striped()) return out;
+  out.resize(kStripeTableBytes);
+  for (uint32_t cpu = 0; cpu < kStripeTableBytes / 8; ++cpu) {
+    const uint64_t offset = (cpu % stripes) * stripe_bytes();
+    std::memcpy(out.data() + 8 * cpu, &offset, 8);
+  }
+  return out;
+}
+
+std::vector<uint64_t> CounterLayout::sums(std::span<const uint64_t> words) const {
+  std::vector<uint64_t> out(slots, 0);
+  for (uint32_t k = 0; k < std::max<uint32_t>(stripes, 1); ++k) {
+    const uint64_t first = (table_bytes() + k * stripe_bytes()) / 8;
+    for (uint32_t s = 0; s < slots && first + s < words.size(); ++s) out[s] += words[first + s];
+  }
+  return out;
+}
+
+uint32_t stripes_for(uint32_t slots, uint32_t cpus) {
+  const uint64_t one = CounterLayout{slots, 1}.stripe_bytes();
+  const uint64_t fit = one ? (kMaxStripedBytes - kStripeTableBytes) / one : kMaxCounterStripes;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(std::min<uint64_t>({cpus, kMaxCounterStripes, fit}), 1,
+                                                    kMaxCounterStripes));
+}
+
+std::size_t counter_length(CounterForm form) {
+  std::size_t n = 0;
+  for (const CounterInstruction& i : instructions_of(form)) n += i.length;
+  return n;
+}
+
+std::vector<CounterStep> counter_steps(CounterForm form) {
+  std::vector<CounterStep> out;
+  uint8_t offset = 0;
+  int shift = 0;
+  for (const CounterInstruction& i : instructions_of(form)) {
+    out.push_back({offset, static_cast<uint8_t>(shift)});
+    offset = static_cast<uint8_t>(offset + i.length);
+    shift += stack_effect(i.what);
+  }
+  return out;
+}
+
+Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm form, uint64_t table) {
+  if (form.striped && (!within_rel32(static_cast<int64_t>(table - at)) ||
+                       !within_rel32(static_cast<int64_t>(slot_addr - table))))
+    return fail(fmt::format("counter table beyond ±2 GB at {:#x}", at));
+  if (!form.striped && !within_rel32(static_cast<int64_t>(slot_addr - at)))
+    return fail(fmt::format("counter beyond ±2 GB at {:#x}", at));
+  CounterCode code;
+  const std::vector<CounterStep> planned = counter_steps(form);
+  const std::vector<CounterInstruction> what = instructions_of(form);
+  for (std::size_t k = 0; k < what.size(); ++k) {
+    code.steps.push_back({static_cast<uint8_t>(code.bytes.size()), planned[k].stack_shift});
+    const uint64_t here = at + code.bytes.size();
+    auto n = encode(request_for(what[k].what, here, what[k].length, slot_addr, table), code.bytes);
+    if (!n) return std::unexpected(n.error());
+    // Invariant: the planned length and places (emitted_size, the
+    // translation table and counter_off_bytes rest on them).
+    if (*n != what[k].length || code.steps.back().offset != planned[k].offset)
+      return fail(fmt::format("counter code: {} bytes for step {} at {:#x}, planned {}", *n, k, here, what[k].length));
+  }
   return code;
 }
 
@@ -160,54 +417,65 @@ SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, st
   return out;
 }
 
-std::array<uint8_t, 2> counter_off_bytes(bool saves_flags) {
-  return {0xeb, static_cast<uint8_t>(counter_length(saves_flags) - 2)};
+std::array<uint8_t, 2> counter_off_bytes(CounterForm form) {
+  return {0xeb, static_cast<uint8_t>(counter_length(form) - 2)};
 }
 
-bool is_counter_start(std::span<const uint8_t> bytes, bool saves_flags) {
-  static constexpr std::array<uint8_t, 3> kInc = {0x48, 0xff, 0x05};               // inc qword [rip + …]
-  static constexpr std::array<uint8_t, 5> kLea = {0x48, 0x8d, 0x64, 0x24, 0x80};   // lea rsp, [rsp - 128]
-  std::span<const uint8_t> want = saves_flags ? std::span<const uint8_t>(kLea) : std::span<const uint8_t>(kInc);
+bool is_counter_start(std::span<const uint8_t> bytes, CounterForm form) {
+  static constexpr uint8_t kInc[] = {0x48, 0xff, 0x05};                       // inc qword [rip + …]
+  static constexpr uint8_t kLea[] = {0x48, 0x8d, 0x64, 0x24, 0x80};           // lea rsp, [rsp - 128]
+  std::vector<uint8_t> want;
+  if (!form.saves_flags && !form.striped) want.assign(std::begin(kInc), std::end(kInc));
+  else want.assign(std::begin(kLea), std::end(kLea));
+  if (form.saves_flags) want.push_back(0x9c);                                 // pushfq
+  if (form.striped) want.insert(want.end(), {0x50, 0x51});                    // push rax; push rcx
+  else if (form.saves_flags) want.insert(want.end(), std::begin(kInc), std::end(kInc));
+  want.resize(std::min(want.size(), kCounterStartBytes));
   return bytes.size() >= want.size() && std::equal(want.begin(), want.end(), bytes.begin());
 }
 
-FunctionCounts counts_from(const FunctionCfg& cfg, const SiteCounts& counts) {
-  FunctionCounts out;
-  out.blocks.assign(cfg.blocks.size(), 0);
-  std::map<uint64_t, uint64_t> falls;  // conditional branch → its fall-through count
-  for (const auto& [offset, n] : counts.blocks)
-    if (const Block* b = cfg.block_at(cfg.start + offset); b && b->start == cfg.start + offset)
-      out.blocks[b - cfg.blocks.data()] = n;
-  for (const auto& [offset, n] : counts.falls) falls[cfg.start + offset] = n;
-  for (std::size_t k = 0; k < cfg.blocks.size(); ++k) {
-    const Block& b = cfg.blocks[k];
-    const Instruction& last = cfg.instructions[b.first + b.count - 1];
-    const uint64_t n = out.blocks[k];
-    auto edge = [&](uint64_t to, uint64_t count) {
-      if (const Block* t = cfg.block_at(to); t && t->start == to)
-        out.edges.push_back({k, static_cast<std::size_t>(t - cfg.blocks.data()), static_cast<double>(count)});
-    };
-    if (last.flow == Flow::CondBranch) {
-      auto site = falls.find(last.addr);
-      const Block* fall = cfg.block_at(last.end());
-      uint64_t fell = site != falls.end() ? site->second : fall ? out.blocks[fall - cfg.blocks.data()] : 0;
-      fell = std::min(fell, n);
-      if (last.has_target && last.target == last.end()) fell = n;
-      if (fall) edge(last.end(), fell);
-      if (last.has_target && last.target != last.end()) edge(last.target, n - fell);
-      continue;
+namespace {
+
+// The rest of each jump table block's count over the targets whose edges
+// are unknown, in proportion to the targets' counts.
+void split_tables(const FlowGraph& g, FlowValues& v) {
+  for (std::size_t k = 0; k < g.out.size(); ++k) {
+    int64_t rest = v.blocks[k].value_or(0), weight = 0;
+    std::vector<std::size_t> unknown;
+    for (std::size_t e : g.out[k]) {
+      if (!g.edges[e].table) continue;
+      if (v.edges[e]) rest -= *v.edges[e];
+      else unknown.push_back(e), weight += std::max<int64_t>(v.blocks[g.edges[e].to].value_or(0), 0);
     }
-    if (b.successors.size() == 1) {
-      edge(b.successors[0], n);
-      continue;
-    }
-    uint64_t total = 0;  // a jump table: split by the targets' own counts
-    for (uint64_t s : b.successors) total += out.blocks[block_index(cfg, s)];
-    for (uint64_t s : b.successors) {
-      uint64_t share = out.blocks[block_index(cfg, s)];
-      edge(s, total ? static_cast<uint64_t>(static_cast<double>(n) * static_cast<double>(share) / total) : 0);
+    for (std::size_t e : unknown) {
+      const int64_t share = std::max<int64_t>(v.blocks[g.edges[e].to].value_or(0), 0);
+      v.edges[e] = weight > 0 && rest > 0 ? static_cast<int64_t>(static_cast<double>(rest) * share / weight) : 0;
     }
   }
+}
+
+}  // namespace
+
+FunctionCounts counts_from(const FunctionCfg& cfg, const SiteCounts& counts) {
+  const FlowGraph g = flow_graph(cfg);
+  FlowValues v{std::vector<std::optional<int64_t>>(cfg.blocks.size()), std::vector<std::optional<int64_t>>(g.edges.size())};
+  for (const auto& [offset, n] : counts.blocks)
+    if (const Block* b = cfg.block_at(cfg.start + offset); b && b->start == cfg.start + offset)
+      v.blocks[b - cfg.blocks.data()] = static_cast<int64_t>(n);
+  for (const auto& [offset, n] : counts.falls) {
+    const Block* b = cfg.block_at(cfg.start + offset);
+    if (!b || cfg.instructions[b->first + b->count - 1].addr != cfg.start + offset) continue;
+    if (std::size_t e = g.fall_edge[b - cfg.blocks.data()]; e != kOutside) v.edges[e] = static_cast<int64_t>(n);
+  }
+  propagate(g, v);
+  split_tables(g, v);
+  propagate(g, v);
+  FunctionCounts out;
+  auto clamped = [](const std::optional<int64_t>& c) { return static_cast<uint64_t>(std::max<int64_t>(c.value_or(0), 0)); };
+  for (const auto& c : v.blocks) out.blocks.push_back(clamped(c));
+  for (std::size_t e = 0; e < g.edges.size(); ++e)
+    if (g.edges[e].to != kOutside)
+      out.edges.push_back({g.edges[e].from, g.edges[e].to, static_cast<double>(clamped(v.edges[e]))});
   return out;
 }
 

@@ -27,6 +27,31 @@
 // that increment one counter at the same instant lose increments (at worst
 // about one CPU's worth: CountingCopy.ThreadsRacingOnOneCounterLoseABoundedShare);
 // a count is never above the true count, and single-threaded it is exact.
+//
+// Shared slots make every CPU that runs a hot block write one cache line:
+// on mariadbd with 2 CPUs that cost more than half the QPS while counting
+// (x0.42; x0.74 with the server pinned to one CPU). Where the CPU has rdpid,
+// a cache's counters are striped instead (CounterLayout): one copy of every
+// slot per stripe, and each site increments the stripe of the CPU it runs on:
+//   striped      lea rsp, [rsp - 128]
+//                (pushfq, when the flags inc writes are live)
+//                push rax; push rcx
+//                rdpid rax                        the CPU number, as Linux
+//                movzx eax, al                    sets TSC_AUX; its low byte
+//                lea rcx, [rip + table]
+//                mov rax, [rcx + rax * 8]         that CPU's stripe
+//                inc qword ptr [rcx + rax + slot - table]
+//                pop rcx; pop rax
+//                (popfq)
+//                lea rsp, [rsp + 128]
+// rax and rcx are restored, and the stack below the red zone is used as
+// above. Any value of al picks a valid stripe, so a TSC_AUX that is not the
+// CPU number only makes threads share one. The increment is still a single
+// instruction (a preempted thread never writes back an old value), so a
+// count is lost only when two threads increment one stripe's slot at the
+// same instant: one that moved to another CPU between its rdpid and its inc,
+// against the thread now running where it was. Striped counts are exact for
+// one thread too.
 #pragma once
 
 #include <array>
@@ -45,12 +70,23 @@ enum class CounterKind : uint8_t {
   FallThrough,  // times the conditional branch at `at` falls through
 };
 
+// The shape of a site's code, which gives its length and its steps.
+struct CounterForm {
+  bool saves_flags = false;  // pushfq/popfq around the inc
+  bool striped = false;      // the CPU's stripe (CounterLayout), through rax and rcx
+  uint8_t bits() const { return static_cast<uint8_t>(saves_flags | (striped << 1)); }
+  static CounterForm from_bits(uint8_t b) { return {(b & 1) != 0, (b & 2) != 0}; }
+  bool operator==(const CounterForm&) const = default;
+};
+
 struct CounterSite {
   CounterKind kind = CounterKind::Block;
   uint64_t at = 0;          // the block's start, or the conditional branch
   uint64_t before = 0;      // Block: the instruction of the block the code runs before
   bool saves_flags = false; // the flags inc writes are live there
   uint32_t slot = 0;        // its counter: slots_base + 8 * slot
+  bool striped = false;     // increments its CPU's stripe of the slot
+  CounterForm form() const { return {saves_flags, striped}; }
 };
 
 // The flags the plain counter code writes.
@@ -59,9 +95,48 @@ constexpr uint16_t kCounterClobbers =
 constexpr uint64_t kCounterSlotSize = 8;
 constexpr unsigned kRedZone = 128;
 
+// Every: a site per block and per fall-through not told by its block.
+// Fewest: of those, only the ones whose counts do not follow from the
+// others by flow conservation (count_flow.h), dropped greedily, those on
+// loops first: in a loop whose body branches, about one increment per
+// iteration is left of three or four. Functions of more than
+// kMaxBlocksToReduce blocks keep every site (the search is quadratic).
+enum class CounterSet { Every, Fewest };
+constexpr std::size_t kMaxBlocksToReduce = 4000;
+
 // The sites of `cfg`'s counting copy, in address order (a FallThrough site
-// after the Block site of its block), slots numbered from `first_slot`.
-std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot);
+// after the Block site of its block), slots numbered from `first_slot`;
+// every one `striped` or none.
+std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot, bool striped = false,
+                                       CounterSet set = CounterSet::Fewest);
+
+// Where a cache's slots lie in its counters' mapping, from its start.
+// Shared (stripes 0): slot i at 8 * i. Striped (stripes >= 1): a table of
+// 256 offsets first, then `stripes` stripes of every slot, each on lines of
+// its own (kStripeAlign); the table sends CPU c (the low byte of rdpid) to
+// stripe c % stripes, and a slot's count is its sum over the stripes.
+constexpr uint64_t kStripeTableBytes = 256 * 8;
+constexpr uint64_t kStripeAlign = 128;  // a pair of lines: Intel prefetches them together
+constexpr uint32_t kMaxCounterStripes = 64;
+constexpr uint64_t kMaxStripedBytes = 64ull << 20;
+
+struct CounterLayout {
+  uint32_t slots = 0;
+  uint32_t stripes = 0;  // 0: shared slots, no table
+
+  bool striped() const { return stripes > 0; }
+  uint64_t table_bytes() const { return striped() ? kStripeTableBytes : 0; }
+  uint64_t stripe_bytes() const;
+  uint64_t bytes() const;                         // the whole mapping's payload
+  uint64_t slot_offset(uint32_t slot) const;      // stripe 0's (the only one, shared)
+  std::vector<uint8_t> table() const;             // the table's bytes (striped), written before any site runs
+  // Each slot's count from the mapping's 8-byte words (missing ones count 0).
+  std::vector<uint64_t> sums(std::span<const uint64_t> words) const;
+};
+
+// How many stripes `slots` slots get for `cpus` CPUs (at least 1, at most
+// kMaxCounterStripes, within kMaxStripedBytes).
+uint32_t stripes_for(uint32_t slots, uint32_t cpus);
 
 // One instruction of counter code: where it starts in the sequence, and how
 // far below the original rsp the stack pointer is when it starts.
@@ -75,21 +150,23 @@ struct CounterCode {
   std::vector<CounterStep> steps;
 };
 
-// The bytes of a site's code at `at`, incrementing the counter at `slot_addr`.
-Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, bool saves_flags);
-std::size_t counter_length(bool saves_flags);
+// The bytes of a site's code at `at`, incrementing the counter at
+// `slot_addr` (striped: stripe 0's, with the stripe table at `table`).
+Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm form, uint64_t table = 0);
+std::size_t counter_length(CounterForm form);
 // Its instructions' places (the same for every address).
-std::vector<CounterStep> counter_steps(bool saves_flags);
+std::vector<CounterStep> counter_steps(CounterForm form);
 
 // Counter code is turned off in place by writing these 2 bytes over its
 // first instruction: a jmp rel8 past the whole site. A thread stopped on the
 // first instruction jumps; one stopped on a later one (saving flags, past
 // the first lea) runs the rest unchanged, the original bytes still there.
 // No thread can stop between the 2 bytes: they lie inside one instruction.
-std::array<uint8_t, 2> counter_off_bytes(bool saves_flags);
-// The first bytes of live counter code of either form (for checking that a
-// site still holds it before turning it off).
-bool is_counter_start(std::span<const uint8_t> bytes, bool saves_flags);
+std::array<uint8_t, 2> counter_off_bytes(CounterForm form);
+// The first bytes (at most kCounterStartBytes) of live counter code of that
+// form (for checking that a site still holds it before turning it off).
+constexpr std::size_t kCounterStartBytes = 8;
+bool is_counter_start(std::span<const uint8_t> bytes, CounterForm form);
 
 // What a function's counters read, by offset from its start: the form
 // counts are kept and saved in (module_counts.h), independent of slots.
@@ -102,11 +179,13 @@ struct SiteCounts {
 // The counts of a function starting at `start` from its sites' counters (`counters[slot]`).
 SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, std::span<const uint64_t> counters);
 
-// Exact block and edge counts of `cfg`. A jump table's block is split over
-// its targets in proportion to their own counts (which is exact when each
-// has no other way in). Counts lost to races can make a fall-through exceed
-// its block: a taken edge is then 0, never negative. Offsets that are no
-// block of `cfg` (counts of another build) are ignored.
+// Exact block and edge counts of `cfg`: what the sites counted, and what
+// follows from it by flow conservation (count_flow.h). A jump table edge
+// that does not follow is the rest of its block's count split over such
+// targets in proportion to their own counts. Counts lost to races can make
+// a derived count negative: it is then 0. Offsets that are no block of
+// `cfg` (counts of another build) are ignored, and a count that follows
+// from nothing is 0.
 struct FunctionCounts {
   std::vector<uint64_t> blocks;  // per block of cfg
   std::vector<EdgeCount> edges;  // every in-function edge with a count

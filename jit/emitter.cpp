@@ -162,7 +162,7 @@ class Planner {
 
   static Piece counter(const CounterSite& c) {
     Translation kind = c.kind == CounterKind::Block ? Translation::BlockCounter : Translation::EdgeCounter;
-    Piece p{kind, nullptr, 0, counter_length(c.saves_flags)};
+    Piece p{kind, nullptr, 0, counter_length(c.form())};
     p.counter = &c;
     return p;
   }
@@ -282,13 +282,13 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy (a block counter before it)
   uint64_t at = base;
-  EmittedCode code{base, {}, {}, 0, {}, {}, {}, counting.slots_base};
+  EmittedCode code{base, {}, {}, 0, {}, {}, {}, counting.slots_base, counting.table};
   for (const Piece& p : pieces) {
     // A dropped jmp's image is where its target's copy follows.
     if (auto original = image_of(p)) copy_of.emplace(*original, at);
     if (p.counter) {
       uint64_t original = p.kind == Translation::BlockCounter ? p.counter->before : p.counter->at;
-      for (const CounterStep& s : counter_steps(p.counter->saves_flags))
+      for (const CounterStep& s : counter_steps(p.counter->form()))
         code.translation.push_back({at + s.offset, original, p.kind, s.stack_shift});
     } else if (!p.dropped) {
       code.translation.push_back({at, p.in ? p.in->addr : p.continue_at, p.kind});
@@ -310,7 +310,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     Result<std::vector<uint8_t>> bytes;
     if (p.counter) {
       uint64_t slot = counting.slots_base + kCounterSlotSize * p.counter->slot;
-      auto c = counter_code(here, slot, p.counter->saves_flags);
+      auto c = counter_code(here, slot, p.counter->form(), counting.table);
       if (!c) return std::unexpected(c.error());
       bytes = std::move(c->bytes);
       code.counters.push_back({here, slot, *p.counter});

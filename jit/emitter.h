@@ -48,10 +48,12 @@ struct TranslationEntry {
 
 inline bool is_counter(Translation k) { return k == Translation::BlockCounter || k == Translation::EdgeCounter; }
 
-// Counter code for a counting copy: its sites (plan_counters) and where slot 0 is.
+// Counter code for a counting copy: its sites (plan_counters), where slot 0
+// is (stripe 0's, striped), and the stripe table (striped sites only).
 struct CounterPlacement {
   const std::vector<CounterSite>* sites = nullptr;  // none: a copy without counters
   uint64_t slots_base = 0;
+  uint64_t table = 0;
 };
 
 // Where branches that leave a function are sent instead of their original target.
@@ -95,6 +97,7 @@ struct EmittedCode {
   std::vector<uint64_t> absolute_slots;       // 8-byte link-time addresses in `bytes`, by address
   std::vector<EmittedCounter> counters;       // a counting copy's, by address
   uint64_t counter_slots_base = 0;            // where slot 0 is (CounterPlacement::slots_base)
+  uint64_t counter_table = 0;                 // the stripe table (CounterPlacement::table)
 };
 
 // The size emit_function() will produce for `layout` at `base` (known

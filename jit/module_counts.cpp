@@ -48,7 +48,8 @@ Result<ModuleCounts> ModuleCounts::from_json(const nlohmann::json& j) {
   }
 }
 
-ModuleCounts read_counts(const CodeCache& cache, std::span<const uint64_t> values) {
+ModuleCounts read_counts(const CodeCache& cache, std::span<const uint64_t> words) {
+  const std::vector<uint64_t> values = cache.counter_layout().sums(words);
   ModuleCounts out;
   for (const CachedFunction& f : cache.functions)
     if (!f.counters.empty()) out.functions[f.original_entry] = site_counts(f.original_entry, f.counters, values);

@@ -33,8 +33,8 @@ struct ModuleCounts {
   static Result<ModuleCounts> from_json(const nlohmann::json& j);
 };
 
-// What the counters of counting cache `cache` say: `values[slot]` as read
-// from the target.
-ModuleCounts read_counts(const CodeCache& cache, std::span<const uint64_t> values);
+// What the counters of counting cache `cache` say: `words`, its counters'
+// mapping as read from the target (stripes summed: CounterLayout::sums).
+ModuleCounts read_counts(const CodeCache& cache, std::span<const uint64_t> words);
 
 }  // namespace dyni::jit

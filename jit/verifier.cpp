@@ -304,16 +304,23 @@ class Verifier {
       return fail(fmt::format("verifier: counter at {:#x} increments {:#x}, not its slot", t.new_addr, c.slot_addr));
     if (auto r = check_counter_site(c.site); !r)
       return fail(fmt::format("verifier: counter at {:#x}: {}", t.new_addr, r.error().message()));
-    std::vector<CounterStep> steps = counter_steps(c.site.saves_flags);
+    if (c.site.striped && (code_.counter_table == 0 || c.slot_addr < code_.counter_table + kStripeTableBytes ||
+                           (code_.counter_table >= code_.base && code_.counter_table < code_.base + code_.bytes.size())))
+      return fail(fmt::format("verifier: striped counter at {:#x} has no stripe table outside the code", t.new_addr));
+    std::vector<CounterStep> steps = counter_steps(c.site.form());
+    std::vector<Step> shape = counter_shape(c.site.form());
+    if (shape.size() != steps.size()) return fail(fmt::format("verifier: counter code at {:#x} has a wrong shape", t.new_addr));
+    int shift = 0;  // how far below the original's rsp is, from the shape alone (the unwind rows rest on it)
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const std::size_t e = k + s;
       if (e >= code_.translation.size()) return fail(fmt::format("verifier: counter code at {:#x} cut short", t.new_addr));
       const TranslationEntry& step = code_.translation[e];
       if (step.kind != t.kind || step.original_addr != t.original_addr || step.new_addr != t.new_addr + steps[s].offset ||
-          step.stack_shift != steps[s].stack_shift)
+          step.stack_shift != shift)
         return fail(fmt::format("verifier: counter code at {:#x} has a wrong step", step.new_addr));
+      shift += stack_effect(shape[s]);
       auto d = decode_at(step.new_addr, end_of(e));
-      if (!d || d->length != end_of(e) - step.new_addr || !counter_step_is(*d, s, steps.size(), c.slot_addr))
+      if (!d || d->length != end_of(e) - step.new_addr || !counter_step_is(*d, shape[s], c.slot_addr, code_.counter_table))
         return fail(fmt::format("verifier: {:#x} is not the counter code of its site", step.new_addr));
     }
     const std::size_t last = k + steps.size() - 1;
@@ -322,29 +329,76 @@ class Verifier {
     return steps.size();
   }
 
-  // Step `s` of `n` of counter code: inc qword [rip + slot], alone or as
-  // lea rsp,[rsp-128]; pushfq; inc; popfq; lea rsp,[rsp+128]. Decoded and
-  // compared operand by operand, not through the encoder that made it.
-  static bool counter_step_is(const Instruction& d, std::size_t s, std::size_t n, uint64_t slot) {
-    if (d.segment_override()) return false;
-    auto lea_rsp = [&](int64_t disp) {
-      const Operand& m = d.ops[1];
-      return d.mnemonic == ZYDIS_MNEMONIC_LEA && d.operand_count == 2 && d.ops[0].reg == ZYDIS_REGISTER_RSP &&
-             m.type == ZYDIS_OPERAND_TYPE_MEMORY && m.base == ZYDIS_REGISTER_RSP && m.index == ZYDIS_REGISTER_NONE &&
-             m.disp == disp;
-    };
-    const bool inc_step = n == 1 || s == 2;
-    if (inc_step)
-      // 48 ff 05 disp32: REX.W, no lock or other prefix.
-      return d.mnemonic == ZYDIS_MNEMONIC_INC && d.operand_count == 1 && d.rip_relative && d.rip_address == slot &&
-             d.ops[0].size == 64 && d.length == 7 && d.bytes[0] == 0x48 && d.bytes[1] == 0xff && d.bytes[2] == 0x05;
+  // The instructions of each counter form (counting.h), as the verifier
+  // expects them: written out here, not taken from the code that makes them.
+  enum class Step { LowerRsp, Pushfq, PushRax, PushRcx, Rdpid, Movzx, LeaTable, LoadStripe, IncStriped, IncShared,
+                    PopRcx, PopRax, Popfq, RaiseRsp };
+  static std::vector<Step> counter_shape(CounterForm form) {
+    if (!form.saves_flags && !form.striped) return {Step::IncShared};
+    std::vector<Step> out = {Step::LowerRsp};  // past the red zone
+    if (form.saves_flags) out.push_back(Step::Pushfq);
+    if (form.striped)
+      out.insert(out.end(), {Step::PushRax, Step::PushRcx, Step::Rdpid, Step::Movzx, Step::LeaTable, Step::LoadStripe,
+                             Step::IncStriped, Step::PopRcx, Step::PopRax});
+    else
+      out.push_back(Step::IncShared);
+    if (form.saves_flags) out.push_back(Step::Popfq);
+    out.push_back(Step::RaiseRsp);
+    return out;
+  }
+
+  static int stack_effect(Step s) {
     switch (s) {
-      case 0: return lea_rsp(-static_cast<int64_t>(kRedZone));
-      case 1: return d.mnemonic == ZYDIS_MNEMONIC_PUSHFQ;
-      case 3: return d.mnemonic == ZYDIS_MNEMONIC_POPFQ;
-      case 4: return lea_rsp(kRedZone);
-      default: return false;
+      case Step::LowerRsp: return kRedZone;
+      case Step::RaiseRsp: return -static_cast<int>(kRedZone);
+      case Step::Pushfq: case Step::PushRax: case Step::PushRcx: return 8;
+      case Step::Popfq: case Step::PopRax: case Step::PopRcx: return -8;
+      default: return 0;
     }
+  }
+
+  // Whether `d` is step `s` of counter code incrementing `slot` (striped:
+  // stripe 0's, through the table at `table`). Decoded and compared operand
+  // by operand, with no prefix but REX.
+  static bool counter_step_is(const Instruction& d, Step s, uint64_t slot, uint64_t table) {
+    if (d.segment_override()) return false;
+    auto reg = [&](std::size_t k, ZydisRegister r) {
+      return d.ops[k].type == ZYDIS_OPERAND_TYPE_REGISTER && d.ops[k].reg == r;
+    };
+    auto mem = [&](std::size_t k, ZydisRegister base, ZydisRegister index, uint8_t scale, int64_t disp) {
+      const Operand& m = d.ops[k];
+      return m.type == ZYDIS_OPERAND_TYPE_MEMORY && m.base == base && m.index == index &&
+             (index == ZYDIS_REGISTER_NONE || m.scale == scale) && m.disp == disp;
+    };
+    auto is = [&](ZydisMnemonic m, uint8_t n) { return d.mnemonic == m && d.operand_count == n; };
+    auto lea_rsp = [&](int64_t disp) {
+      return is(ZYDIS_MNEMONIC_LEA, 2) && reg(0, ZYDIS_REGISTER_RSP) && mem(1, ZYDIS_REGISTER_RSP, ZYDIS_REGISTER_NONE, 0, disp);
+    };
+    switch (s) {
+      case Step::LowerRsp: return lea_rsp(-static_cast<int64_t>(kRedZone));
+      case Step::RaiseRsp: return lea_rsp(kRedZone);
+      case Step::Pushfq: return d.mnemonic == ZYDIS_MNEMONIC_PUSHFQ && d.length == 1;
+      case Step::Popfq: return d.mnemonic == ZYDIS_MNEMONIC_POPFQ && d.length == 1;
+      case Step::PushRax: return is(ZYDIS_MNEMONIC_PUSH, 1) && reg(0, ZYDIS_REGISTER_RAX) && d.length == 1;
+      case Step::PushRcx: return is(ZYDIS_MNEMONIC_PUSH, 1) && reg(0, ZYDIS_REGISTER_RCX) && d.length == 1;
+      case Step::PopRcx: return is(ZYDIS_MNEMONIC_POP, 1) && reg(0, ZYDIS_REGISTER_RCX) && d.length == 1;
+      case Step::PopRax: return is(ZYDIS_MNEMONIC_POP, 1) && reg(0, ZYDIS_REGISTER_RAX) && d.length == 1;
+      case Step::Rdpid: return is(ZYDIS_MNEMONIC_RDPID, 1) && reg(0, ZYDIS_REGISTER_RAX);
+      case Step::Movzx: return is(ZYDIS_MNEMONIC_MOVZX, 2) && reg(0, ZYDIS_REGISTER_EAX) && reg(1, ZYDIS_REGISTER_AL);
+      case Step::LeaTable:
+        return is(ZYDIS_MNEMONIC_LEA, 2) && reg(0, ZYDIS_REGISTER_RCX) && d.rip_relative && d.rip_address == table;
+      case Step::LoadStripe:
+        return is(ZYDIS_MNEMONIC_MOV, 2) && reg(0, ZYDIS_REGISTER_RAX) && d.ops[1].size == 64 &&
+               mem(1, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RAX, 8, 0);
+      case Step::IncStriped:
+        return is(ZYDIS_MNEMONIC_INC, 1) && d.ops[0].size == 64 && d.bytes[0] == 0x48 &&
+               mem(0, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RAX, 1, static_cast<int64_t>(slot - table));
+      case Step::IncShared:
+        // 48 ff 05 disp32: REX.W, no lock or other prefix.
+        return is(ZYDIS_MNEMONIC_INC, 1) && d.rip_relative && d.rip_address == slot && d.ops[0].size == 64 &&
+               d.length == 7 && d.bytes[0] == 0x48 && d.bytes[1] == 0xff && d.bytes[2] == 0x05;
+    }
+    return false;
   }
 
   // A site's place, decided again from the CFG: a block counter runs before

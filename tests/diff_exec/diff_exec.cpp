@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_features.h"
 #include "jit/cfg.h"
 #include "jit/pipeline.h"
 #include "tests/diff_exec/loaded_module.h"
@@ -35,8 +36,9 @@ using Function = long (*)(long, long);
 constexpr unsigned kSeeds = 16;
 constexpr unsigned kChildSeconds = 20;
 
-enum class Mode { Original, Shuffled, ShuffledLeaving, RandomProfile, Counting };
-const char* kModeNames[] = {"original", "shuffled", "shuffled-leaving-blocks", "random-profile", "counting"};
+enum class Mode { Original, Shuffled, ShuffledLeaving, RandomProfile, Counting, CountingStriped };
+const char* kModeNames[] = {"original", "shuffled", "shuffled-leaving-blocks", "random-profile", "counting",
+                            "counting-striped"};
 
 struct Layout {
   Mode mode;
@@ -105,7 +107,9 @@ Result<jit::ModulePlan> plan_for(const diff::LoadedModule& m, const std::vector<
   options.layout.cold = jit::ColdBlocks::CopyLast;
   if (layout.mode == Mode::Shuffled || layout.mode == Mode::ShuffledLeaving) options.layout.shuffle_seed = layout.seed;
   if (layout.mode == Mode::ShuffledLeaving) options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
-  options.cache.counting = layout.mode == Mode::Counting;  // counting copies (jit/counting.h)
+  // Counting copies (jit/counting.h), with shared or striped counters.
+  options.cache.counting = layout.mode == Mode::Counting || layout.mode == Mode::CountingStriped;
+  if (layout.mode == Mode::CountingStriped) options.cache.counter_stripes = 4;
   if (layout.mode == Mode::RandomProfile) {
     input.profile = &profile;
     options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
@@ -192,6 +196,8 @@ std::vector<std::string> run_layout(diff::LoadedModule& m, const jit::ModulePlan
 
 std::vector<Layout> layouts() {
   std::vector<Layout> out = {{Mode::Original, 0}, {Mode::Counting, 0}};
+  if (cpu_has_rdpid()) out.push_back({Mode::CountingStriped, 0});
+  else std::printf("counting-striped: skipped, this CPU has no rdpid (its counters are shared)\n");
   for (Mode mode : {Mode::Shuffled, Mode::ShuffledLeaving, Mode::RandomProfile})
     for (uint64_t seed = 1; seed <= kSeeds; ++seed) out.push_back({mode, seed});
   return out;

@@ -51,13 +51,15 @@ LoadedModule::~LoadedModule() {
 
 Status LoadedModule::write(const jit::CodeCache& cache) {
   if (cache.bytes.size() > kCacheArea || cache.base != cache_base()) return fail("cache does not fit its area");
-  const uint64_t counters_end = cache.counters_base + jit::kCounterSlotSize * cache.counter_slots;
+  const uint64_t counters_end = cache.counters_base + cache.counter_layout().bytes();
   if (cache.counter_slots && counters_end - cache.base > kCacheArea) return fail("counters do not fit the area");
   std::memset(area_, jit::kPadding, kCacheArea);
   std::vector<uint8_t> loaded = cache.loaded_at(bias_);
   std::memcpy(area_, loaded.data(), loaded.size());
   if (cache.counter_slots)  // a counting cache's counters, after its code
     std::memset(static_cast<uint8_t*>(area_) + (cache.counters_base - cache.base), 0, counters_end - cache.counters_base);
+  const std::vector<uint8_t> table = cache.counter_layout().table();  // striped: as dynid writes it
+  if (!table.empty()) std::memcpy(static_cast<uint8_t*>(area_) + (cache.counters_base - cache.base), table.data(), table.size());
   __builtin___clear_cache(static_cast<char*>(area_), static_cast<char*>(area_) + kCacheArea);
   return ok();
 }

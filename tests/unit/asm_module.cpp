@@ -123,7 +123,9 @@ jit::CodeCache AsmModule::build(const std::vector<std::string>& hot,
   std::memset(reinterpret_cast<void*>(counters_base()), 0, kArea);
   auto cache = jit::build_code_cache(functions, cache_base(), {}, options);
   EXPECT_TRUE(cache) << cache.error().message();
-  if (!cache || cache->bytes.size() > kArea) return {};
+  if (!cache || cache->bytes.size() > kArea || cache->counter_layout().bytes() > kArea) return {};
+  std::vector<uint8_t> table = cache->counter_layout().table();  // striped counters: as dynid writes it
+  std::memcpy(reinterpret_cast<void*>(counters_base()), table.data(), table.size());
   std::memset(area_ + kArea, 0xcc, kArea);  // no bytes of an earlier cache past this one's end
   std::vector<uint8_t> loaded = cache->loaded_at(0);  // assembled where it runs: no bias
   std::memcpy(area_ + kArea, loaded.data(), loaded.size());

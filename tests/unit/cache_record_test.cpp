@@ -94,7 +94,7 @@ CacheRecord counting_sample() {
   CacheRecord r = sample();
   r.tier = CacheTier::Counting;
   r.counters_addr = kCache + kLength, r.counters_length = 64 * 1024;
-  for (uint64_t i = 0; i < 300; ++i) r.counter_sites.push_back({kCache + 4096 + i * 40, i % 7 == 0});
+  for (uint64_t i = 0; i < 300; ++i) r.counter_sites.push_back({kCache + 4096 + i * 48, {i % 7 == 0, i % 3 == 0}});
   return r;
 }
 
@@ -107,8 +107,8 @@ TEST(CacheRecord, ACountingCacheRoundTripsWithItsCountersAndSites) {
   EXPECT_EQ(back->counters_length, r.counters_length);
   ASSERT_EQ(back->counter_sites.size(), r.counter_sites.size());
   EXPECT_EQ(back->counter_sites[7].addr, r.counter_sites[7].addr);
-  EXPECT_TRUE(back->counter_sites[7].saves_flags);
-  EXPECT_FALSE(back->counter_sites[8].saves_flags);
+  for (std::size_t i : {0, 7, 8, 9, 21}) EXPECT_EQ(back->counter_sites[i].form, r.counter_sites[i].form) << i;
+  EXPECT_TRUE(back->counter_sites[21].form.striped && back->counter_sites[21].form.saves_flags);
   EXPECT_EQ(back->patches.size(), r.patches.size());
   EXPECT_LE(encode_record(r).size(), record_size(r.patches.size(), r.counter_sites.size()));
   EXPECT_EQ(decode_record(encode_record(sample()), kCache, kLength)->tier, CacheTier::Optimized);
@@ -129,22 +129,55 @@ TEST(CacheRecord, RefusesMisplacedCountersAndSites) {
   EXPECT_FALSE(decode_record(encode_record(no_counters), kCache, kLength));
 }
 
+// `body` (a record without its checksum) as `version`, with its size and
+// checksum made anew.
+std::vector<uint8_t> sealed(std::vector<uint8_t> body, uint32_t version) {
+  std::memcpy(body.data() + 8, &version, 4);
+  uint32_t total = static_cast<uint32_t>(body.size() + 8);
+  std::memcpy(body.data() + 12, &total, 4);
+  uint64_t h = 0xcbf29ce484222325ULL;  // the record's FNV-1a checksum
+  for (uint8_t b : body) h = (h ^ b) * 0x100000001b3ULL;
+  body.resize(body.size() + 8);
+  std::memcpy(body.data() + body.size() - 8, &h, 8);
+  return body;
+}
+
 // A record as dynid wrote it before the counting tier (version 2: no tier,
 // no counters, no sites) is still read, as an optimized cache.
 std::vector<uint8_t> as_version_2(const CacheRecord& r) {
-  std::vector<uint8_t> v3 = encode_record(r);
-  std::vector<uint8_t> v2(v3.begin(), v3.end() - 8);
-  uint32_t version = 2;
-  std::memcpy(v2.data() + 8, &version, 4);
+  std::vector<uint8_t> now = encode_record(r);
+  std::vector<uint8_t> v2(now.begin(), now.end() - 8);
   std::size_t fields = (8 + 4 + 4 + 1 + r.build_id.size() / 2 + 7) / 8 * 8;
   v2.erase(v2.begin() + fields + 9 * 8, v2.begin() + fields + 12 * 8);  // tier, counters_addr, counters_length
-  uint32_t total = static_cast<uint32_t>(v2.size() + 8);
-  std::memcpy(v2.data() + 12, &total, 4);
-  uint64_t h = 0xcbf29ce484222325ULL;  // the record's FNV-1a checksum
-  for (uint8_t b : v2) h = (h ^ b) * 0x100000001b3ULL;
-  v2.resize(v2.size() + 8);
-  std::memcpy(v2.data() + v2.size() - 8, &h, 8);
-  return v2;
+  return sealed(v2, 2);
+}
+
+// Where site `i`'s form byte is in an encoded record.
+std::size_t form_byte_of(const CacheRecord& r, std::size_t i) {
+  std::size_t fields = (8 + 4 + 4 + 1 + r.build_id.size() / 2 + 7) / 8 * 8;
+  return fields + 12 * 8 + 8 + 24 * r.patches.size() + 16 * i + 8;
+}
+
+// Version 3 knew one bit of a site's form (saves flags, any nonzero byte);
+// version 4's byte holds the form's bits, and a byte beyond them is refused.
+TEST(CacheRecord, ASitesFormIsReadByItsVersion) {
+  CacheRecord r = counting_sample();
+  std::vector<uint8_t> body = encode_record(r);
+  body.resize(body.size() - 8);
+  ASSERT_EQ(body[form_byte_of(r, 21)], 3) << "site 21 saves flags and is striped";
+  ASSERT_EQ(body[form_byte_of(r, 7)], 1);
+  std::vector<uint8_t> v3 = body;
+  v3[form_byte_of(r, 7)] = 5;  // a version 3 writer's "saves flags"
+  auto old = decode_record(sealed(v3, 3), kCache, kLength);
+  ASSERT_TRUE(old) << old.error().message();
+  EXPECT_EQ(old->counter_sites[7].form, (jit::CounterForm{true, false}));
+  EXPECT_EQ(old->counter_sites[8].form, (jit::CounterForm{false, false}));
+  std::vector<uint8_t> unknown = body;
+  unknown[form_byte_of(r, 8)] = 4;
+  auto refused = decode_record(sealed(unknown, 4), kCache, kLength);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("unknown form"), std::string::npos) << refused.error().message();
+  EXPECT_TRUE(decode_record(sealed(body, 4), kCache, kLength));
 }
 
 TEST(CacheRecord, AnOlderVersionIsStillRead) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "common/cpu_features.h"
 #include "jit/block_layout.h"
 #include "jit/code_cache.h"
 #include "jit/counting.h"
@@ -91,6 +92,9 @@ class CacheInProcess : public ThisBinary {
     EXPECT_LE(cache->bytes.size(), kBufferSize / 2);
     std::vector<uint8_t> loaded = cache->loaded_at(bias);
     std::memcpy(buffer, loaded.data(), loaded.size());
+    std::vector<uint8_t> table = cache->counter_layout().table();  // striped counters: as dynid writes it
+    EXPECT_LE(cache->counter_layout().bytes(), kBufferSize / 2);
+    std::memcpy(counters(), table.data(), table.size());
     __builtin___clear_cache(static_cast<char*>(buffer), static_cast<char*>(buffer) + cache->bytes.size());
     return std::move(*cache);
   }
@@ -106,6 +110,7 @@ class CacheInProcess : public ThisBinary {
   }
 
  protected:
+  void expect_counts_add_up(uint32_t stripes);
   uint64_t* counters() { return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(buffer) + kBufferSize / 2); }
 
   uint64_t bias = 0;
@@ -154,13 +159,20 @@ TEST_F(CacheInProcess, EveryShapeComputesTheSameUnderEveryLayout) {
 // every edge out of a block that ends in a branch or falls through (but for
 // setjmp's two returns).
 TEST_F(CacheInProcess, CountingCopiesComputeTheSameAndTheirCountsAddUp) {
+  for (uint32_t stripes : cpu_has_rdpid() ? std::vector<uint32_t>{0, 2} : std::vector<uint32_t>{0})
+    expect_counts_add_up(stripes);
+}
+
+void CacheInProcess::expect_counts_add_up(uint32_t stripes) {
+  SCOPED_TRACE(stripes ? "striped" : "shared");
   CacheOptions options;
   options.counting = true;
+  options.counter_stripes = stripes;
   CodeCache cache = build(kShapes, Mode::Original, 0, options);
   ASSERT_EQ(cache.functions.size(), kShapes.size());
   ASSERT_GT(cache.counter_slots, 0u);
   expect_same_results(cache, *this, "counting");
-  std::span<const uint64_t> values(counters(), cache.counter_slots);
+  std::vector<uint64_t> values = cache.counter_layout().sums({counters(), cache.counter_layout().bytes() / 8});
   for (const CachedFunction& f : cache.functions) {
     const FunctionCfg& cfg = *std::find_if(cfgs.begin(), cfgs.end(), [&](const auto& c) {
                                 return c.second->start == f.original_entry;

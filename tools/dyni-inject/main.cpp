@@ -11,7 +11,9 @@
 // (jit/counting.h), lets them count for SECONDS, reads the counts (saved to
 // DYNI_COUNTS_FILE when set), puts the original entries back, and then
 // turns the counters off in place, and injects the functions that ran,
-// laid out by their counts. A tool for
+// laid out by their counts. DYNI_COUNTER_STRIPES=N stripes the counters
+// for N CPUs (0: shared, the default), DYNI_COUNTER_SET=every puts a
+// counter at every block (for measuring those levers). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
 // target's code: run it on test and benchmark processes only.
 #include <algorithm>
@@ -27,6 +29,7 @@
 
 #include <fmt/format.h>
 
+#include "common/cpu_features.h"
 #include "dynid/injector.h"
 #include "dynid/proc_reader.h"
 #include "dynid/target_memory.h"
@@ -52,14 +55,15 @@ int executable_module(const profiler::Symbolizer& symbols, pid_t pid) {
 }  // namespace
 
 // perf's map for JIT code (/tmp/perf-PID.map), so that `perf report` names
-// the copies: "dyni:<function>".
-void write_perf_map(pid_t pid, const std::vector<dyni::CopyRange>& copies) {
+// the copies: "dyni:<function>", and counting copies "dyni-count:<function>"
+// (written first, then the optimized ones appended).
+void write_perf_map(pid_t pid, const std::vector<dyni::CopyRange>& copies, bool counting, bool append) {
   std::string path = "/tmp/perf-" + std::to_string(pid) + ".map";
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f) return;
   for (const dyni::CopyRange& c : copies)
-    std::fprintf(f, "%llx %llx dyni:%s\n", static_cast<unsigned long long>(c.cache_addr),
-                 static_cast<unsigned long long>(c.size), c.name.c_str());
+    std::fprintf(f, "%llx %llx %s:%s\n", static_cast<unsigned long long>(c.cache_addr),
+                 static_cast<unsigned long long>(c.size), counting ? "dyni-count" : "dyni", c.name.c_str());
   std::fclose(f);
 }
 
@@ -127,12 +131,19 @@ std::vector<uint64_t> ran(const dyni::jit::ModuleCounts& counts) {
 dyni::Result<dyni::jit::ModuleCounts> count_for(dyni::InjectRequest request, double seconds) {
   using namespace dyni;
   request.options.cache.counting = true;
+  const char* stripes = std::getenv("DYNI_COUNTER_STRIPES");
+  request.options.cache.counter_stripes = stripes ? static_cast<uint32_t>(std::atoi(stripes)) : 0;
+  if (request.options.cache.counter_stripes && !cpu_has_rdpid()) return fail("striped counters need rdpid");
+  // DYNI_COUNTER_SET=every: a counter at every block (the fewest that tell every count, by default).
+  const char* set = std::getenv("DYNI_COUNTER_SET");
+  if (set && std::string(set) == "every") request.options.cache.counter_set = jit::CounterSet::Every;
   auto counting = inject_executable(request);
   if (!counting) return std::unexpected(counting.error());
-  std::fprintf(stderr, "counting: %zu entries patched, %zu counter sites, %llu bytes of code, counters at %#llx\n",
-               counting->patched.size(), counting->counter_sites.size(),
+  write_perf_map(request.pid, counting->copies, true, false);
+  std::fprintf(stderr, "counting: %zu entries patched, %zu counter sites, %llu bytes of code, counters at %#llx "
+               "(%u stripes)\n", counting->patched.size(), counting->counter_sites.size(),
                static_cast<unsigned long long>(counting->code_size),
-               static_cast<unsigned long long>(counting->counters.addr));
+               static_cast<unsigned long long>(counting->counters.addr), counting->counter_layout.stripes);
   if (!counting->error.empty()) {
     (void)undo_patches(*counting);
     return fail("counting cache: " + counting->error);
@@ -228,7 +239,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(w.unwind.count()), static_cast<long long>(w.check.count()),
               static_cast<long long>(w.write.count()), static_cast<long long>(w.release.count()));
   for (const std::string& s : injected->skipped) std::fprintf(stderr, "  skipped %s\n", s.c_str());
-  write_perf_map(pid, injected->copies);
+  write_perf_map(pid, injected->copies, false, std::getenv("DYNI_COUNTING") != nullptr);
   if (!injected->error.empty()) std::fprintf(stderr, "stopped early: %s\n", injected->error.c_str());
   std::vector<SlotPatch> slots;
   if (const char* v = std::getenv("DYNI_EXPERIMENT_VTABLES"); v && std::string(v) == "1") {

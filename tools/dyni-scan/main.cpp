@@ -1,4 +1,5 @@
-// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting] [--counts FILE]
+// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting [--stripes N]]
+//           [--counts FILE]
 //
 // Runs the whole jit (jit/pipeline.h) over a binary: every function as if all
 // were hot, or the functions of a recorded profile (dyni-record) laid out by
@@ -12,7 +13,8 @@
 // --shuffle lays every function out in a random block order (with
 // --leave-cold, leaving a random quarter of blocks behind): a stress test of
 // the emitter and verifier on real code. --counting builds counting copies
-// (jit/counting.h) instead and prints their counter sites. --counts FILE lays
+// (jit/counting.h) instead and prints their counter sites (--stripes N: the
+// striped form, for N CPUs; shared slots by default). --counts FILE lays
 // the functions that ran out by those counts (dyni-inject's DYNI_COUNTS_FILE)
 // and prints what they show of the original code and of that layout
 // (jit/layout_metrics.h).
@@ -49,6 +51,7 @@ struct Args {
   bool leave_cold = false;
   bool leaving = false;  // --leaving: list the sampled functions whose copies leave the cache
   bool counting = false;
+  uint32_t stripes = 0;  // --stripes N: striped counters for N CPUs
   std::string counts;  // --counts FILE: lay out by these counts and say what they show
 };
 
@@ -60,6 +63,7 @@ bool parse(int argc, char** argv, Args& a) {
     else if (s == "--leave-cold") a.leave_cold = true;
     else if (s == "--leaving") a.leaving = true;
     else if (s == "--counting") a.counting = true;
+    else if (s == "--stripes" && i + 1 < argc) a.stripes = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 0));
     else if (s == "--counts" && i + 1 < argc) a.counts = argv[++i];
     else if (!s.starts_with("-") && a.elf.empty()) a.elf = s;
     else return false;
@@ -251,13 +255,14 @@ void print_counters(const jit::CodeCache& cache) {
     for (const jit::CounterSite& s : f.counters) {
       (s.kind == jit::CounterKind::Block ? blocks : falls)++;
       saving += s.saves_flags;
-      bytes += jit::counter_length(s.saves_flags);
+      bytes += jit::counter_length(s.form());
     }
   std::size_t sites = blocks + falls;
   std::printf("counters:  %zu sites (%zu blocks, %zu fall-throughs), %zu saving flags (%.1f%%), %zu bytes of counter "
-              "code, %u slots at %#llx\n",
+              "code, %u slots at %#llx in %u stripes (%llu bytes)\n",
               sites, blocks, falls, saving, percent(saving, sites), bytes, cache.counter_slots,
-              static_cast<unsigned long long>(cache.counters_base));
+              static_cast<unsigned long long>(cache.counters_base), cache.counter_stripes,
+              static_cast<unsigned long long>(cache.counter_layout().bytes()));
 }
 
 }  // namespace
@@ -266,8 +271,8 @@ int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, args)) {
     std::fprintf(stderr,
-                 "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting] "
-                 "[--counts FILE]\n");
+                 "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] "
+                 "[--counting [--stripes N]] [--counts FILE]\n");
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -301,6 +306,7 @@ int main(int argc, char** argv) {
   options.layout.shuffle_seed = args.shuffle;
   if (args.shuffle) options.layout.cold = args.leave_cold ? jit::ColdBlocks::LeaveInOriginal : jit::ColdBlocks::CopyLast;
   options.cache.counting = args.counting;
+  options.cache.counter_stripes = args.stripes;
   auto plan = jit::optimize_module(input, options);
   if (!plan) {
     std::fprintf(stderr, "dyni-scan: %s: module failed: %s\n", args.elf.c_str(), plan.error().message().c_str());
