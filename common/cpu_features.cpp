@@ -2,7 +2,6 @@
 #include "common/cpu_features.h"
 
 #include <cpuid.h>
-#include <unistd.h>
 
 namespace dyni {
 
@@ -10,12 +9,6 @@ bool cpu_has_rdpid() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   return (c & (1u << 22)) != 0;
-}
-
-uint32_t counter_stripes_here() {
-  const long cpus = sysconf(_SC_NPROCESSORS_CONF);
-  if (cpus <= 1 || !cpu_has_rdpid()) return 0;
-  return static_cast<uint32_t>(cpus);
 }
 
 }  // namespace dyni

@@ -10,9 +10,4 @@ namespace dyni {
 // number with it, and would fault (#UD) on a CPU without it.
 bool cpu_has_rdpid();
 
-// How many stripes a counting cache's counters get here (jit/counting.h,
-// CounterLayout): one per configured CPU where the CPU has RDPID and there
-// is more than one CPU; 0 (shared slots) otherwise.
-uint32_t counter_stripes_here();
-
 }  // namespace dyni

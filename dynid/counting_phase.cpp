@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "common/log.h"
-#include "common/cpu_features.h"
 
 namespace dyni {
 namespace {
@@ -41,7 +40,8 @@ double distance(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) 
 
 Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest request) {
   request.options.cache.counting = true;
-  request.options.cache.counter_stripes = counter_stripes_here();
+  // Shared slots: striped ones cost more than they saved on 2 CPUs (docs/counting.md).
+  request.options.cache.counter_stripes = 0;
   auto counting = inject_executable(request);
   if (!counting) return std::unexpected(counting.error());
   std::unique_ptr<CountingPhase> phase(new CountingPhase(std::move(*counting)));

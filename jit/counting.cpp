@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "jit/count_flow.h"
 #include "jit/flags_liveness.h"
@@ -283,8 +284,8 @@ FlowValues known_by(const FunctionCfg& cfg, const FlowGraph& g, const std::vecto
 }
 
 // The sites that may go, most often run first (as far as the CFG tells):
-// those on loops, then those with more ways in (joins run as often as all
-// their ways in together). Never the entry's, a block's with no in-edge (a
+// those on loops, then those saving flags (popfq is slow), then those with
+// more ways in (joins run as often as all their ways in together). Never the entry's, a block's with no in-edge (a
 // landing pad's), or a jump table target's (its edge is known only so).
 std::vector<std::size_t> removal_order(const FunctionCfg& cfg, const FlowGraph& g, const std::vector<CounterSite>& sites) {
   std::vector<bool> loop = on_cycles(cfg);
@@ -297,9 +298,9 @@ std::vector<std::size_t> removal_order(const FunctionCfg& cfg, const FlowGraph& 
     if (sites[i].kind == CounterKind::Block && (b == 0 || g.in[b].empty() || table_target[b])) continue;
     out.push_back(i);
   }
-  auto rank = [&](std::size_t i) {
+  auto rank = [&](std::size_t i) {  // saving flags costs most (popfq)
     const std::size_t b = block_index(cfg, sites[i].at);
-    return std::pair{loop[b] ? 1 : 0, g.in[b].size()};
+    return std::tuple{loop[b] ? 1 : 0, sites[i].saves_flags ? 1 : 0, g.in[b].size()};
   };
   std::stable_sort(out.begin(), out.end(), [&](std::size_t a, std::size_t b) { return rank(a) > rank(b); });
   return out;

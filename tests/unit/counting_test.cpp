@@ -333,17 +333,24 @@ end:
   ASSERT_TRUE(m);
   const test::Inputs inputs = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 0}};
   test::Run want = test::run_isolated(m->addr("f"), inputs);
-  CodeCache cache = m->build({"f"}, in_order, counting());
+  CodeCache cache = m->build({"f"}, in_order, counting(0, CounterSet::Every));
   ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
   const FunctionCfg& f = m->cfg("f");
   const CounterSite* fall = site_of(cache.functions[0].counters, CounterKind::FallThrough, f.instructions.back().addr);
-  ASSERT_TRUE(fall) << "the odd block's count follows from it";
+  ASSERT_TRUE(fall);
   test::Run got = test::run_isolated(m->addr("f"), inputs);
   EXPECT_EQ(got.results, want.results);
   EXPECT_EQ(m->counters()[fall->slot], 3u) << "three even inputs fall into g";
   EXPECT_EQ(m->counters()[0], inputs.size());
   FunctionCounts counts = counts_from(f, site_counts(f.start, cache.functions[0].counters, counts_of(*m, cache)));
-  EXPECT_EQ(counts.blocks[1], 2u) << "two odd inputs, derived";
+  EXPECT_EQ(counts.blocks[1], 2u) << "two odd inputs";
+  // The fewest sites: the fall-through (which saves flags) or the odd
+  // block, and the count of the other follows.
+  CodeCache fewest = m->build({"f"}, in_order, counting());
+  ASSERT_EQ(fewest.functions[0].counters.size(), 2u);
+  ASSERT_EQ(test::run_isolated(m->addr("f"), inputs).results, want.results);
+  FunctionCounts derived = counts_from(f, site_counts(f.start, fewest.functions[0].counters, counts_of(*m, fewest)));
+  EXPECT_EQ(derived.blocks, counts.blocks);
 }
 
 // The rows of counter code that saves the flags: the CFA is 128, then 136
