@@ -1,6 +1,7 @@
 // Encoding and checking the record a code cache carries about itself.
 #include "dynid/cache_record.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -84,7 +85,11 @@ std::size_t record_size(std::size_t patches, std::size_t counter_sites) {
 std::vector<uint8_t> encode_record(const CacheRecord& r) {
   std::vector<uint8_t> out;
   put_bytes(out, kRecordMagic.data(), kRecordMagic.size());
-  put<uint32_t>(out, CacheRecord::kVersion);
+  // The lowest version that holds it: a dynid that reads 3 still knows a
+  // cache with no striped site (an older dynid after a downgrade).
+  const bool striped = std::any_of(r.counter_sites.begin(), r.counter_sites.end(),
+                                   [](const CounterSiteRecord& c) { return c.form.striped; });
+  put<uint32_t>(out, striped ? CacheRecord::kVersion : 3);
   put<uint32_t>(out, 0);  // total size, set below
   std::vector<uint8_t> id = unhex(r.build_id);
   out.push_back(static_cast<uint8_t>(id.size()));

@@ -5,6 +5,25 @@
 
 namespace dyni::jit {
 
+namespace {
+
+// Whether a counting copy dispatches through its own table (emitter.cpp):
+// a rebuildable table read through a base register. Otherwise the copy's
+// jump goes to the original code, and the copies of the targets are not
+// where the flow goes.
+bool dispatches_in_copy(const FunctionCfg& cfg, const Instruction& jump) {
+  for (const JumpTable& t : cfg.tables) {
+    if (t.jump_addr != jump.addr) continue;
+    if (!t.rebuildable) return false;
+    auto load = std::find_if(cfg.instructions.begin(), cfg.instructions.end(),
+                             [&](const Instruction& in) { return in.addr == t.load_addr; });
+    return load != cfg.instructions.end() && load->memory() && load->memory()->base != ZYDIS_REGISTER_NONE;
+  }
+  return false;
+}
+
+}  // namespace
+
 FlowGraph flow_graph(const FunctionCfg& cfg) {
   FlowGraph g;
   const std::size_t n = cfg.blocks.size();
@@ -19,13 +38,20 @@ FlowGraph flow_graph(const FunctionCfg& cfg) {
     const Block& b = cfg.blocks[k];
     const Instruction& last = cfg.instructions[b.first + b.count - 1];
     const bool table = last.flow == Flow::IndirectBranch;
+    if (table && !dispatches_in_copy(cfg, last)) {
+      add(k, kOutside, false);  // the copy's dispatch goes to the original code
+      continue;
+    }
     for (uint64_t s : b.successors) {
       const std::size_t to = static_cast<std::size_t>(cfg.block_at(s) - cfg.blocks.data());
       const std::size_t e = add(k, to, table);
       if (last.flow == Flow::CondBranch && s == last.end() && !(last.has_target && last.target == last.end()))
         g.fall_edge[k] = e;
     }
-    if (b.exits) {
+    // A call may not return (a noreturn callee, or an exception): the
+    // flow past it is not the flow into it.
+    const bool call_ends = last.flow == Flow::Call || last.flow == Flow::IndirectCall;
+    if (b.exits || call_ends) {
       const std::size_t e = add(k, kOutside, false);
       // The fall-through leaves the function, and the branch's target is in it.
       const bool target_inside = last.has_target && cfg.block_at(last.target) && last.target >= cfg.start &&

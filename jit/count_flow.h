@@ -5,7 +5,10 @@
 //
 // The flow graph has a node per block and an edge per in-function
 // successor, plus one edge to "outside" from each block that exits (ret,
-// tail call, a branch or fall-through out of the function, a stop). Every
+// tail call, a branch or fall-through out of the function, a stop) or ends
+// in a call (which may not return). A jump table that the copy does not
+// rebuild dispatches to the original code: its block's edges are one edge
+// outside. Every
 // block but the entry is entered only through its in-edges, and leaves only
 // through its out-edges:
 //     count(block) = sum of its in-edges    (not the entry: calls enter it;

@@ -270,17 +270,37 @@ std::vector<bool> on_cycles(const FunctionCfg& cfg) {
   return out;
 }
 
-// What the counters of `sites` (those `kept`) make known before propagation.
-FlowValues known_by(const FunctionCfg& cfg, const FlowGraph& g, const std::vector<CounterSite>& sites,
-                    const std::vector<bool>& kept) {
-  FlowValues v{std::vector<std::optional<int64_t>>(cfg.blocks.size()), std::vector<std::optional<int64_t>>(g.edges.size())};
+// What each site counts: a block (`block`), or an edge (`edge`), or nothing
+// the flow graph has (a fall-through whose branch leaves both ways).
+struct SiteMeaning {
+  std::size_t block = kOutside, edge = kOutside;
+};
+
+std::vector<SiteMeaning> meanings(const FunctionCfg& cfg, const FlowGraph& g, const std::vector<CounterSite>& sites) {
+  std::vector<SiteMeaning> out;
+  for (const CounterSite& s : sites) {
+    const std::size_t b = block_index(cfg, s.at);
+    out.push_back(s.kind == CounterKind::Block ? SiteMeaning{b, kOutside} : SiteMeaning{kOutside, g.fall_edge[b]});
+  }
+  return out;
+}
+
+// What the counters of the sites `kept` make known before propagation.
+FlowValues known_by(const FlowGraph& g, const std::vector<SiteMeaning>& sites, const std::vector<bool>& kept) {
+  FlowValues v{std::vector<std::optional<int64_t>>(g.in.size()), std::vector<std::optional<int64_t>>(g.edges.size())};
   for (std::size_t i = 0; i < sites.size(); ++i) {
     if (!kept[i]) continue;
-    const std::size_t b = block_index(cfg, sites[i].at);
-    if (sites[i].kind == CounterKind::Block) v.blocks[b] = 0;
-    else if (g.fall_edge[b] != kOutside) v.edges[g.fall_edge[b]] = 0;
+    if (sites[i].block != kOutside) v.blocks[sites[i].block] = 0;
+    else if (sites[i].edge != kOutside) v.edges[sites[i].edge] = 0;
   }
   return v;
+}
+
+// Whether dropping sites is worth its search here: each drop reruns the
+// propagation, and a block of many edges is summed again after each of them.
+bool small_enough(const FunctionCfg& cfg, const FlowGraph& g) {
+  if (cfg.blocks.size() > kMaxBlocksToReduce) return false;
+  return std::all_of(g.out.begin(), g.out.end(), [](const auto& o) { return o.size() <= kMaxEdgesOfABlock; });
 }
 
 // The sites that may go, most often run first (as far as the CFG tells):
@@ -310,10 +330,12 @@ std::vector<std::size_t> removal_order(const FunctionCfg& cfg, const FlowGraph& 
 // most run first, keeping every block's and edge's count known.
 std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<CounterSite> sites) {
   const FlowGraph g = flow_graph(cfg);
+  if (!small_enough(cfg, g)) return sites;
+  const std::vector<SiteMeaning> meaning = meanings(cfg, g, sites);
   std::vector<bool> kept(sites.size(), true);
   for (std::size_t i : removal_order(cfg, g, sites)) {
     kept[i] = false;
-    FlowValues v = known_by(cfg, g, sites, kept);
+    FlowValues v = known_by(g, meaning, kept);
     propagate(g, v);
     if (!fully_known(g, v)) kept[i] = true;
   }
@@ -327,7 +349,7 @@ std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<Counte
 
 std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot, bool striped, CounterSet set) {
   std::vector<CounterSite> sites = every_site(cfg, striped);
-  if (set == CounterSet::Fewest && cfg.blocks.size() <= kMaxBlocksToReduce) sites = fewest_sites(cfg, std::move(sites));
+  if (set == CounterSet::Fewest) sites = fewest_sites(cfg, std::move(sites));
   uint32_t slot = first_slot;
   for (CounterSite& s : sites) s.slot = slot++;
   return sites;

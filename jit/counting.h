@@ -100,9 +100,11 @@ constexpr unsigned kRedZone = 128;
 // others by flow conservation (count_flow.h), dropped greedily, those on
 // loops first: in a loop whose body branches, about one increment per
 // iteration is left of three or four. Functions of more than
-// kMaxBlocksToReduce blocks keep every site (the search is quadratic).
+// kMaxBlocksToReduce blocks, or with a block of more than kMaxEdgesOfABlock
+// edges, keep every site (the search is quadratic).
 enum class CounterSet { Every, Fewest };
 constexpr std::size_t kMaxBlocksToReduce = 4000;
+constexpr std::size_t kMaxEdgesOfABlock = 512;
 
 // The sites of `cfg`'s counting copy, in address order (a FallThrough site
 // after the Block site of its block), slots numbered from `first_slot`;

@@ -12,7 +12,8 @@ constexpr uint32_t kDwarfRsp = 7;
 // flags past the red zone, counting.h): a CFA found from rsp is that much
 // further from it; one found from another register (rbp) is where it was,
 // and so is every register saved at a CFA offset. A rule given by a DWARF
-// expression may read rsp: it cannot be moved, and the copy gets no rows.
+// expression may read rsp: it cannot be moved, and the copy gets no rows;
+// nor can a frame kept in rax or rcx, which striped counter code uses.
 Result<elf::CfiState> shifted(elf::CfiState state, uint8_t shift, uint64_t at) {
   if (!shift) return state;
   bool expression = state.cfa.expression;
@@ -20,6 +21,13 @@ Result<elf::CfiState> shifted(elf::CfiState state, uint8_t shift, uint64_t at) {
     expression |= r.kind == elf::RegisterRule::Kind::Expression || r.kind == elf::RegisterRule::Kind::ValExpression ||
                   (r.kind == elf::RegisterRule::Kind::InRegister && r.value == kDwarfRsp);
   if (expression) return fail(fmt::format("counter code at {:#x} under a frame given by an expression", at));
+  // Striped counter code holds other values in rax and rcx (counting.h): a
+  // frame found from them, or a register kept in them, is not true there.
+  constexpr uint16_t kDwarfRax = 0, kDwarfRcx = 2;
+  bool scratch = state.cfa.reg == kDwarfRax || state.cfa.reg == kDwarfRcx;
+  for (const elf::RegisterRule& r : state.regs)
+    scratch |= r.kind == elf::RegisterRule::Kind::InRegister && (r.value == kDwarfRax || r.value == kDwarfRcx);
+  if (scratch) return fail(fmt::format("counter code at {:#x} under a frame kept in rax or rcx", at));
   if (state.cfa.reg == kDwarfRsp) state.cfa.offset += shift;
   return state;
 }

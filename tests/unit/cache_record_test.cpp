@@ -178,6 +178,19 @@ TEST(CacheRecord, ASitesFormIsReadByItsVersion) {
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message().find("unknown form"), std::string::npos) << refused.error().message();
   EXPECT_TRUE(decode_record(sealed(body, 4), kCache, kLength));
+  // Written in the lowest version that holds it: 3 without striped sites,
+  // so that a dynid that reads 3 still knows the cache.
+  uint32_t version = 0;
+  std::memcpy(&version, body.data() + 8, 4);
+  EXPECT_EQ(version, 4u);
+  CacheRecord shared = counting_sample();
+  for (CounterSiteRecord& c : shared.counter_sites) c.form.striped = false;
+  std::vector<uint8_t> written = encode_record(shared);
+  std::memcpy(&version, written.data() + 8, 4);
+  EXPECT_EQ(version, 3u);
+  auto back = decode_record(written, kCache, kLength);
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->counter_sites[7].form.saves_flags);
 }
 
 TEST(CacheRecord, AnOlderVersionIsStillRead) {
