@@ -148,6 +148,9 @@ dyni::Result<dyni::jit::ModuleCounts> count_for(dyni::InjectRequest request, dou
     (void)undo_patches(*counting);
     return fail("counting cache: " + counting->error);
   }
+  // DYNI_COUNTERS_OFF_FIRST=1 (a measurement): every site off at once, so
+  // that the phase runs the counting copies without counting.
+  if (const char* v = std::getenv("DYNI_COUNTERS_OFF_FIRST"); v && std::string(v) == "1") (void)counters_off(*counting);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   auto counts = read_counts(*counting);
   if (auto undone = undo_patches(*counting); !undone) return fail("undo of the counting entries: " + undone.error().message());
