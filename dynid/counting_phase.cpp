@@ -7,6 +7,7 @@
 #include <cmath>
 #include <thread>
 
+#include "common/file_io.h"
 #include "common/log.h"
 
 namespace dyni {
@@ -133,6 +134,15 @@ Result<std::string> CountingPhase::stop() {
   return fmt::format("counting stopped, original code restored ({} entries)", counting_.patched.size());
 }
 
+void CountingPhase::save_counts(const jit::ModuleCounts& counts, const std::string& path) {
+  const std::string dir = path.substr(0, path.rfind('/'));
+  Status saved = ensure_dir_p(dir, 0755);
+  if (saved) saved = write_file_atomic(path, counts.to_json().dump() + "\n", 0644);
+  std::lock_guard lock(mutex_);
+  if (saved) counts_file_ = path;
+  else counts_file_error_ = saved.error().message();
+}
+
 nlohmann::json CountingPhase::to_json() const {
   std::lock_guard lock(mutex_);
   return {{"phase", phase_},
@@ -149,6 +159,8 @@ nlohmann::json CountingPhase::to_json() const {
                      {"code_bytes", counting_.code_size},
                      {"counters_addr", fmt::format("{:#x}", counting_.counters.addr)},
                      {"counters_bytes", counting_.counters.length}}},
+          {"counts_file", counts_file_.empty() ? nlohmann::json(nullptr) : nlohmann::json(counts_file_)},
+          {"counts_file_error", counts_file_error_},
           {"error", end_error_}};
 }
 

@@ -62,6 +62,11 @@ class CountingPhase {
   Result<std::string> stop();
   bool stopped() const { return stopped_; }
 
+  // Writes `counts` to `path` (JSON, jit/module_counts.h; replaced
+  // atomically), for dyni-scan --counts; -status -json names the file, or
+  // why it could not be written. The target is not touched.
+  void save_counts(const jit::ModuleCounts& counts, const std::string& path);
+
   nlohmann::json to_json() const;
 
  private:
@@ -77,6 +82,7 @@ class CountingPhase {
   bool stable_ = false;
   std::size_t sites_off_ = 0;
   uint64_t total_ = 0;  // every counter summed, at the last read
+  std::string counts_file_, counts_file_error_;
 };
 
 }  // namespace dyni

@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 
 #include "common/log.h"
+#include "common/paths.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_plan.h"
 #include "dynid/cache_scan.h"
@@ -273,9 +275,15 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
             counting->injection().patched.size(), counting->injection().counter_sites.size(),
             dynimize_.counting_max.count());
   auto counts = counting->count(dynimize_.counting_min, dynimize_.counting_max, [this] { return stop_.load(); });
-  if (counts)
-    log::info("target {} pid {}: counted for {:.1f} s: {}", name_, pid_, counts->seconds,
-              counting->to_json()["phase"].get<std::string>());
+  if (!counts) return counts;
+  log::info("target {} pid {}: counted for {:.1f} s: {}", name_, pid_, counts->seconds,
+            counting->to_json()["phase"].get<std::string>());
+  // The latest counts of each listed name, for dyni-scan --counts (one file a name: bounded).
+  std::string file = name_;
+  std::replace(file.begin(), file.end(), '/', '_');
+  counting->save_counts(*counts, paths::state_dir() + "/counts/" + file + ".json");
+  if (auto j = counting->to_json(); !j["counts_file_error"].get<std::string>().empty())
+    log::warn("target {} pid {}: counts not saved: {}", name_, pid_, j["counts_file_error"].get<std::string>());
   return counts;
 }
 

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <thread>
 
+#include "common/file_io.h"
 #include "dynid/cache_scan.h"
+#include "jit/module_counts.h"
 #include "profiler/process_maps.h"
 #include "tests/integration/dyni_host.h"
 
@@ -479,6 +481,16 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
       << "every counter site off but those at a page's edge: " << counting.dump();
   EXPECT_NE(d.value("layout", "").find("by counts"), std::string::npos) << d.dump();
   EXPECT_NE(host.dyni({"-status"}).out.find(", dynimized\n"), std::string::npos);
+  // The counts are saved for dyni-scan --counts, under the listed name.
+  ASSERT_TRUE(counting["counts_file"].is_string()) << counting.dump();
+  EXPECT_EQ(counting["counts_file"].get<std::string>(), host.dir() + "/state/counts/dyni-hot-inj.json");
+  auto saved = read_file(counting["counts_file"].get<std::string>(), 64 << 20);
+  ASSERT_TRUE(saved) << saved.error().message();
+  auto counts = jit::ModuleCounts::from_json(nlohmann::json::parse(*saved));
+  ASSERT_TRUE(counts) << counts.error().message();
+  EXPECT_FALSE(counts->build_id.empty());
+  EXPECT_GE(counts->functions.size(), 15u);
+  EXPECT_GT(counts->seconds, 0.0);
 
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.err;
