@@ -66,32 +66,6 @@ ZydisEncoderRequest request(ZydisMnemonic m) {
   return req;
 }
 
-// lea rsp, [rsp + disp]
-ZydisEncoderRequest move_rsp(int32_t disp) {
-  ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_LEA);
-  req.operand_count = 2;
-  req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
-  req.operands[0].reg.value = ZYDIS_REGISTER_RSP;
-  req.operands[1].type = ZYDIS_OPERAND_TYPE_MEMORY;
-  req.operands[1].mem.base = ZYDIS_REGISTER_RSP;
-  req.operands[1].mem.displacement = disp;
-  req.operands[1].mem.size = 8;
-  return req;
-}
-
-// inc qword ptr [rip + disp]
-ZydisEncoderRequest increment(int64_t disp) {
-  ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_INC);
-  req.operand_count = 1;
-  req.operands[0].type = ZYDIS_OPERAND_TYPE_MEMORY;
-  req.operands[0].mem.base = ZYDIS_REGISTER_RIP;
-  req.operands[0].mem.displacement = disp;
-  req.operands[0].mem.size = 8;
-  return req;
-}
-
-constexpr std::size_t kIncLength = 7;  // 48 ff 05 disp32
-
 ZydisEncoderRequest with_register(ZydisMnemonic m, ZydisRegister r) {
   ZydisEncoderRequest req = request(m);
   req.operand_count = 1;
@@ -108,32 +82,40 @@ ZydisEncoderRequest register_from(ZydisMnemonic m, ZydisRegister to, ZydisRegist
   return req;
 }
 
+// Operand `k` of `req`: the 8 bytes at [base + index * scale + disp].
+void set_memory(ZydisEncoderRequest& req, std::size_t k, ZydisRegister base, ZydisRegister index, uint8_t scale,
+                int64_t disp) {
+  req.operands[k].type = ZYDIS_OPERAND_TYPE_MEMORY;
+  req.operands[k].mem.base = base;
+  req.operands[k].mem.index = index;
+  req.operands[k].mem.scale = index == ZYDIS_REGISTER_NONE ? 0 : scale;
+  req.operands[k].mem.displacement = disp;
+  req.operands[k].mem.size = 8;
+}
+
 // `m` to, [base + index * scale + disp] (a lea or a load of 8 bytes).
 ZydisEncoderRequest register_from_memory(ZydisMnemonic m, ZydisRegister to, ZydisRegister base, ZydisRegister index,
                                          uint8_t scale, int64_t disp) {
   ZydisEncoderRequest req = with_register(m, to);
   req.operand_count = 2;
-  req.operands[1].type = ZYDIS_OPERAND_TYPE_MEMORY;
-  req.operands[1].mem.base = base;
-  req.operands[1].mem.index = index;
-  req.operands[1].mem.scale = index == ZYDIS_REGISTER_NONE ? 0 : scale;
-  req.operands[1].mem.displacement = disp;
-  req.operands[1].mem.size = 8;
+  set_memory(req, 1, base, index, scale, disp);
   return req;
 }
 
-// inc qword ptr [rcx + rax + disp]
-ZydisEncoderRequest striped_increment(int64_t disp) {
+// lea rsp, [rsp + disp]
+ZydisEncoderRequest move_rsp(int32_t disp) {
+  return register_from_memory(ZYDIS_MNEMONIC_LEA, ZYDIS_REGISTER_RSP, ZYDIS_REGISTER_RSP, ZYDIS_REGISTER_NONE, 0, disp);
+}
+
+// inc qword ptr [base + index + disp]: [rip + disp] shared, [rcx + rax + disp] striped.
+ZydisEncoderRequest increment(ZydisRegister base, ZydisRegister index, int64_t disp) {
   ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_INC);
   req.operand_count = 1;
-  req.operands[0].type = ZYDIS_OPERAND_TYPE_MEMORY;
-  req.operands[0].mem.base = ZYDIS_REGISTER_RCX;
-  req.operands[0].mem.index = ZYDIS_REGISTER_RAX;
-  req.operands[0].mem.scale = 1;
-  req.operands[0].mem.displacement = disp;
-  req.operands[0].mem.size = 8;
+  set_memory(req, 0, base, index, 1, disp);
   return req;
 }
+
+constexpr std::size_t kIncLength = 7;  // 48 ff 05 disp32
 
 // One instruction of counter code: its request, its length, and the stack
 // shift when it starts. `disp` is filled in by counter_code.
@@ -190,8 +172,8 @@ ZydisEncoderRequest request_for(CounterInstruction::What w, uint64_t at, uint8_t
                                   static_cast<int64_t>(table) - from_end);
     case I::LoadStripe:
       return register_from_memory(ZYDIS_MNEMONIC_MOV, ZYDIS_REGISTER_RAX, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RAX, 8, 0);
-    case I::IncStriped: return striped_increment(static_cast<int64_t>(slot - table));
-    case I::IncShared: return increment(static_cast<int64_t>(slot) - from_end);
+    case I::IncStriped: return increment(ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RAX, static_cast<int64_t>(slot - table));
+    case I::IncShared: return increment(ZYDIS_REGISTER_RIP, ZYDIS_REGISTER_NONE, static_cast<int64_t>(slot) - from_end);
     case I::PopRcx: return with_register(ZYDIS_MNEMONIC_POP, ZYDIS_REGISTER_RCX);
     case I::PopRax: return with_register(ZYDIS_MNEMONIC_POP, ZYDIS_REGISTER_RAX);
     case I::Popfq: return request(ZYDIS_MNEMONIC_POPFQ);

@@ -353,6 +353,34 @@ end:
   EXPECT_EQ(derived.blocks, counts.blocks);
 }
 
+// The rows of a function entered by a call (CFA = rsp + 8, return address
+// at CFA - 8).
+elf::CfiRow entry_row(const FunctionCfg& g) {
+  elf::CfiRow entry{g.start, {}};
+  entry.state.regs[16] = {elf::RegisterRule::Kind::AtCfa, -8};
+  return entry;
+}
+
+// Checks that the copy's unwind rows put the CFA where each instruction's
+// stack shift says; how many instructions run at each shift.
+std::map<uint8_t, int> shifts_under_rows(const FunctionCfg& g, const EmittedCode& code) {
+  std::map<uint8_t, int> seen;
+  auto rows = cache_unwind_rows({entry_row(g)}, g.end, code);
+  EXPECT_TRUE(rows) << rows.error().message();
+  if (!rows) return seen;
+  for (const TranslationEntry& t : code.translation) {
+    auto row = std::upper_bound(rows->begin(), rows->end(), t.new_addr,
+                                [](uint64_t a, const UnwindRow& r) { return a < r.cache_addr; });
+    EXPECT_NE(row, rows->begin());
+    if (row == rows->begin()) return seen;
+    --row;
+    EXPECT_EQ(row->state.cfa.offset, 8 + t.stack_shift) << std::hex << t.new_addr;
+    EXPECT_EQ(row->state.regs[16].value, -8);
+    seen[t.stack_shift]++;
+  }
+  return seen;
+}
+
 // The rows of counter code that saves the flags: the CFA is 128, then 136
 // bytes further from rsp; a frame from rbp does not move; an expression
 // cannot be moved, and the copy then has no rows.
@@ -364,20 +392,8 @@ TEST(CountingCopy, UnwindRowsFollowTheMovedStackPointer) {
   auto code = emit_function(g, original_layout(g), m->cache_base(), {}, BranchWidth::Short,
                             {&sites, m->counters_base()});
   ASSERT_TRUE(code) << code.error().message();
-  elf::CfiRow entry{g.start, {}};  // CFA = rsp + 8, return address at CFA - 8
-  entry.state.regs[16] = {elf::RegisterRule::Kind::AtCfa, -8};
-  auto rows = cache_unwind_rows({entry}, g.end, *code);
-  ASSERT_TRUE(rows) << rows.error().message();
-  std::map<uint8_t, int> seen;
-  for (const TranslationEntry& t : code->translation) {
-    auto row = std::upper_bound(rows->begin(), rows->end(), t.new_addr,
-                                [](uint64_t a, const UnwindRow& r) { return a < r.cache_addr; });
-    ASSERT_NE(row, rows->begin());
-    --row;
-    EXPECT_EQ(row->state.cfa.offset, 8 + t.stack_shift) << std::hex << t.new_addr;
-    EXPECT_EQ(row->state.regs[16].value, -8);
-    seen[t.stack_shift]++;
-  }
+  elf::CfiRow entry = entry_row(g);
+  std::map<uint8_t, int> seen = shifts_under_rows(g, *code);
   EXPECT_EQ(seen[kRedZone], 2) << "after the first lea, and before the last";
   EXPECT_EQ(seen[kRedZone + 8], 2) << "pushfq's slot: inc and popfq run there";
 
@@ -759,19 +775,7 @@ TEST(StripedCounters, UnwindRowsFollowEveryPush) {
                             {&sites, table + kStripeTableBytes, table});
   ASSERT_TRUE(code) << code.error().message();
   ASSERT_TRUE(verify(g, *code)) << verify(g, *code).error().message();
-  elf::CfiRow entry{g.start, {}};
-  entry.state.regs[16] = {elf::RegisterRule::Kind::AtCfa, -8};
-  auto rows = cache_unwind_rows({entry}, g.end, *code);
-  ASSERT_TRUE(rows) << rows.error().message();
-  std::map<uint8_t, int> seen;
-  for (const TranslationEntry& t : code->translation) {
-    auto row = std::upper_bound(rows->begin(), rows->end(), t.new_addr,
-                                [](uint64_t a, const UnwindRow& r) { return a < r.cache_addr; });
-    ASSERT_NE(row, rows->begin());
-    --row;
-    EXPECT_EQ(row->state.cfa.offset, 8 + t.stack_shift) << std::hex << t.new_addr;
-    seen[t.stack_shift]++;
-  }
+  std::map<uint8_t, int> seen = shifts_under_rows(g, *code);
   const int n = static_cast<int>(sites.size());
   const int saving = static_cast<int>(std::count_if(sites.begin(), sites.end(), [](auto& s) { return s.saves_flags; }));
   ASSERT_GE(saving, 1) << "the jg block's counter saves the flags";
