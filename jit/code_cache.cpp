@@ -104,7 +104,7 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
     if (reachable(base, to) && reachable(at, to)) cache.redirects.to.emplace(stub, to);
   }
   plan_patches(functions, options, cache);
-  if (options.counting) call_through_entries(cache);
+  if (options.counting && !options.counting_calls_copies) call_through_entries(cache);
   cache.bytes.assign(at - base, kPadding);
   return cache;
 }

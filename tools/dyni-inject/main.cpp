@@ -137,6 +137,9 @@ dyni::Result<dyni::jit::ModuleCounts> count_for(dyni::InjectRequest request, dou
   // DYNI_COUNTER_SET=every: a counter at every block (the fewest that tell every count, by default).
   const char* set = std::getenv("DYNI_COUNTER_SET");
   if (set && std::string(set) == "every") request.options.cache.counter_set = jit::CounterSet::Every;
+  // DYNI_COUNTING_CALLS_COPIES=1: counting copies call each other directly (a measurement of the entry hop).
+  if (const char* v = std::getenv("DYNI_COUNTING_CALLS_COPIES"); v && std::string(v) == "1")
+    request.options.cache.counting_calls_copies = true;
   auto counting = inject_executable(request);
   if (!counting) return std::unexpected(counting.error());
   write_perf_map(request.pid, counting->copies, true, false);
