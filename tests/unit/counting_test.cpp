@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/cpu_features.h"
+#include "jit/count_flow.h"
 #include "jit/counting.h"
 #include "jit/decoder.h"
 #include "jit/emitter.h"
@@ -820,6 +821,47 @@ TEST(StripedCounters, VerifierCatchesWrongStripedCode) {
   ASSERT_EQ(clobbers.bytes[pop_rcx - code->base], 0x59);
   clobbers.bytes[pop_rcx - code->base] = 0x5a;  // pop rdx
   expect_caught(clobbers, "rcx not restored");
+}
+
+}  // namespace
+}  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// A call that ends a block may not return (a noreturn callee, an
+// exception): the flow past it is never derived from the flow into it, so
+// the block it falls into keeps its own counter, and the counts stay exact.
+TEST(CountFlow, ACallThatEndsABlockIsFlowOutOfTheFunction) {
+  auto m = AsmModule::load(R"(
+f:
+  test rdi, 1
+  jne f_call
+  jmp f_join
+f_call:
+  call g
+f_join:
+  lea rax, [rdi + 1]
+  ret
+g:
+  ret
+end:
+)", {"f", "g"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  ASSERT_EQ(f.blocks.size(), 4u);
+  FlowGraph g = flow_graph(f);
+  ASSERT_EQ(g.out[2].size(), 2u) << "the call's block: into f_join, and out";
+  EXPECT_TRUE(g.edges[g.out[2][0]].to == kOutside || g.edges[g.out[2][1]].to == kOutside);
+  std::vector<CounterSite> fewest = plan_counters(f, 0);
+  EXPECT_TRUE(site_of(fewest, CounterKind::Block, f.blocks[3].start)) << "f_join is not derived through the call";
+  const test::Inputs inputs = {{1, 0}, {2, 0}, {3, 0}, {5, 0}, {6, 0}};
+  test::Run want = test::run_isolated(m->addr("f"), inputs);
+  CodeCache cache = m->build({"f"}, in_order, counting());
+  ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+  ASSERT_EQ(test::run_isolated(m->addr("f"), inputs).results, want.results);
+  FunctionCounts c = counts_from(f, site_counts(f.start, cache.functions[0].counters, counts_of(*m, cache)));
+  EXPECT_EQ(c.blocks, (std::vector<uint64_t>{5, 2, 3, 5})) << "entry, jmp, call (odd inputs), join";
 }
 
 }  // namespace
