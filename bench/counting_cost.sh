@@ -17,16 +17,10 @@
 set -euo pipefail
 COUNT=${1:-5}
 BUILD=${2:-build}
-HERE=$(cd "$(dirname "$0")" && pwd)
-DIR=${DYNI_MARIADB_DIR:-/var/tmp/dyni-mariadb}
-PORT=${DYNI_MARIADB_PORT:-3307}
-PID=$(cat "$DIR/mysqld.pid")
-INJECT=$HERE/../$BUILD/tools/dyni-inject/dyni-inject
-[ -x "$INJECT" ] || INJECT=$BUILD/tools/dyni-inject/dyni-inject
+source "$(dirname "$0")/mariadb_env.sh"
 LOG=$(mktemp /tmp/counting_cost.XXXXXX)
 trap 'rm -f "$LOG"; kill $SB 2>/dev/null || true' EXIT
 
-questions() { mariadb --socket="$DIR/mysqld.sock" -uroot -N -e "show global status like 'Questions'" | awk '{print $2}'; }
 cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }  # the server's utime + stime, in ticks
 now() { date +%s.%N; }
 

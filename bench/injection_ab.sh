@@ -16,15 +16,9 @@ set -euo pipefail
 GROUPS_N=${1:-6}
 BLOCK=${2:-10}
 BUILD=${3:-build}
-HERE=$(cd "$(dirname "$0")" && pwd)
-DIR=${DYNI_MARIADB_DIR:-/var/tmp/dyni-mariadb}
-PORT=${DYNI_MARIADB_PORT:-3307}
-PID=$(cat "$DIR/mysqld.pid")
-INJECT=$HERE/../$BUILD/tools/dyni-inject/dyni-inject
-[ -x "$INJECT" ] || INJECT=$BUILD/tools/dyni-inject/dyni-inject
+source "$(dirname "$0")/mariadb_env.sh"
 TICKS=$(getconf CLK_TCK)
 
-questions() { mariadb --socket="$DIR/mysqld.sock" -uroot -N -e "show global status like 'Questions'" | awk '{print $2}'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 user_ticks() { awk '{print $14}' "/proc/$PID/stat"; }  # dyni changes only user code
 

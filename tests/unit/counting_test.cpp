@@ -451,11 +451,6 @@ TEST(CountingCopy, VerifierCatchesWrongCounterCode) {
   expect_caught(locked, "other bytes than the counter code");
 }
 
-}  // namespace
-}  // namespace dyni::jit
-
-namespace dyni::jit {
-namespace {
 
 // A counting copy calls another hot function through its original entry
 // (whose patch leads to that function's current copy), so that a thread
@@ -527,11 +522,6 @@ TEST(CountingCopy, TheLayoutFromCountsLeavesWhatNeverRanBehind) {
   EXPECT_FALSE(ModuleCounts::from_json(saved));
 }
 
-}  // namespace
-}  // namespace dyni::jit
-
-namespace dyni::jit {
-namespace {
 
 // Counter code turned off in place (2 bytes over its first instruction, as
 // dynid does when the counting phase ends): the copy counts no more and
@@ -570,11 +560,6 @@ TEST(CountingCopy, CountersTurnedOffInPlaceCountNoMore) {
   }
 }
 
-}  // namespace
-}  // namespace dyni::jit
-
-namespace dyni::jit {
-namespace {
 
 // The verifier decides again where the plain counter code may run: a plan
 // that put it where the flags are live (here the block that is only a jg)
@@ -593,11 +578,6 @@ TEST(CountingCopy, VerifierRecomputesWhereFlagsAreLive) {
   EXPECT_NE(r.error().message().find("flags live there"), std::string::npos) << r.error().message();
 }
 
-}  // namespace
-}  // namespace dyni::jit
-
-namespace dyni::jit {
-namespace {
 
 // 4 threads calling one tiny counted function in a tight loop: how many of
 // their calls its entry counter counted.
@@ -665,11 +645,6 @@ TEST(StripedCounters, ThreadsOnOtherCpusLoseAlmostNothing) {
   EXPECT_GE(counted, calls - calls / 100);
 }
 
-}  // namespace
-}  // namespace dyni::jit
-
-namespace dyni::jit {
-namespace {
 
 // What the counts show of a layout (layout_metrics.h), on a loop whose
 // counts are known: every executed instruction is counted in both
@@ -704,11 +679,6 @@ TEST(CountingCopy, LayoutMetricsCountInstructionsAndTakenJumps) {
   EXPECT_GT(original.pages_99, 0u);
 }
 
-}  // namespace
-}  // namespace dyni::jit
-
-namespace dyni::jit {
-namespace {
 
 // The premise of striping, on this machine: rdpid's low byte differs from
 // one CPU to another (Linux writes the CPU number into TSC_AUX). Where it
@@ -823,11 +793,6 @@ TEST(StripedCounters, VerifierCatchesWrongStripedCode) {
   expect_caught(clobbers, "rcx not restored");
 }
 
-}  // namespace
-}  // namespace dyni::jit
-
-namespace dyni::jit {
-namespace {
 
 // A call that ends a block may not return (a noreturn callee, an
 // exception): the flow past it is never derived from the flow into it, so

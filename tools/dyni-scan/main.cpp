@@ -71,12 +71,14 @@ bool parse(int argc, char** argv, Args& a) {
   return !a.elf.empty();
 }
 
-Result<jit::ModuleProfile> read_profile(const std::string& path) {
+// A profile or counts file: T::from_json of the JSON in `path`.
+template <class T>
+Result<T> read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return fail(path + ": cannot open");
   auto j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded()) return fail(path + ": not JSON");
-  return jit::ModuleProfile::from_json(j);
+  return T::from_json(j);
 }
 
 double percent(uint64_t part, uint64_t whole) { return whole ? 100.0 * part / whole : 0.0; }
@@ -219,14 +221,6 @@ void print_leaving(const std::vector<SampledCopy>& copies, const elf::FunctionTa
     std::printf("leaving:   %6llu samples  %s: %s\n", static_cast<unsigned long long>(samples), name.c_str(), why.c_str());
 }
 
-Result<jit::ModuleCounts> read_counts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return fail(path + ": cannot open");
-  auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded()) return fail(path + ": not JSON");
-  return jit::ModuleCounts::from_json(j);
-}
-
 // --counts: what the counts show of the original code and of the cache laid
 // out by them (jit/layout_metrics.h).
 void print_count_metrics(const jit::ModulePlan& plan, const jit::ModuleCounts& counts) {
@@ -278,8 +272,8 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   auto file = elf::ElfFile::open(args.elf);
   auto table = file ? elf::FunctionTable::build(*file) : std::unexpected(file.error());
-  auto profile = args.profile.empty() ? Result<jit::ModuleProfile>(jit::ModuleProfile{}) : read_profile(args.profile);
-  auto counts = args.counts.empty() ? Result<jit::ModuleCounts>(jit::ModuleCounts{}) : read_counts(args.counts);
+  auto profile = args.profile.empty() ? Result<jit::ModuleProfile>(jit::ModuleProfile{}) : read_json_file<jit::ModuleProfile>(args.profile);
+  auto counts = args.counts.empty() ? Result<jit::ModuleCounts>(jit::ModuleCounts{}) : read_json_file<jit::ModuleCounts>(args.counts);
   if (!table || !profile || !counts) {
     std::fprintf(stderr, "dyni-scan: %s: %s\n", args.elf.c_str(),
                  (!table ? table.error() : !profile ? profile.error() : counts.error()).message().c_str());
