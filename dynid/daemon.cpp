@@ -97,6 +97,7 @@ int Daemon::run() {
     }
     if (!stopping_ && now >= next_scan_ms_) {
       scan();
+      warn_if_slow("a scan of /proc", now);
       next_scan_ms_ = now + config_.scan_interval_ms;
     }
     std::vector<pollfd> fds = server_.poll_fds();
@@ -109,10 +110,19 @@ int Daemon::run() {
     if (ready <= 0) continue;
     if (fds.back().revents) on_signal();
     fds.pop_back();
+    const int64_t served = now_mono_ms();
     server_.serve(fds, [this](const protocol::Request& r) { return handle(r); });
+    warn_if_slow("serving the control socket", served);
   }
   log::info("dynid stopped (targets keep their current code)");
   return 0;
+}
+
+// The main loop answers -status; anything in it that takes long keeps every
+// client waiting, and is named in the log (DYNID-WARN main loop:).
+void Daemon::warn_if_slow(const char* what, int64_t since_ms) {
+  const int64_t took = now_mono_ms() - since_ms;
+  if (took >= kSlowLoopMs) log::warn("main loop: {} took {} ms (requests wait meanwhile)", what, took);
 }
 
 int Daemon::poll_timeout_ms(int64_t now) {
@@ -145,14 +155,21 @@ void Daemon::sync_lifecycles() {
     // An adopt-only lifecycle runs to its end; then it stays only if it found
     // a cache (else a busy target gets a full lifecycle at the next scan).
     bool keep = same && (it->second->adopt_only() ? !it->second->finished() || it->second->adopted() : in_pipeline);
-    it = keep ? std::next(it) : lifecycles_.erase(it);
+    if (keep) {
+      ++it;
+      continue;
+    }
+    it->second->request_stop();
+    retiring_.insert_or_assign(it->first, std::move(it->second));
+    it = lifecycles_.erase(it);
   }
+  std::erase_if(retiring_, [](const auto& r) { return r.second->finished(); });
   std::erase_if(adoption_checked_, [&](const auto& id) {
     auto t = live.find(id.first);
     return t == live.end() || t->second.start_time != id.second;
   });
   for (const auto& [pid, t] : live) {
-    if (lifecycles_.count(pid)) continue;
+    if (lifecycles_.count(pid) || retiring_.count(pid)) continue;
     if (t.state == TargetState::Profiling) {
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options()));
     } else if (t.state == TargetState::Waiting && adoption_checked_.insert({pid, t.start_time}).second) {

@@ -59,6 +59,8 @@ class Daemon {
   protocol::Response status() const;
   protocol::Response undo_or_redo(bool undo);
   int poll_timeout_ms(int64_t now);
+  void warn_if_slow(const char* what, int64_t since_ms);
+  static constexpr int64_t kSlowLoopMs = 1000;
 
   DaemonOptions options_;
   Config config_;
@@ -70,6 +72,10 @@ class Daemon {
   // One per target past `waiting`; declared after targets_ so it is destroyed
   // (threads joined) before the table they update.
   std::map<pid_t, std::unique_ptr<TargetLifecycle>> lifecycles_;
+  // Lifecycles whose target left the pipeline, until their threads finish:
+  // the main loop never waits for a jit or a stop window (requests and scans
+  // go on meanwhile), and their pid gets no new lifecycle before that.
+  std::map<pid_t, std::unique_ptr<TargetLifecycle>> retiring_;
   // Waiting targets already checked for a cache of dyni's (pid, start time).
   std::set<std::pair<pid_t, uint64_t>> adoption_checked_;
   license::LicenseState license_;

@@ -61,6 +61,9 @@ class TargetLifecycle {
   pid_t pid() const { return pid_; }
   bool adopt_only() const { return adopt_only_; }
   bool finished() const { return finished_; }  // its thread has nothing more to do
+  // Asks its thread to stop at its next check; the jit and a stop window run
+  // to their ends first. Destroy it once finished(), so that no one waits.
+  void request_stop() { stop_ = true; }
   // An adopt-only lifecycle that found a cache (and so must be kept: it
   // holds what -undo needs); read once finished().
   bool adopted() const { return adopted_; }

@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# How much faster is my database? One command: dyni on a private mariadbd
+# under sysbench oltp_read_only, measured side by side on one process.
+#
+#   sudo bench/mariadb-sysbench.sh [--threads N] [--socket] [--block SECONDS]
+#                                  [--groups MIN[:MAX]] [--json FILE] [--build DIR]
+#
+# It touches nothing but what it starts itself:
+# - its own mariadbd (datadir, socket and port under /var/tmp/dyni-sysbench),
+#   made with bench/mariadb.sh, with sysbench's 4 x 100,000 rows;
+# - its own dynid (config, socket, state and log in the same folder), which
+#   lists only that server's executable. The host's license is copied in.
+# It refuses to run on a host that already runs mariadbd or mysqld, or a
+# dynid: their targets would be in the measurement, or it in theirs.
+#
+# What it does, printing progress as it goes:
+# 1. warms the server up, starts the private dynid, then starts the load;
+#    times load start to `dynimized`, and the counting phase (its TPS and CPU
+#    per transaction against the profiling phase just before, which runs the
+#    original code);
+# 2. alternates original and dynimized windows on that one process with
+#    `dyni -undo` and `-redo`, in ABBA groups, until the 95 % interval of the
+#    TPS ratio is within +-3 % (at least MIN groups, at most MAX; default 6:30);
+# 3. prints one table, then the same as JSON (also written to --json FILE).
+# Ratios are dynimized/original. CPU is mariadbd's: user time is the part dyni
+# changes (the kernel's share, loopback TCP, is the same code either way).
+set -euo pipefail
+
+THREADS=2; SOCKET=0; BLOCK=5; MIN_GROUPS=6; MAX_GROUPS=30; JSON_OUT=""; BUILD=""
+HALF_WIDTH=0.03      # the interval the ABBA part runs for
+WORK=${DYNI_SYSBENCH_DIR:-/var/tmp/dyni-sysbench}
+PORT=${DYNI_SYSBENCH_PORT:-3316}
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+say() { echo "mariadb-sysbench: $*" >&2; }
+die() { echo "mariadb-sysbench: $*" >&2; exit 1; }
+usage() { sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threads) THREADS=${2:?}; shift ;;
+    --threads=*) THREADS=${1#*=} ;;
+    --socket) SOCKET=1 ;;
+    --block) BLOCK=${2:?}; shift ;;
+    --block=*) BLOCK=${1#*=} ;;
+    --groups) G=${2:?}; shift; MIN_GROUPS=${G%%:*}; [[ $G == *:* ]] && MAX_GROUPS=${G#*:} ;;
+    --json) JSON_OUT=${2:?}; shift ;;
+    --json=*) JSON_OUT=${1#*=} ;;
+    --build) BUILD=${2:?}; shift ;;
+    --build=*) BUILD=${1#*=} ;;
+    -h|--help) usage ;;
+    *) echo "mariadb-sysbench: unknown argument: $1" >&2; usage ;;
+  esac
+  shift
+done
+for n in "$THREADS" "$BLOCK" "$MIN_GROUPS" "$MAX_GROUPS"; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "--threads, --block and --groups take positive integers, not '$n'"
+done
+[ "$MIN_GROUPS" -le "$MAX_GROUPS" ] || die "--groups MIN:MAX needs MIN <= MAX"
+
+# ---- What it needs, and what it must not touch -----------------------------
+[ "$(id -u)" = 0 ] || die "must be run as root: it starts its own mariadbd and dynid"
+need() { command -v "$1" >/dev/null || die "needs $1: apt-get install $2"; }
+need mariadbd mariadb-server; need mariadb-install-db mariadb-server; need mariadb mariadb-client
+need sysbench sysbench; need jq jq
+if [ -n "$BUILD" ]; then DYNI=$(cd "$BUILD" && pwd)/dyni-cli/dyni
+else DYNI=$(command -v dyni || true); fi
+[ -x "$DYNI" ] || die "needs dyni: install it (sudo ./install/install.sh) or pass --build DIR"
+MARIADBD=$(readlink -f "$(command -v mariadbd)")
+
+SERVER_DIR=$WORK/mariadb
+export DYNI_MARIADB_DIR=$SERVER_DIR DYNI_MARIADB_PORT=$PORT
+"$HERE/mariadb.sh" stop >/dev/null 2>&1 || true   # ours, left by an interrupted run
+others=$(pgrep -x 'mariadbd|mysqld' | tr '\n' ' ' || true)
+[ -z "$others" ] || die "a database already runs on this host (pid $others): this benchmark starts its own mariadbd and measures only that; run it where no other mariadbd or mysqld runs"
+dynids=$(pgrep -x dynid | tr '\n' ' ' || true)
+[ -z "$dynids" ] || die "dynid already runs (pid $dynids): its targets would be undone and redone with this benchmark's; stop it first (sudo dyni -stop), the benchmark runs its own"
+
+# ---- The private dynid, with the host's license ----------------------------
+HOST_CONFIG=${DYNI_CONFIG:-/etc/dyni.conf}
+HOST_STATE=${DYNI_STATE_DIR:-/var/lib/dyni}
+mkdir -p "$WORK/run" "$WORK/state"
+chmod 0700 "$WORK/state"
+rm -f "$WORK/state/license.json"
+[ -f "$HOST_STATE/license.json" ] ||
+  die "this host has no dyni license ($HOST_STATE/license.json): without one dyni optimizes nothing and every ratio would be 1.000. Bind one first: sudo dyni -license=start -token=TOKEN"
+cp "$HOST_STATE/license.json" "$WORK/state/license.json"
+public_key=$( [ -f "$HOST_CONFIG" ] && awk -F= '/^\[/ { s = $0 } s == "[license]" && $1 ~ /^ *public_key *$/ {
+                gsub(/^ +| +$/, "", $2); sub(/ +;.*/, "", $2); print $2 }' "$HOST_CONFIG" || true)
+cat > "$WORK/dyni.conf" <<CONF
+; written by bench/mariadb-sysbench.sh: a private dynid for its own mariadbd
+[exeList]
+$MARIADBD
+[options]
+log_file = $WORK/dynid.log
+[license]
+$([ -n "$public_key" ] && echo "public_key = $public_key")
+CONF
+dyni() { DYNI_CONFIG=$WORK/dyni.conf DYNI_RUN_DIR=$WORK/run DYNI_STATE_DIR=$WORK/state "$DYNI" "$@"; }
+license=$(dyni -license=status 2>&1) ||
+  die "dyni's license is not active on this host ($license): without one every ratio would be 1.000"
+
+# ---- The private server and the load ---------------------------------------
+SB_PID=""
+cleanup() {
+  [ -n "$SB_PID" ] && kill "$SB_PID" 2>/dev/null || true
+  dyni -stop >/dev/null 2>&1 || true
+  "$HERE/mariadb.sh" stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+say "starting a private mariadbd in $SERVER_DIR (port $PORT)"
+"$HERE/mariadb.sh" start >/dev/null
+SOCK=$SERVER_DIR/mysqld.sock
+PID=$(cat "$SERVER_DIR/mysqld.pid")
+sql() { mariadb --socket="$SOCK" -uroot -N -e "$1"; }
+if [ "$(sql "select count(*) from information_schema.tables where table_schema='sbtest'")" != 4 ]; then
+  say "creating sysbench's tables (4 x 100,000 rows)"
+  "$HERE/mariadb.sh" prepare >/dev/null
+fi
+sql "CREATE USER IF NOT EXISTS sbtest@localhost IDENTIFIED BY 'sbtest'; GRANT ALL ON sbtest.* TO sbtest@localhost"
+if [ "$SOCKET" = 1 ]; then CONNECT=(--mysql-socket="$SOCK"); VIA="a Unix socket"
+else CONNECT=(--mysql-host=127.0.0.1 --mysql-port="$PORT"); VIA="TCP on 127.0.0.1"; fi
+sysbench_run() {  # SECONDS
+  sysbench oltp_read_only --db-driver=mysql "${CONNECT[@]}" --mysql-user=sbtest --mysql-password=sbtest \
+    --mysql-db=sbtest --tables=4 --table-size=100000 --threads="$THREADS" --time="$1" run
+}
+commits() { sql "show global status like 'Com_commit'" | awk '{print $2}'; }
+ticks() { awk '{print $14, $15}' "/proc/$PID/stat"; }   # mariadbd's utime and stime
+TICK=$(getconf CLK_TCK)
+now() { date +%s.%N; }
+# "time commits utime stime": one sample of the server.
+sample() { echo "$(now) $(commits) $(ticks)"; }
+# Ratio line of two samples: "tps user_us_per_txn cpu_us_per_txn".
+rate() {
+  awk -v t="$TICK" 'NR == 1 { t0 = $1; c0 = $2; u0 = $3; s0 = $4 } NR == 2 {
+    n = $2 - c0; if (n <= 0) { print "0 0 0"; exit }
+    printf "%.2f %.2f %.2f\n", n / ($1 - t0), ($3 - u0) / t * 1e6 / n, ($3 + $4 - u0 - s0) / t * 1e6 / n }'
+}
+
+say "warming the server up (10 s of load)"
+sysbench_run 10 >/dev/null 2>&1 || die "sysbench failed against the private server (see $SERVER_DIR/error.log)"
+
+# ---- 1. Load start to dynimized --------------------------------------------
+say "starting the private dynid"
+dyni -start >/dev/null || die "dyni -start failed: $(tail -3 "$WORK/dynid.log" 2>/dev/null)"
+DYNID_PID=$(pgrep -f "dynid --config=$WORK/dyni.conf" | head -1)
+# The server's entry in -status -json; empty when dynid did not answer in time
+# (it is named in dynid's log then: DYNID-WARN main loop).
+target() { dyni -status -json 2>/dev/null | jq -c --argjson pid "$PID" '.targets[] | select(.pid == $pid)' || true; }
+sysbench_run 36000 >/dev/null 2>&1 &
+SB_PID=$!
+LOAD_START=$(now)
+say "load started: sysbench oltp_read_only, $THREADS threads over $VIA"
+TIMELINE=$WORK/timeline.txt
+: > "$TIMELINE"
+last=""
+while :; do
+  t=$(target)
+  if [ -z "$t" ]; then
+    say "  dynid did not answer -status in time; asking again"
+    awk -v a="$LOAD_START" -v b="$(now)" 'BEGIN { exit !(b - a > 180) }' && die "dynid stopped answering -status"
+    continue
+  fi
+  state=$(jq -r '.state' <<<"$t")
+  phase=$(jq -r '.counting.phase // ""' <<<"$t")
+  s=$(sample)
+  echo "$s $state ${phase// /_}" >> "$TIMELINE"
+  shown="$state${phase:+ ($phase)}"
+  elapsed=$(awk -v a="$LOAD_START" -v b="${s%% *}" 'BEGIN { printf "%.1f", b - a }')
+  [ "$shown" != "$last" ] && say "  ${elapsed} s: $shown" && last=$shown
+  case "$state" in
+    dynimized*) break ;;
+    failed*|unsupported*|unlicensed|undone) die "the server ended $(jq -r '.status' <<<"$t"); see $WORK/dynid.log" ;;
+  esac
+  awk -v e="$elapsed" 'BEGIN { exit !(e > 180) }' && die "not dynimized 180 s after the load started (state: $shown)"
+  kill -0 "$SB_PID" 2>/dev/null || die "sysbench stopped"
+  sleep 0.5
+done
+TO_DYNIMIZED=$elapsed
+# The counting phase against the profiling just before it (original code).
+phase_rate() {  # STATE-PATTERN: first and last sample of the longest run in that state
+  awk -v p="$1" '$5 ~ p { if (!on) first = $0; last = $0; on = 1; next } on { exit } END { print first; print last }' \
+    "$TIMELINE" | rate
+}
+read -r p_tps p_user p_cpu < <(phase_rate '^profiling')
+read -r c_tps c_user c_cpu < <(awk '$6 == "counting" { print }' "$TIMELINE" | sed -n '1p;$p' | rate)
+t=$(target)
+COUNT_SECONDS=$(jq -r '.counting.seconds // 0' <<<"$t")
+LONGEST_STOP=$(jq -r '.dynimized.longest_stop_ms // 0' <<<"$t")
+LAYOUT=$(jq -r '.dynimized.layout // ""' <<<"$t")
+FUNCTIONS=$(jq -r '.dynimized.functions_patched // 0' <<<"$t")
+
+# ---- 2. ABBA on one process ------------------------------------------------
+say "alternating original (A) and dynimized (B) windows of $BLOCK s: ABBA groups, ratios B/A"
+block() {  # A|B: switch, settle 1 s, measure BLOCK s; prints "tps user cpu"
+  if [ "$1" = A ]; then dyni -undo >/dev/null || die "dyni -undo failed"
+  else dyni -redo >/dev/null || die "dyni -redo failed"; fi
+  sleep 1
+  local a b; a=$(sample); sleep "$BLOCK"; b=$(sample)
+  printf '%s\n%s\n' "$a" "$b" | rate
+}
+RATIOS=$WORK/ratios.txt
+: > "$RATIOS"
+say "  group   TPS   user CPU/txn   CPU/txn"
+half_width() {  # of the TPS column, 1.96 sd / sqrt(n)
+  awk '{ s += $2; ss += $2 * $2; n++ } END { m = s / n; sd = n > 1 ? sqrt((ss - n * m * m) / (n - 1)) : 1
+         printf "%.4f\n", 1.96 * sd / sqrt(n) }' "$RATIOS"
+}
+for g in $(seq 1 "$MAX_GROUPS"); do
+  order="A B B A"; [ $((g % 2)) = 0 ] && order="B A A B"
+  sa=(0 0 0); sb=(0 0 0)
+  for s in $order; do
+    read -r tps user cpu < <(block "$s")
+    awk -v x="$tps" 'BEGIN { exit !(x > 0) }' || die "a window served no transaction (sysbench stopped?)"
+    if [ "$s" = A ]; then sa=($(awk -v a="${sa[*]}" -v b="$tps $user $cpu" 'BEGIN { split(a, x); split(b, y); print x[1]+y[1], x[2]+y[2], x[3]+y[3] }'))
+    else sb=($(awk -v a="${sb[*]}" -v b="$tps $user $cpu" 'BEGIN { split(a, x); split(b, y); print x[1]+y[1], x[2]+y[2], x[3]+y[3] }')); fi
+  done
+  awk -v g="$g" -v a="${sa[*]}" -v b="${sb[*]}" 'BEGIN { split(a, x); split(b, y)
+    printf "%d %.4f %.4f %.4f\n", g, y[1] / x[1], y[2] / x[2], y[3] / x[3] }' | tee -a "$RATIOS" |
+    awk '{ printf "mariadb-sysbench:   %5d  %6.3f  %6.3f  %6.3f\n", $1, $2, $3, $4 }' >&2
+  hw=$(half_width)
+  [ "$g" -ge "$MIN_GROUPS" ] && awk -v h="$hw" -v w="$HALF_WIDTH" 'BEGIN { exit !(h <= w) }' && break
+done
+dyni -redo >/dev/null 2>&1 || true   # the last block of a group ending in A leaves it undone
+
+# ---- 3. The table and JSON -------------------------------------------------
+read -r DYNID_CPU DYNID_RSS < <(awk -v t="$TICK" '{ printf "%.1f ", ($14 + $15) / t }' "/proc/$DYNID_PID/stat";
+                                 awk '/^VmHWM/ { printf "%.0f\n", $2 / 1024 }' "/proc/$DYNID_PID/status")
+CPU_NAME=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+HYPERVISOR=$(systemd-detect-virt 2>/dev/null || echo unknown)
+stats() {  # COLUMN: "mean half_width n"
+  awk -v c="$1" '{ s += $c; ss += $c * $c; n++ } END { m = s / n; sd = n > 1 ? sqrt((ss - n * m * m) / (n - 1)) : 0
+                   printf "%.4f %.4f %d\n", m, 1.96 * sd / sqrt(n), n }' "$RATIOS"
+}
+read -r TPS TPS_HW N < <(stats 2)
+read -r USER USER_HW _ < <(stats 3)
+read -r CPU CPU_HW _ < <(stats 4)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0) ? a / b : 0 }'; }
+C_TPS=$(ratio "$c_tps" "$p_tps"); C_USER=$(ratio "$c_user" "$p_user")
+meets() { awk -v x="$1" -v op="$2" -v g="$3" 'BEGIN { ok = op == ">=" ? x >= g : x <= g; print ok ? "met" : "not met" }'; }
+TPS_LOW=$(awk -v m="$TPS" -v h="$TPS_HW" 'BEGIN { printf "%.4f", m - h }')
+{
+echo
+echo "dyni on mariadbd ($MARIADBD), sysbench oltp_read_only, $THREADS threads over $VIA"
+echo "CPU: $CPU_NAME ($(nproc) CPUs, $HYPERVISOR); $N ABBA groups of 4 x $BLOCK s on pid $PID"
+echo
+printf "%-40s %-22s %s\n" "" "dynimized/original" "goal"
+printf "%-40s %6.3f  (±%.3f)       >= 1.10, interval above 1: %s\n" "transactions per second" "$TPS" "$TPS_HW" \
+  "$( [ "$(meets "$TPS" '>=' 1.10)" = met ] && awk -v l="$TPS_LOW" 'BEGIN { exit !(l > 1) }' && echo met || echo "not met")"
+printf "%-40s %6.3f  (±%.3f)       <= 0.85: %s\n" "mariadbd user CPU per transaction" "$USER" "$USER_HW" "$(meets "$USER" '<=' 0.85)"
+printf "%-40s %6.3f  (±%.3f)\n" "mariadbd CPU per transaction" "$CPU" "$CPU_HW"
+echo
+printf "%-40s %s s   (goal <= 30 s: %s)\n" "load start to dynimized" "$TO_DYNIMIZED" "$(meets "$TO_DYNIMIZED" '<=' 30)"
+printf "%-40s %s s; TPS x%s, user CPU per transaction x%s of profiling (goal: <= 5 s at >= x0.7)\n" \
+  "counting phase" "$COUNT_SECONDS" "$C_TPS" "$C_USER"
+printf "%-40s %s functions, layout: %s\n" "dynimized" "$FUNCTIONS" "$LAYOUT"
+printf "%-40s %s s of CPU, peak RSS %s MB\n" "dynid" "$DYNID_CPU" "$DYNID_RSS"
+printf "%-40s %s ms\n" "longest stop window" "$LONGEST_STOP"
+} 
+JSON=$(jq -n --arg cpu "$CPU_NAME" --arg hv "$HYPERVISOR" --arg via "$VIA" --arg exe "$MARIADBD" \
+  --argjson threads "$THREADS" --argjson groups "$N" --argjson block "$BLOCK" \
+  --argjson tps "$TPS" --argjson tps_hw "$TPS_HW" --argjson user "$USER" --argjson user_hw "$USER_HW" \
+  --argjson cpu_r "$CPU" --argjson cpu_hw "$CPU_HW" --argjson to_dyn "$TO_DYNIMIZED" \
+  --argjson count_s "$COUNT_SECONDS" --argjson count_tps "$C_TPS" --argjson count_user "$C_USER" \
+  --argjson dynid_cpu "$DYNID_CPU" --argjson dynid_rss "$DYNID_RSS" --argjson stop "$LONGEST_STOP" \
+  --argjson functions "$FUNCTIONS" --arg layout "$LAYOUT" \
+  '{cpu: $cpu, hypervisor: $hv, server: $exe, threads: $threads, connection: $via, abba_groups: $groups,
+    block_seconds: $block,
+    tps_ratio: {mean: $tps, ci95: $tps_hw}, user_cpu_per_txn_ratio: {mean: $user, ci95: $user_hw},
+    cpu_per_txn_ratio: {mean: $cpu_r, ci95: $cpu_hw}, seconds_to_dynimized: $to_dyn,
+    counting: {seconds: $count_s, tps_ratio: $count_tps, user_cpu_per_txn_ratio: $count_user},
+    dynid: {cpu_seconds: $dynid_cpu, peak_rss_mb: $dynid_rss}, longest_stop_ms: $stop,
+    functions_patched: $functions, layout: $layout}')
+echo
+echo "$JSON"
+[ -z "$JSON_OUT" ] || echo "$JSON" > "$JSON_OUT"
