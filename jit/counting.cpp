@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <tuple>
 
 #include "jit/count_flow.h"
@@ -308,22 +309,113 @@ std::vector<std::size_t> removal_order(const FunctionCfg& cfg, const FlowGraph& 
   return out;
 }
 
+// Whether every block's and every edge's count (but a jump table's) follows
+// from the counters of the sites `kept`.
+bool tells_everything(const FlowGraph& g, const std::vector<SiteMeaning>& meaning, const std::vector<bool>& kept) {
+  FlowValues v = known_by(g, meaning, kept);
+  propagate(g, v);
+  return fully_known(g, v);
+}
+
+// The sites kept by dropping greedily, in `order`, every one whose count
+// still follows from the others: a propagation per site tried, so quadratic.
+std::vector<bool> kept_by_propagation(const FlowGraph& g, const std::vector<SiteMeaning>& meaning,
+                                      const std::vector<std::size_t>& order) {
+  std::vector<bool> kept(meaning.size(), true);
+  for (std::size_t i : order) {
+    kept[i] = false;
+    if (!tells_everything(g, meaning, kept)) kept[i] = true;
+  }
+  return kept;
+}
+
+// The same in near-linear time, where it can be decided so. Each block
+// has two equations, at its start (its count = the sum of its in-edges) and
+// its end (= the sum of its out-edges): a node each, and the block's count
+// is an edge between them. A node with no equation (the entry's start, a
+// start with no in-edge, an end with no out-edge) is the node "outside"
+// (V), where exits lead. An unknown count is then an unknown edge, and the
+// propagation (peeling: a node with one unknown edge solves it) tells
+// every unknown edge exactly when the unknown edges form a forest.
+// Exits and jump-table edges need not be told: those never counted may lie
+// on cycles, but only in V's part of the graph (any other tree keeps its
+// equations). A site may go when its edge joins two trees. Empty when the
+// counted sites do not start as such a forest: the caller propagates then.
+class UnknownForest {
+ public:
+  explicit UnknownForest(std::size_t nodes) : parent_(nodes) {
+    for (std::size_t k = 0; k < nodes; ++k) parent_[k] = k;
+  }
+  std::size_t find(std::size_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  bool join(std::size_t a, std::size_t b) {
+    a = find(a), b = find(b);
+    if (a == b) return false;
+    parent_[a] = b;
+    return true;
+  }
+
+ private:
+  std::vector<std::size_t> parent_;
+};
+
+std::optional<std::vector<bool>> kept_by_forest(const FlowGraph& g, const std::vector<SiteMeaning>& meaning,
+                                                const std::vector<std::size_t>& order) {
+  const std::size_t n = g.in.size(), outside = 0;
+  auto start = [&](std::size_t k) { return k == 0 || g.in[k].empty() ? outside : 1 + 2 * k; };
+  auto end = [&](std::size_t k) { return g.out[k].empty() ? outside : 2 + 2 * k; };
+  auto ends_of_edge = [&](std::size_t e) {
+    const FlowGraph::Edge& x = g.edges[e];
+    return std::pair{end(x.from), x.to == kOutside ? outside : start(x.to)};
+  };
+  std::vector<bool> counted_block(n, false), counted_edge(g.edges.size(), false);
+  for (const SiteMeaning& m : meaning) {
+    if (m.block != kOutside) counted_block[m.block] = true;
+    else if (m.edge != kOutside) counted_edge[m.edge] = true;
+  }
+  UnknownForest forest(1 + 2 * n);
+  auto need_not_be_told = [&](std::size_t e) { return g.edges[e].table || g.edges[e].to == kOutside; };
+  // Exits first: they join V directly, so that a cycle of table edges found
+  // later is known to be V's, when it is.
+  for (bool exits : {true, false})
+    for (std::size_t e = 0; e < g.edges.size(); ++e) {
+      if (counted_edge[e] || !need_not_be_told(e) || (g.edges[e].to == kOutside) != exits) continue;
+      auto [a, b] = ends_of_edge(e);
+      if (!forest.join(a, b) && forest.find(a) != forest.find(outside)) return std::nullopt;
+    }
+  for (std::size_t e = 0; e < g.edges.size(); ++e) {
+    if (counted_edge[e] || need_not_be_told(e)) continue;
+    auto [a, b] = ends_of_edge(e);
+    if (!forest.join(a, b)) return std::nullopt;
+  }
+  for (std::size_t k = 0; k < n; ++k)
+    if (!counted_block[k] && !forest.join(start(k), end(k))) return std::nullopt;
+  std::vector<bool> kept(meaning.size(), true);
+  for (std::size_t i : order) {
+    const SiteMeaning& m = meaning[i];
+    if (m.block == kOutside && m.edge == kOutside) kept[i] = false;  // it counts nothing the flow has
+    else if (m.block != kOutside) kept[i] = !forest.join(start(m.block), end(m.block));
+    else kept[i] = !forest.join(ends_of_edge(m.edge).first, ends_of_edge(m.edge).second);
+  }
+  return kept;
+}
+
 // Drops every site whose count follows from the others (count_flow.h), the
 // most run first, keeping every block's and edge's count known.
-std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<CounterSite> sites) {
+std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<CounterSite> sites, bool by_forest) {
   const FlowGraph g = flow_graph(cfg);
-  if (!small_enough(cfg, g)) return sites;
   const std::vector<SiteMeaning> meaning = meanings(cfg, g, sites);
-  std::vector<bool> kept(sites.size(), true);
-  for (std::size_t i : removal_order(cfg, g, sites)) {
-    kept[i] = false;
-    FlowValues v = known_by(g, meaning, kept);
-    propagate(g, v);
-    if (!fully_known(g, v)) kept[i] = true;
-  }
+  const std::vector<std::size_t> order = removal_order(cfg, g, sites);
+  std::optional<std::vector<bool>> kept = by_forest ? kept_by_forest(g, meaning, order) : std::nullopt;
+  // The forest's answer is checked once by the propagation counts_from runs.
+  if (kept && !tells_everything(g, meaning, *kept)) kept.reset();
+  if (!kept && small_enough(cfg, g)) kept = kept_by_propagation(g, meaning, order);
+  if (!kept) return sites;
   std::vector<CounterSite> out;
   for (std::size_t i = 0; i < sites.size(); ++i)
-    if (kept[i]) out.push_back(sites[i]);
+    if ((*kept)[i]) out.push_back(sites[i]);
   return out;
 }
 
@@ -331,7 +423,7 @@ std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<Counte
 
 std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot, bool striped, CounterSet set) {
   std::vector<CounterSite> sites = every_site(cfg, striped);
-  if (set == CounterSet::Fewest) sites = fewest_sites(cfg, std::move(sites));
+  if (set != CounterSet::Every) sites = fewest_sites(cfg, std::move(sites), set == CounterSet::Fewest);
   uint32_t slot = first_slot;
   for (CounterSite& s : sites) s.slot = slot++;
   return sites;

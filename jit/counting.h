@@ -99,10 +99,14 @@ constexpr unsigned kRedZone = 128;
 // Fewest: of those, only the ones whose counts do not follow from the
 // others by flow conservation (count_flow.h), dropped greedily, those on
 // loops first: in a loop whose body branches, about one increment per
-// iteration is left of three or four. Functions of more than
-// kMaxBlocksToReduce blocks, or with a block of more than kMaxEdgesOfABlock
-// edges, keep every site (the search is quadratic).
-enum class CounterSet { Every, Fewest };
+// iteration is left of three or four. The search is near-linear (a union-
+// find over the flow equations, counting.cpp: kept_by_forest); where it
+// cannot decide (cycles of jump-table edges), it propagates once per site
+// tried, and then functions of more than kMaxBlocksToReduce blocks, or with
+// a block of more than kMaxEdgesOfABlock edges, keep every site.
+// FewestByPropagation: the same search by the propagation it stands for,
+// once per site tried (quadratic; what Fewest is checked against).
+enum class CounterSet { Every, Fewest, FewestByPropagation };
 constexpr std::size_t kMaxBlocksToReduce = 4000;
 constexpr std::size_t kMaxEdgesOfABlock = 512;
 

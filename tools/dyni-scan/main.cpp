@@ -1,4 +1,4 @@
-// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting [--stripes N]]
+// dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting [--stripes N] [--sites every|fewest|propagation]]
 //           [--counts FILE]
 //
 // Runs the whole jit (jit/pipeline.h) over a binary: every function as if all
@@ -52,6 +52,9 @@ struct Args {
   bool leaving = false;  // --leaving: list the sampled functions whose copies leave the cache
   bool counting = false;
   uint32_t stripes = 0;  // --stripes N: striped counters for N CPUs
+  // --sites: a counter at every block, the fewest (default), or the fewest
+  // found by propagating once per site (the slow search, to compare).
+  jit::CounterSet sites = jit::CounterSet::Fewest;
   std::string counts;  // --counts FILE: lay out by these counts and say what they show
 };
 
@@ -64,6 +67,13 @@ bool parse(int argc, char** argv, Args& a) {
     else if (s == "--leaving") a.leaving = true;
     else if (s == "--counting") a.counting = true;
     else if (s == "--stripes" && i + 1 < argc) a.stripes = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 0));
+    else if (s == "--sites" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v == "every") a.sites = jit::CounterSet::Every;
+      else if (v == "fewest") a.sites = jit::CounterSet::Fewest;
+      else if (v == "propagation") a.sites = jit::CounterSet::FewestByPropagation;
+      else return false;
+    }
     else if (s == "--counts" && i + 1 < argc) a.counts = argv[++i];
     else if (!s.starts_with("-") && a.elf.empty()) a.elf = s;
     else return false;
@@ -266,7 +276,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, args)) {
     std::fprintf(stderr,
                  "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] "
-                 "[--counting [--stripes N]] [--counts FILE]\n");
+                 "[--counting [--stripes N] [--sites every|fewest|propagation]] [--counts FILE]\n");
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -301,6 +311,7 @@ int main(int argc, char** argv) {
   if (args.shuffle) options.layout.cold = args.leave_cold ? jit::ColdBlocks::LeaveInOriginal : jit::ColdBlocks::CopyLast;
   options.cache.counting = args.counting;
   options.cache.counter_stripes = args.stripes;
+  options.cache.counter_set = args.sites;
   auto plan = jit::optimize_module(input, options);
   if (!plan) {
     std::fprintf(stderr, "dyni-scan: %s: module failed: %s\n", args.elf.c_str(), plan.error().message().c_str());
