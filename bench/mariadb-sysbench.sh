@@ -104,6 +104,7 @@ license=$(dyni -license=status 2>&1) ||
 SB_PID=""
 cleanup() {
   [ -n "$SB_PID" ] && kill "$SB_PID" 2>/dev/null || true
+  [ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null || true
   dyni -stop >/dev/null 2>&1 || true
   "$HERE/mariadb.sh" stop >/dev/null 2>&1 || true
 }
@@ -152,8 +153,13 @@ sysbench_run 36000 >/dev/null 2>&1 &
 SB_PID=$!
 LOAD_START=$(now)
 say "load started: sysbench oltp_read_only, $THREADS threads over $VIA"
+# The server's counters every 0.25 s ("time commits utime stime"), and each
+# -status answer ("time state phase"), for the phases' rates below.
+SAMPLES=$WORK/samples.txt
 TIMELINE=$WORK/timeline.txt
 : > "$TIMELINE"
+(while :; do sample; sleep 0.25; done) > "$SAMPLES" &
+SAMPLER=$!
 last=""
 while :; do
   t=$(target)
@@ -164,10 +170,10 @@ while :; do
   fi
   state=$(jq -r '.state' <<<"$t")
   phase=$(jq -r '.counting.phase // ""' <<<"$t")
-  s=$(sample)
-  echo "$s $state ${phase// /_}" >> "$TIMELINE"
+  at=$(now)
+  echo "$at $state ${phase// /_}" >> "$TIMELINE"
   shown="$state${phase:+ ($phase)}"
-  elapsed=$(awk -v a="$LOAD_START" -v b="${s%% *}" 'BEGIN { printf "%.1f", b - a }')
+  elapsed=$(awk -v a="$LOAD_START" -v b="$at" 'BEGIN { printf "%.1f", b - a }')
   [ "$shown" != "$last" ] && say "  ${elapsed} s: $shown" && last=$shown
   case "$state" in
     dynimized*) break ;;
@@ -178,15 +184,20 @@ while :; do
   sleep 0.5
 done
 TO_DYNIMIZED=$elapsed
-# The counting phase against the profiling just before it (original code).
-phase_rate() {  # STATE-PATTERN: first and last sample of the longest run in that state
-  awk -v p="$1" '$5 ~ p { if (!on) first = $0; last = $0; on = 1; next } on { exit } END { print first; print last }' \
-    "$TIMELINE" | rate
+kill "$SAMPLER" 2>/dev/null || true
+# The counting phase against the profiling just before it (original code):
+# the server's rates between the first -status answer in a phase and the
+# first one after it.
+phase_rate() {  # FIELD VALUE: field 2 is the state, 3 the counting phase
+  local span
+  span=$(awk -v f="$1" -v v="$2" '$f == v && !a { a = $1 } a && $f != v { print a, $1; exit }' "$TIMELINE")
+  [ -n "$span" ] || { echo "0 0 0"; return; }
+  awk -v a="${span% *}" -v b="${span#* }" '$1 >= a && $1 <= b' "$SAMPLES" | sed -n '1p;$p' | rate
 }
-read -r p_tps p_user p_cpu < <(phase_rate '^profiling')
-read -r c_tps c_user c_cpu < <(awk '$6 == "counting" { print }' "$TIMELINE" | sed -n '1p;$p' | rate)
+read -r p_tps p_user p_cpu < <(phase_rate 2 profiling)
+read -r c_tps c_user c_cpu < <(phase_rate 3 counting)
 t=$(target)
-COUNT_SECONDS=$(jq -r '.counting.seconds // 0' <<<"$t")
+COUNT_SECONDS=$(jq -r '(.counting.seconds // 0) * 10 | round / 10' <<<"$t")
 LONGEST_STOP=$(jq -r '.dynimized.longest_stop_ms // 0' <<<"$t")
 LAYOUT=$(jq -r '.dynimized.layout // ""' <<<"$t")
 FUNCTIONS=$(jq -r '.dynimized.functions_patched // 0' <<<"$t")
@@ -228,7 +239,7 @@ dyni -redo >/dev/null 2>&1 || true   # the last block of a group ending in A lea
 read -r DYNID_CPU DYNID_RSS < <(awk -v t="$TICK" '{ printf "%.1f ", ($14 + $15) / t }' "/proc/$DYNID_PID/stat";
                                  awk '/^VmHWM/ { printf "%.0f\n", $2 / 1024 }' "/proc/$DYNID_PID/status")
 CPU_NAME=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-HYPERVISOR=$(systemd-detect-virt 2>/dev/null || echo unknown)
+HYPERVISOR=$(systemd-detect-virt --vm 2>/dev/null || echo "no hypervisor")
 stats() {  # COLUMN: "mean half_width n"
   awk -v c="$1" '{ s += $c; ss += $c * $c; n++ } END { m = s / n; sd = n > 1 ? sqrt((ss - n * m * m) / (n - 1)) : 0
                    printf "%.4f %.4f %d\n", m, 1.96 * sd / sqrt(n), n }' "$RATIOS"

@@ -64,13 +64,25 @@ Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds minimum, std
   int stable_reads = 0;
   for (;;) {
     std::this_thread::sleep_for(kReadInterval);
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_) return fail("stopped by dyni -undo");
+      if (stopping()) {
+        end_locked();
+        return fail("dynid is stopping");
+      }
+    }
+    // Outside the lock, which -status needs: reading the target's memory
+    // waits for its mmap lock, which the target's own threads may hold for
+    // long. counting_ is never changed once made.
+    const auto read_at = Clock::now();
+    auto counts = read_counts(counting_);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - read_at);
+    if (took >= kSlowRead)
+      log::warn("counting cache at {:#x} of pid {}: reading the counters took {} ms", counting_.cache.addr,
+                counting_.pid, took.count());
     std::lock_guard lock(mutex_);
     if (stopped_) return fail("stopped by dyni -undo");
-    if (stopping()) {
-      end_locked();
-      return fail("dynid is stopping");
-    }
-    auto counts = read_counts(counting_);
     if (!counts) {
       end_locked();
       return fail("counters unreadable: " + counts.error().message());

@@ -37,6 +37,7 @@ class CountingPhase {
  public:
   static constexpr std::chrono::milliseconds kReadInterval{500};
   static constexpr double kStableDistance = 0.02;  // L1 distance of the normalized counts
+  static constexpr std::chrono::milliseconds kSlowRead{250};  // a read this long is logged (DYNID-WARN)
 
   // Injects the counting cache for `request`'s hot set. Fails when nothing
   // was done to the target, or when what was done is ended already.
