@@ -120,6 +120,17 @@ int print_profile(const protocol::Response& response, bool json) {
                                jit.value("functions", 0), jit.value("sampled_cpu_accepted_percent", 0.0),
                                jit.value("cache_bytes", 0) / 1024, jit.value("entries_patched", 0));
   }
+  if (p.contains("layout_by_counts")) {
+    std::cout << "what the counts say (99 % of the executed instructions):\n";
+    for (const char* which : {"original", "laid_out"}) {
+      const auto& m = p["layout_by_counts"][which];
+      std::cout << fmt::format("  {:<9} ext-TSP {:.4g}, {} bytes ran, in {} lines and {} pages, {:.1f} taken jumps "
+                               "per 1,000 instructions\n",
+                               std::string(which) == "original" ? "original:" : "laid out:", m.value("ext_tsp", 0.0),
+                               m.value("hot_bytes", 0), m.value("lines_99", 0), m.value("pages_99", 0),
+                               m.value("taken_jumps_per_1000", 0.0));
+    }
+  }
   std::cout << fmt::format("{:>8}  {:>8}  {:<20}  {}\n", "percent", "samples", "module", "function");
   for (const auto& f : p.value("top", nlohmann::json::array())) {
     std::string module = f.value("module", "?");

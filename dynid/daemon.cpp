@@ -84,7 +84,13 @@ Daemon::Daemon(DaemonOptions options, Config config, InstanceLock lock, ControlS
     : options_(std::move(options)), config_(std::move(config)), lock_(std::move(lock)),
       server_(std::move(server)), signal_fd_(signal_fd), started_unix_ms_(now_unix_ms()) {}
 
-Daemon::~Daemon() { ::close(signal_fd_); }
+// Every lifecycle is asked to stop first, so that none goes on counting or
+// injecting while the others are joined one by one.
+Daemon::~Daemon() {
+  for (auto& [pid, lc] : lifecycles_) lc->request_stop();
+  for (auto& [pid, lc] : retiring_) lc->request_stop();
+  ::close(signal_fd_);
+}
 
 int Daemon::run() {
   int64_t stop_deadline = 0;

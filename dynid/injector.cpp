@@ -704,6 +704,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   // `out.error`, with what was done, so that it can be undone.
   out.code_addr = p->place.addr + p->layout.code_offset;
   out.code_size = p->planned.plan.cache.bytes.size();
+  if (req.counts) out.count_metrics = jit::count_metrics(p->planned.plan, *req.counts);
   out.tier = p->record.tier;
   out.counter_sites = p->record.counter_sites;
   out.counter_layout = p->planned.plan.cache.counter_layout();

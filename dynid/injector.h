@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_record.h"
 #include "dynid/thread_unwind.h"
+#include "jit/layout_metrics.h"
 #include "jit/pipeline.h"
 
 namespace dyni {
@@ -97,6 +99,9 @@ struct Injection {
   std::chrono::microseconds longest_stop{0};
   WindowTiming longest_window;  // of the patch windows
   std::string error;  // set when a step failed after the cache was mapped
+  // Laid out by counts (request.counts): what the counts say of the original
+  // code and of this cache (jit/layout_metrics.h; dyni -profile=PID).
+  std::optional<jit::CountMetrics> count_metrics;
 };
 
 // How many of `skipped` ("func_1234: its code in memory differs from the

@@ -207,7 +207,10 @@ void TargetLifecycle::dynimize() {
     std::optional<jit::ModuleCounts> counts;
     if (dynimize_.counting) {
       auto counted = count_hot_set(request);
-      if (stop_) return;
+      if (stop_) {
+        end_counting();  // counted or not, never left counting: entries back, counters off (with retries)
+        return;
+      }
       std::lock_guard lock(counting_mutex_);
       if (counting_ && counting_->stopped()) return;  // -undo: the target is undone, on its original code
       if (counted) {
@@ -334,7 +337,11 @@ void TargetLifecycle::settle_after_failure(TargetState from, const std::string& 
 }
 
 // This target's state, in the table, unless the process exec'd since.
+// A lifecycle asked to stop (retiring: its target left the pipeline) moves
+// no state: its target may be back in the table already as a new entry of
+// the same process, which is not this lifecycle's to settle.
 bool TargetLifecycle::move(TargetState from, TargetState to, const std::string& why) {
+  if (stop_) return false;
   return table_.transition(pid_, start_time_, from, to, why, image_);
 }
 
@@ -521,10 +528,18 @@ Status TargetLifecycle::profile_until_stable() {
 }
 
 nlohmann::json TargetLifecycle::profile_json(std::size_t top_n) const {
-  std::lock_guard lock(mutex_);
-  if (!recorder_) return nullptr;
-  nlohmann::json j = recorder_->to_json(top_n);
-  if (!plan_.is_null()) j["jit"] = plan_;
+  nlohmann::json j;
+  {
+    std::lock_guard lock(mutex_);
+    if (!recorder_) return nullptr;
+    j = recorder_->to_json(top_n);
+    if (!plan_.is_null()) j["jit"] = plan_;
+  }
+  // What the counts say of the original code and of the injected layout.
+  std::lock_guard lock(injection_mutex_);
+  if (injection_ && injection_->count_metrics)
+    j["layout_by_counts"] = {{"original", jit::to_json(injection_->count_metrics->original)},
+                             {"laid_out", jit::to_json(injection_->count_metrics->laid_out)}};
   return j;
 }
 

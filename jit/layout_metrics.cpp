@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <map>
 
+#include "jit/module_counts.h"
+#include "jit/pipeline.h"
+
 namespace dyni::jit {
 namespace {
 
@@ -116,6 +119,29 @@ LayoutMetrics metrics_of(const std::vector<FunctionPlacement>& functions, bool l
   m.lines_99 = units_for_99(functions, laid_out, 6);
   m.pages_99 = units_for_99(functions, laid_out, 12);
   return m;
+}
+
+CountMetrics count_metrics(const ModulePlan& plan, const ModuleCounts& counts) {
+  std::map<uint64_t, const FunctionCfg*> cfg_of;
+  for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
+  std::vector<FunctionPlacement> placed;
+  for (const CachedFunction& f : plan.cache.functions) {
+    auto c = counts.functions.find(f.original_entry);
+    auto cfg = cfg_of.find(f.original_entry);
+    if (c == counts.functions.end() || cfg == cfg_of.end()) continue;
+    placed.push_back(place_counts(*cfg->second, counts_from(*cfg->second, c->second),
+                                  layout_of_copy(*cfg->second, f.code), f.code));
+  }
+  return {metrics_of(placed, false), metrics_of(placed, true)};
+}
+
+nlohmann::json to_json(const LayoutMetrics& m) {
+  return {{"ext_tsp", m.ext_tsp},
+          {"instructions", m.instructions},
+          {"hot_bytes", m.hot_bytes},
+          {"lines_99", m.lines_99},
+          {"pages_99", m.pages_99},
+          {"taken_jumps_per_1000", m.taken_per_1000()}};
 }
 
 }  // namespace dyni::jit

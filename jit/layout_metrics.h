@@ -6,6 +6,8 @@
 // 1,000 executed instructions. Pure.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <vector>
 
@@ -49,5 +51,15 @@ FunctionPlacement place_counts(const FunctionCfg& cfg, const FunctionCounts& cou
 
 // The module's figures from every function's placement.
 LayoutMetrics metrics_of(const std::vector<FunctionPlacement>& functions, bool laid_out);
+
+// The figures of a module plan's functions that have counts: the original
+// code's, then the plan's cache's (dyni-scan --counts, dyni -profile=PID).
+struct ModulePlan;
+struct ModuleCounts;
+struct CountMetrics {
+  LayoutMetrics original, laid_out;
+};
+CountMetrics count_metrics(const ModulePlan& plan, const ModuleCounts& counts);
+nlohmann::json to_json(const LayoutMetrics& m);
 
 }  // namespace dyni::jit

@@ -491,6 +491,18 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_FALSE(counts->build_id.empty());
   EXPECT_GE(counts->functions.size(), 15u);
   EXPECT_GT(counts->seconds, 0.0);
+  // -profile tells what the counts say of the original code and of the layout.
+  nlohmann::json by_counts =
+      nlohmann::json::parse(host.dyni({"-profile=" + std::to_string(hot), "-json"}).out)["profile"]["layout_by_counts"];
+  ASSERT_TRUE(by_counts.is_object()) << by_counts.dump();
+  for (const char* which : {"original", "laid_out"}) {
+    EXPECT_GT(by_counts[which]["instructions"].get<uint64_t>(), 0u) << which;
+    EXPECT_GT(by_counts[which]["pages_99"].get<std::size_t>(), 0u) << which;
+    EXPECT_GT(by_counts[which]["hot_bytes"].get<uint64_t>(), 0u) << which;
+  }
+  EXPECT_EQ(by_counts["original"]["instructions"], by_counts["laid_out"]["instructions"]) << "the same counts";
+  EXPECT_GT(by_counts["original"]["ext_tsp"].get<double>(), 0.0);
+  EXPECT_NE(host.dyni({"-profile=" + std::to_string(hot)}).out.find("what the counts say"), std::string::npos);
 
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.err;

@@ -234,17 +234,9 @@ void print_leaving(const std::vector<SampledCopy>& copies, const elf::FunctionTa
 // --counts: what the counts show of the original code and of the cache laid
 // out by them (jit/layout_metrics.h).
 void print_count_metrics(const jit::ModulePlan& plan, const jit::ModuleCounts& counts) {
-  std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
-  for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
-  std::vector<jit::FunctionPlacement> placed;
-  for (const jit::CachedFunction& f : plan.cache.functions) {
-    auto c = counts.functions.find(f.original_entry);
-    if (c == counts.functions.end()) continue;
-    const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
-    placed.push_back(jit::place_counts(cfg, jit::counts_from(cfg, c->second), jit::layout_of_copy(cfg, f.code), f.code));
-  }
+  const jit::CountMetrics both = jit::count_metrics(plan, counts);
   for (bool laid_out : {false, true}) {
-    jit::LayoutMetrics m = jit::metrics_of(placed, laid_out);
+    const jit::LayoutMetrics& m = laid_out ? both.laid_out : both.original;
     std::printf("%-12s ext-TSP %.4g, %llu bytes ran, 99%% of %llu executed instructions in %zu lines and %zu pages, "
                 "%.1f taken jumps per 1,000 instructions\n",
                 laid_out ? "laid out:" : "original:", m.ext_tsp, static_cast<unsigned long long>(m.hot_bytes),
