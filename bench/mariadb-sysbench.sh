@@ -214,24 +214,25 @@ block() {  # A|B: switch, settle 1 s, measure BLOCK s; prints "tps user cpu"
 RATIOS=$WORK/ratios.txt
 : > "$RATIOS"
 say "  group   TPS   user CPU/txn   CPU/txn"
-half_width() {  # of the TPS column, 1.96 sd / sqrt(n)
-  awk '{ s += $2; ss += $2 * $2; n++ } END { m = s / n; sd = n > 1 ? sqrt((ss - n * m * m) / (n - 1)) : 1
-         printf "%.4f\n", 1.96 * sd / sqrt(n) }' "$RATIOS"
+stats() {  # COLUMN: "mean half_width n" of the groups' ratios, the half width 1.96 sd / sqrt(n)
+  awk -v c="$1" '{ s += $c; ss += $c * $c; n++ } END { m = s / n; sd = n > 1 ? sqrt((ss - n * m * m) / (n - 1)) : 0
+                   printf "%.4f %.4f %d\n", m, 1.96 * sd / sqrt(n), n }' "$RATIOS"
 }
+add3() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x); split(b, y); print x[1] + y[1], x[2] + y[2], x[3] + y[3] }'; }
 for g in $(seq 1 "$MAX_GROUPS"); do
   order="A B B A"; [ $((g % 2)) = 0 ] && order="B A A B"
   sa=(0 0 0); sb=(0 0 0)
   for s in $order; do
     read -r tps user cpu < <(block "$s")
     awk -v x="$tps" 'BEGIN { exit !(x > 0) }' || die "a window served no transaction (sysbench stopped?)"
-    if [ "$s" = A ]; then sa=($(awk -v a="${sa[*]}" -v b="$tps $user $cpu" 'BEGIN { split(a, x); split(b, y); print x[1]+y[1], x[2]+y[2], x[3]+y[3] }'))
-    else sb=($(awk -v a="${sb[*]}" -v b="$tps $user $cpu" 'BEGIN { split(a, x); split(b, y); print x[1]+y[1], x[2]+y[2], x[3]+y[3] }')); fi
+    if [ "$s" = A ]; then sa=($(add3 "${sa[*]}" "$tps $user $cpu"))
+    else sb=($(add3 "${sb[*]}" "$tps $user $cpu")); fi
   done
   awk -v g="$g" -v a="${sa[*]}" -v b="${sb[*]}" 'BEGIN { split(a, x); split(b, y)
     printf "%d %.4f %.4f %.4f\n", g, y[1] / x[1], y[2] / x[2], y[3] / x[3] }' | tee -a "$RATIOS" |
     awk '{ printf "mariadb-sysbench:   %5d  %6.3f  %6.3f  %6.3f\n", $1, $2, $3, $4 }' >&2
-  hw=$(half_width)
-  [ "$g" -ge "$MIN_GROUPS" ] && awk -v h="$hw" -v w="$HALF_WIDTH" 'BEGIN { exit !(h <= w) }' && break
+  read -r _ hw _ < <(stats 2)
+  [ "$g" -ge "$MIN_GROUPS" ] && [ "$g" -gt 1 ] && awk -v h="$hw" -v w="$HALF_WIDTH" 'BEGIN { exit !(h <= w) }' && break
 done
 dyni -redo >/dev/null 2>&1 || true   # the last block of a group ending in A leaves it undone
 
@@ -240,10 +241,6 @@ read -r DYNID_CPU DYNID_RSS < <(awk -v t="$TICK" '{ printf "%.1f ", ($14 + $15) 
                                  awk '/^VmHWM/ { printf "%.0f\n", $2 / 1024 }' "/proc/$DYNID_PID/status")
 CPU_NAME=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 HYPERVISOR=$(systemd-detect-virt --vm 2>/dev/null || echo "no hypervisor")
-stats() {  # COLUMN: "mean half_width n"
-  awk -v c="$1" '{ s += $c; ss += $c * $c; n++ } END { m = s / n; sd = n > 1 ? sqrt((ss - n * m * m) / (n - 1)) : 0
-                   printf "%.4f %.4f %d\n", m, 1.96 * sd / sqrt(n), n }' "$RATIOS"
-}
 read -r TPS TPS_HW N < <(stats 2)
 read -r USER USER_HW _ < <(stats 3)
 read -r CPU CPU_HW _ < <(stats 4)

@@ -397,7 +397,10 @@ std::optional<std::vector<bool>> kept_by_forest(const FlowGraph& g, const std::v
     const SiteMeaning& m = meaning[i];
     if (m.block == kOutside && m.edge == kOutside) kept[i] = false;  // it counts nothing the flow has
     else if (m.block != kOutside) kept[i] = !forest.join(start(m.block), end(m.block));
-    else kept[i] = !forest.join(ends_of_edge(m.edge).first, ends_of_edge(m.edge).second);
+    else {
+      auto [a, b] = ends_of_edge(m.edge);
+      kept[i] = !forest.join(a, b);
+    }
   }
   return kept;
 }
