@@ -86,10 +86,11 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
   std::vector<uint8_t> out;
   put_bytes(out, kRecordMagic.data(), kRecordMagic.size());
   // The lowest version that holds it: a dynid that reads 3 still knows a
-  // cache with no striped site (an older dynid after a downgrade).
-  const bool striped = std::any_of(r.counter_sites.begin(), r.counter_sites.end(),
-                                   [](const CounterSiteRecord& c) { return c.form.striped; });
-  put<uint32_t>(out, striped ? CacheRecord::kVersion : 3);
+  // cache with no striped or value site (an older dynid after a downgrade).
+  auto any = [&](bool jit::CounterForm::*bit) {
+    return std::any_of(r.counter_sites.begin(), r.counter_sites.end(), [&](const CounterSiteRecord& c) { return c.form.*bit; });
+  };
+  put<uint32_t>(out, any(&jit::CounterForm::value) ? 5 : any(&jit::CounterForm::striped) ? 4 : 3);
   put<uint32_t>(out, 0);  // total size, set below
   std::vector<uint8_t> id = unhex(r.build_id);
   out.push_back(static_cast<uint8_t>(id.size()));
@@ -179,7 +180,12 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     CounterSiteRecord c;
     c.addr = *r.read<uint64_t>();
     const uint8_t form = *r.read<uint8_t>();
-    if (*version >= 4 && form > jit::CounterForm{true, true}.bits())
+    // 4 knows the striped bit, 5 the value bit (never with striped).
+    const bool known = *version >= 5 ? (form <= jit::CounterForm{true, true}.bits() ||
+                                        form == jit::CounterForm{false, false, true}.bits() ||
+                                        form == jit::CounterForm{true, false, true}.bits())
+                                     : form <= jit::CounterForm{true, true}.bits();
+    if (*version >= 4 && !known)
       return fail(fmt::format("cache record: counter site at {:#x} has an unknown form", c.addr));
     c.form = *version >= 4 ? jit::CounterForm::from_bits(form) : jit::CounterForm{form != 0, false};
     r.skip(kSiteEntryBytes - 9);

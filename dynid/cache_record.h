@@ -42,9 +42,10 @@ struct CacheRecord {
   // 2: the search table; 3: the tier, the counters' mapping and the counter
   // sites; 4: a site's form byte holds CounterForm::bits (striped counters),
   // where 3 knew only 0 and 1 (so that a dynid that reads 3 never takes a
-  // striped site for a shorter one: it refuses the record). Every older
-  // version is still read (2: tier Optimized, no counters).
-  static constexpr uint32_t kVersion = 4;
+  // striped site for a shorter one: it refuses the record); 5: the value
+  // bit (value code, counting.h), which 4 refuses. Every older version is
+  // still read (2: tier Optimized, no counters).
+  static constexpr uint32_t kVersion = 5;
   static constexpr uint32_t kOldestVersion = 2;
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;

@@ -708,7 +708,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   out.tier = p->record.tier;
   out.counter_sites = p->record.counter_sites;
   out.counter_layout = p->planned.plan.cache.counter_layout();
-  out.build_id = p->record.build_id, out.module = p->exe.module->path;
+  out.build_id = p->record.build_id, out.module = p->exe.module->path, out.module_bias = p->exe.module->bias;
   for (const jit::CachedFunction& f : p->planned.plan.cache.functions)
     if (!f.counters.empty()) out.counted[f.original_entry] = f.counters;
   out.eh_frame_addr = p->place.addr + p->layout.blob_offset;
@@ -872,7 +872,7 @@ Result<jit::ModuleCounts> read_counts(const Injection& in) {
   const std::vector<uint64_t> values = in.counter_layout.sums(*words);
   jit::ModuleCounts counts;
   counts.module = in.module, counts.build_id = in.build_id;
-  for (const auto& [entry, sites] : in.counted) counts.functions[entry] = jit::site_counts(entry, sites, values);
+  for (const auto& [entry, sites] : in.counted) counts.functions[entry] = jit::site_counts(entry, sites, values, in.module_bias);
   return counts;
 }
 

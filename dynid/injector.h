@@ -85,6 +85,7 @@ struct Injection {
   jit::CounterLayout counter_layout;  // where its slots lie in `counters` (striped or shared)
   std::map<uint64_t, std::vector<jit::CounterSite>> counted;
   std::string build_id, module;
+  uint64_t module_bias = 0;  // value sites count run-time targets: less this, link-time ones
   std::vector<CopyRange> copies;
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;

@@ -539,7 +539,8 @@ nlohmann::json TargetLifecycle::profile_json(std::size_t top_n) const {
   std::lock_guard lock(injection_mutex_);
   if (injection_ && injection_->count_metrics)
     j["layout_by_counts"] = {{"original", jit::to_json(injection_->count_metrics->original)},
-                             {"laid_out", jit::to_json(injection_->count_metrics->laid_out)}};
+                             {"laid_out", jit::to_json(injection_->count_metrics->laid_out)},
+                             {"indirect_calls", jit::to_json(injection_->count_metrics->indirect)}};
   return j;
 }
 

@@ -89,8 +89,9 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
     cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}, 0}, {f.cfg->start, {}}, "", {}, {}});
     CachedFunction& copy = cache.functions.back();
     if (options.counting) {
-      copy.counters = plan_counters(*f.cfg, cache.counter_slots, options.counter_stripes > 0, options.counter_set);
-      cache.counter_slots += static_cast<uint32_t>(copy.counters.size());
+      copy.counters = plan_counters(*f.cfg, cache.counter_slots, options.counter_stripes > 0, options.counter_set,
+                                    options.count_values);
+      cache.counter_slots += slots_of(copy.counters);
     }
     at += emitted_size(*f.cfg, f.layout, at, shortest(options), {options.counting ? &copy.counters : nullptr, 0});
   }

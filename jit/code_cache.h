@@ -93,6 +93,7 @@ struct CacheOptions {
   // Striped code runs rdpid: only where the CPU has it (CPUID.7.0:ECX[22]).
   uint32_t counter_stripes = 0;
   CounterSet counter_set = CounterSet::Fewest;  // plan_counters: Every for measurements
+  bool count_values = true;                      // value sites at indirect calls and jmps (counting.h)
   // Measurements only: counting copies call each other directly, not
   // through the original entries (a thread would then stay on counting
   // copies after the phase: never in dynid).

@@ -11,6 +11,7 @@
 
 #include "jit/count_flow.h"
 #include "jit/flags_liveness.h"
+#include "jit/relocator.h"
 
 namespace dyni::jit {
 namespace {
@@ -184,6 +185,189 @@ ZydisEncoderRequest request_for(CounterInstruction::What w, uint64_t at, uint8_t
 }
 
 bool within_rel32(int64_t d) { return d >= INT32_MIN && d <= INT32_MAX; }
+
+bool is_gpr64(ZydisRegister r) { return ZydisRegisterGetClass(r) == ZYDIS_REGCLASS_GPR64; }
+
+// The load of value code: mov rax, the operand of `source` (an indirect
+// call or jmp), at `at`, with rsp `shift` bytes below the call's.
+Result<std::vector<uint8_t>> value_load(const Instruction& source, uint64_t at, unsigned shift) {
+  const Operand& op = source.ops[0];
+  std::vector<uint8_t> out;
+  if (op.type == ZYDIS_OPERAND_TYPE_REGISTER) {
+    if (auto n = encode(register_from(ZYDIS_MNEMONIC_MOV, ZYDIS_REGISTER_RAX, op.reg), out); !n)
+      return std::unexpected(n.error());
+    return out;
+  }
+  int64_t disp = op.disp;
+  if (op.base == ZYDIS_REGISTER_RSP) disp += shift;
+  // [rip + disp] re-aimed at the same address: its length (7) is fixed.
+  if (op.base == ZYDIS_REGISTER_RIP) disp = static_cast<int64_t>(source.rip_address - (at + 7));
+  if (!within_rel32(disp)) return fail(fmt::format("value code: target beyond ±2 GB at {:#x}", at));
+  if (auto n = encode(register_from_memory(ZYDIS_MNEMONIC_MOV, ZYDIS_REGISTER_RAX, op.base, op.index, op.scale, disp), out);
+      !n)
+    return std::unexpected(n.error());
+  return out;
+}
+
+// One instruction of value code; `pair` numbers the pair it tests, claims
+// or counts.
+struct ValueInstruction {
+  enum What : uint8_t { LowerRsp, PushRcx, PushRax, Pushfq, Load, Pad, LeaTable, CmpTarget, JeHit, CmpFree, JeClaim,
+                        IncOther, JmpDone, Claim, Hit, Popfq, PopRax, PopRcx, RaiseRsp } what;
+  uint8_t length;
+  uint8_t pair = 0;
+};
+
+// Value code's instructions for a load of `load` bytes, in order.
+std::vector<ValueInstruction> value_instructions(bool saves_flags, std::size_t load) {
+  using V = ValueInstruction;
+  std::vector<V> out = {{V::LowerRsp, 5}, {V::PushRcx, 1}, {V::PushRax, 1}};
+  if (saves_flags) out.push_back({V::Pushfq, 1});
+  out.push_back({V::Load, static_cast<uint8_t>(load)});
+  if (load < kValueLoadBytes) out.push_back({V::Pad, static_cast<uint8_t>(kValueLoadBytes - load)});
+  out.push_back({V::LeaTable, 7});
+  for (uint8_t i = 0; i < kValueTargets; ++i)  // [rcx] has no displacement: one byte less
+    for (V v : {V{V::CmpTarget, uint8_t(i ? 4 : 3), i}, V{V::JeHit, 2, i}, V{V::CmpFree, uint8_t(i ? 5 : 4), i},
+                V{V::JeClaim, 2, i}})
+      out.push_back(v);
+  out.push_back({V::IncOther, 4});
+  out.push_back({V::JmpDone, 2});
+  for (uint8_t i = 0; i < kValueTargets; ++i) {
+    out.push_back({V::Claim, uint8_t(i ? 4 : 3), i});
+    out.push_back({V::Hit, 4, i});
+    if (i + 1u < kValueTargets) out.push_back({V::JmpDone, 2});  // the last falls into done
+  }
+  if (saves_flags) out.push_back({V::Popfq, 1});
+  for (V v : {V{V::PopRax, 1}, V{V::PopRcx, 1}, V{V::RaiseRsp, 8}}) out.push_back(v);
+  return out;
+}
+
+int value_stack_effect(ValueInstruction::What w) {
+  using V = ValueInstruction;
+  switch (w) {
+    case V::LowerRsp: return kRedZone;
+    case V::PushRcx: case V::PushRax: case V::Pushfq: return 8;
+    case V::Popfq: case V::PopRax: case V::PopRcx: return -8;
+    case V::RaiseRsp: return -static_cast<int>(kRedZone);
+    default: return 0;
+  }
+}
+
+// Value code's load length for `source`, at any address (rsp-based
+// operands are shifted by what the code pushed first).
+Result<std::size_t> value_load_length(const Instruction& source, bool saves_flags) {
+  const unsigned shift = kRedZone + 8 * (saves_flags ? 3 : 2);
+  auto load = value_load(source, 0, shift);
+  if (!load) return std::unexpected(load.error());
+  if (load->size() > kValueLoadBytes) return fail(fmt::format("value code: load of {:#x} too long", source.addr));
+  return load->size();
+}
+
+// The table's byte for pair `i`'s target (its count follows) and for "other".
+constexpr uint8_t pair_offset(unsigned i) { return static_cast<uint8_t>(2 * kCounterSlotSize * i); }
+constexpr uint8_t kOtherOffset = 2 * kCounterSlotSize * kValueTargets;
+
+// The length of every value code of a form (the load padded to kValueLoadBytes).
+std::size_t value_length(bool saves_flags) {
+  std::size_t n = 0;
+  for (const ValueInstruction& v : value_instructions(saves_flags, kValueLoadBytes)) n += v.length;
+  return n;
+}
+
+Result<CounterCode> value_code(uint64_t at, uint64_t table, bool saves_flags, const Instruction& source) {
+  using V = ValueInstruction;
+  if (!within_rel32(static_cast<int64_t>(table - at))) return fail(fmt::format("value table beyond ±2 GB at {:#x}", at));
+  auto load_length = value_load_length(source, saves_flags);
+  if (!load_length) return std::unexpected(load_length.error());
+  const std::vector<V> what = value_instructions(saves_flags, *load_length);
+  // Where each instruction starts, and the labels the branches go to.
+  std::vector<uint64_t> start;
+  uint64_t offset = 0, done = 0;
+  std::array<uint64_t, kValueTargets> claim{}, hit{};
+  for (const V& v : what) {
+    start.push_back(offset);
+    if (v.what == V::Claim) claim[v.pair] = offset;
+    if (v.what == V::Hit) hit[v.pair] = offset;
+    if ((v.what == V::Popfq || v.what == V::PopRax) && !done) done = offset;
+    offset += v.length;
+  }
+  CounterCode code;
+  int shift = 0;
+  for (std::size_t k = 0; k < what.size(); ++k) {
+    const V& v = what[k];
+    code.steps.push_back({static_cast<uint8_t>(start[k]), static_cast<uint8_t>(shift)});
+    const uint64_t here = at + start[k];
+    std::vector<uint8_t> bytes;
+    Result<std::vector<uint8_t>> branch;
+    Result<std::size_t> n = 0;
+    switch (v.what) {
+      case V::LowerRsp: n = encode(move_rsp(-static_cast<int32_t>(kRedZone)), bytes); break;
+      case V::PushRcx: n = encode(with_register(ZYDIS_MNEMONIC_PUSH, ZYDIS_REGISTER_RCX), bytes); break;
+      case V::PushRax: n = encode(with_register(ZYDIS_MNEMONIC_PUSH, ZYDIS_REGISTER_RAX), bytes); break;
+      case V::Pushfq: n = encode(request(ZYDIS_MNEMONIC_PUSHFQ), bytes); break;
+      case V::Load: branch = value_load(source, here, static_cast<unsigned>(shift)); break;
+      case V::Pad:
+        bytes.resize(v.length);
+        if (ZYAN_FAILED(ZydisEncoderNopFill(bytes.data(), bytes.size()))) return fail("value code: cannot pad");
+        break;
+      case V::LeaTable:
+        n = encode(register_from_memory(ZYDIS_MNEMONIC_LEA, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_RIP, ZYDIS_REGISTER_NONE,
+                                        0, static_cast<int64_t>(table) - static_cast<int64_t>(here + v.length)),
+                   bytes);
+        break;
+      case V::CmpTarget: {
+        ZydisEncoderRequest req = with_register(ZYDIS_MNEMONIC_CMP, ZYDIS_REGISTER_RAX);
+        req.operand_count = 2;
+        set_memory(req, 1, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_NONE, 0, pair_offset(v.pair));
+        n = encode(req, bytes);
+        break;
+      }
+      case V::CmpFree: {
+        ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_CMP);
+        req.operand_count = 2;
+        set_memory(req, 0, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_NONE, 0, pair_offset(v.pair));
+        req.operands[1].type = ZYDIS_OPERAND_TYPE_IMMEDIATE;
+        req.operands[1].imm.u = 0;
+        n = encode(req, bytes);
+        break;
+      }
+      case V::JeHit: branch = short_branch(here, at + hit[v.pair], 4); break;
+      case V::JeClaim: branch = short_branch(here, at + claim[v.pair], 4); break;
+      case V::JmpDone: branch = short_branch(here, at + done, std::nullopt); break;
+      case V::IncOther: n = encode(increment(ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_NONE, kOtherOffset), bytes); break;
+      case V::Claim: {
+        ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_MOV);
+        req.operand_count = 2;
+        set_memory(req, 0, ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_NONE, 0, pair_offset(v.pair));
+        req.operands[1].type = ZYDIS_OPERAND_TYPE_REGISTER;
+        req.operands[1].reg.value = ZYDIS_REGISTER_RAX;
+        n = encode(req, bytes);
+        break;
+      }
+      case V::Hit:
+        n = encode(increment(ZYDIS_REGISTER_RCX, ZYDIS_REGISTER_NONE, pair_offset(v.pair) + kCounterSlotSize), bytes);
+        break;
+      case V::Popfq: n = encode(request(ZYDIS_MNEMONIC_POPFQ), bytes); break;
+      case V::PopRax: n = encode(with_register(ZYDIS_MNEMONIC_POP, ZYDIS_REGISTER_RAX), bytes); break;
+      case V::PopRcx: n = encode(with_register(ZYDIS_MNEMONIC_POP, ZYDIS_REGISTER_RCX), bytes); break;
+      case V::RaiseRsp: n = encode(move_rsp(static_cast<int32_t>(kRedZone)), bytes); break;
+    }
+    if (!n) return std::unexpected(n.error());
+    if (!branch) return std::unexpected(branch.error());
+    if (bytes.empty()) bytes = std::move(*branch);
+    // Invariant: the planned lengths (the branches' targets, emitted_size,
+    // the translation table and counter_off_bytes rest on them).
+    if (bytes.size() != v.length)
+      return fail(fmt::format("value code: {} bytes for step {} at {:#x}, planned {}", bytes.size(), k, here, v.length));
+    code.bytes.insert(code.bytes.end(), bytes.begin(), bytes.end());
+    shift += value_stack_effect(v.what);
+  }
+  // Invariant: one jmp rel8 (counter_off_bytes) reaches past it.
+  if (code.bytes.size() != value_length(saves_flags) || code.bytes.size() > 2 + INT8_MAX)
+    return fail(fmt::format("value code: {} bytes at {:#x}", code.bytes.size(), at));
+  return code;
+}
+
 
 
 // Every site: a counter per block, and per conditional branch whose
@@ -424,11 +608,49 @@ std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<Counte
 
 }  // namespace
 
-std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot, bool striped, CounterSet set) {
+bool value_countable(const Instruction& in) {
+  if (in.flow != Flow::IndirectCall && in.flow != Flow::IndirectBranch) return false;
+  if (in.operand_count < 1) return false;
+  for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
+    if ((in.bytes[k] & 0xf0) != 0x40) return false;
+  const Operand& op = in.ops[0];
+  if (op.type == ZYDIS_OPERAND_TYPE_REGISTER) return is_gpr64(op.reg) && op.reg != ZYDIS_REGISTER_RSP;
+  if (op.type != ZYDIS_OPERAND_TYPE_MEMORY || op.size != 64) return false;
+  const bool base_ok = op.base == ZYDIS_REGISTER_NONE || op.base == ZYDIS_REGISTER_RIP || is_gpr64(op.base);
+  const bool index_ok = op.index == ZYDIS_REGISTER_NONE || (is_gpr64(op.index) && op.index != ZYDIS_REGISTER_RSP);
+  if (!base_ok || !index_ok || (op.base == ZYDIS_REGISTER_RIP && op.index != ZYDIS_REGISTER_NONE)) return false;
+  return value_load_length(in, true).has_value() && value_load_length(in, false).has_value();
+}
+
+uint32_t CounterSite::slots() const { return kind == CounterKind::Value ? kValueSlots : 1; }
+
+uint32_t slots_of(const std::vector<CounterSite>& sites) {
+  uint32_t n = 0;
+  for (const CounterSite& s : sites) n += s.slots();
+  return n;
+}
+
+std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot, bool striped, CounterSet set,
+                                       bool values) {
   std::vector<CounterSite> sites = every_site(cfg, striped);
   if (set != CounterSet::Every) sites = fewest_sites(cfg, std::move(sites), set == CounterSet::Fewest);
+  if (values) {
+    std::vector<uint16_t> live = live_flags_before(cfg);
+    for (std::size_t i = 0; i < cfg.instructions.size(); ++i) {
+      const Instruction& in = cfg.instructions[i];
+      const bool table = std::any_of(cfg.tables.begin(), cfg.tables.end(),
+                                     [&](const JumpTable& t) { return t.jump_addr == in.addr; });
+      if (table || !value_countable(in)) continue;
+      sites.push_back({CounterKind::Value, in.addr, in.addr, (live[i] & kStatusFlags) != 0, 0, false});
+    }
+    // In address order; at one address a block's counter runs first.
+    auto order = [](const CounterSite& s) { return s.kind == CounterKind::Block ? 0 : s.kind == CounterKind::Value ? 1 : 2; };
+    std::stable_sort(sites.begin(), sites.end(), [&](const CounterSite& a, const CounterSite& b) {
+      return std::pair{a.at, order(a)} < std::pair{b.at, order(b)};
+    });
+  }
   uint32_t slot = first_slot;
-  for (CounterSite& s : sites) s.slot = slot++;
+  for (CounterSite& s : sites) s.slot = slot, slot += s.slots();
   return sites;
 }
 
@@ -469,15 +691,26 @@ uint32_t stripes_for(uint32_t slots, uint32_t cpus) {
 }
 
 std::size_t counter_length(CounterForm form) {
+  if (form.value) return value_length(form.saves_flags);
   std::size_t n = 0;
   for (const CounterInstruction& i : instructions_of(form)) n += i.length;
   return n;
 }
 
-std::vector<CounterStep> counter_steps(CounterForm form) {
+std::vector<CounterStep> counter_steps(CounterForm form, const Instruction* source) {
   std::vector<CounterStep> out;
   uint8_t offset = 0;
   int shift = 0;
+  if (form.value) {
+    auto load = source ? value_load_length(*source, form.saves_flags) : fail("no source");
+    if (!load) return out;
+    for (const ValueInstruction& v : value_instructions(form.saves_flags, *load)) {
+      out.push_back({offset, static_cast<uint8_t>(shift)});
+      offset = static_cast<uint8_t>(offset + v.length);
+      shift += value_stack_effect(v.what);
+    }
+    return out;
+  }
   for (const CounterInstruction& i : instructions_of(form)) {
     out.push_back({offset, static_cast<uint8_t>(shift)});
     offset = static_cast<uint8_t>(offset + i.length);
@@ -486,7 +719,12 @@ std::vector<CounterStep> counter_steps(CounterForm form) {
   return out;
 }
 
-Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm form, uint64_t table) {
+Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm form, uint64_t table,
+                                 const Instruction* source) {
+  if (form.value) {
+    if (!source || !value_countable(*source)) return fail(fmt::format("value code without a countable call at {:#x}", at));
+    return value_code(at, slot_addr, form.saves_flags, *source);
+  }
   if (form.striped && (!within_rel32(static_cast<int64_t>(table - at)) ||
                        !within_rel32(static_cast<int64_t>(slot_addr - table))))
     return fail(fmt::format("counter table beyond ±2 GB at {:#x}", at));
@@ -508,9 +746,43 @@ Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm fo
   return code;
 }
 
-SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, std::span<const uint64_t> counters) {
+uint64_t ValueCounts::calls() const {
+  uint64_t n = other;
+  for (const auto& [target, count] : targets) n += count;
+  return n;
+}
+
+namespace {
+
+// A value site's table read back: pairs with calls, a pair claimed twice
+// (racing threads) merged, the most called first.
+ValueCounts value_counts(std::span<const uint64_t> table, uint64_t bias) {
+  ValueCounts out;
+  out.other = table[kValueSlots - 1];
+  std::map<uint64_t, uint64_t> by_target;
+  for (unsigned i = 0; i < kValueTargets; ++i) {
+    const uint64_t target = table[2 * i], n = table[2 * i + 1];
+    if (n == 0) continue;
+    if (target == 0) out.other += n;  // a call through a null pointer (it faults just after)
+    else by_target[target - bias] += n;
+  }
+  out.targets.assign(by_target.begin(), by_target.end());
+  std::stable_sort(out.targets.begin(), out.targets.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+}  // namespace
+
+SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, std::span<const uint64_t> counters,
+                       uint64_t bias) {
   SiteCounts out;
   for (const CounterSite& s : sites) {
+    if (s.kind == CounterKind::Value) {
+      std::array<uint64_t, kValueSlots> table{};
+      for (uint32_t k = 0; k < kValueSlots; ++k) table[k] = s.slot + k < counters.size() ? counters[s.slot + k] : 0;
+      out.values[s.at - start] = value_counts(table, bias);
+      continue;
+    }
     uint64_t value = s.slot < counters.size() ? counters[s.slot] : 0;
     (s.kind == CounterKind::Block ? out.blocks : out.falls)[s.at - start] = value;
   }
@@ -525,6 +797,14 @@ bool is_counter_start(std::span<const uint8_t> bytes, CounterForm form) {
   static constexpr uint8_t kInc[] = {0x48, 0xff, 0x05};                       // inc qword [rip + …]
   static constexpr uint8_t kLea[] = {0x48, 0x8d, 0x64, 0x24, 0x80};           // lea rsp, [rsp - 128]
   std::vector<uint8_t> want;
+  if (form.value) {  // lea; push rcx; push rax; then pushfq or the load's REX prefix
+    want.assign(std::begin(kLea), std::end(kLea));
+    want.insert(want.end(), {0x51, 0x50});
+    if (form.saves_flags) want.push_back(0x9c);
+    const std::size_t n = form.saves_flags ? want.size() : want.size() + 1;  // kCounterStartBytes either way
+    return bytes.size() >= n && std::equal(want.begin(), want.end(), bytes.begin()) &&
+           (form.saves_flags || (bytes[want.size()] & 0xf0) == 0x40);
+  }
   if (!form.saves_flags && !form.striped) want.assign(std::begin(kInc), std::end(kInc));
   else want.assign(std::begin(kLea), std::end(kLea));
   if (form.saves_flags) want.push_back(0x9c);                                 // pushfq

@@ -68,26 +68,71 @@ namespace dyni::jit {
 enum class CounterKind : uint8_t {
   Block,        // entries into the block starting at `at`
   FallThrough,  // times the conditional branch at `at` falls through
+  Value,        // the targets of the indirect call or jump at `at` (value code, below)
 };
 
 // The shape of a site's code, which gives its length and its steps.
 struct CounterForm {
   bool saves_flags = false;  // pushfq/popfq around the inc
   bool striped = false;      // the CPU's stripe (CounterLayout), through rax and rcx
-  uint8_t bits() const { return static_cast<uint8_t>(saves_flags | (striped << 1)); }
-  static CounterForm from_bits(uint8_t b) { return {(b & 1) != 0, (b & 2) != 0}; }
+  bool value = false;        // value code (never striped)
+  uint8_t bits() const { return static_cast<uint8_t>(saves_flags | (striped << 1) | (value << 2)); }
+  static CounterForm from_bits(uint8_t b) { return {(b & 1) != 0, (b & 2) != 0, (b & 4) != 0}; }
   bool operator==(const CounterForm&) const = default;
 };
 
 struct CounterSite {
   CounterKind kind = CounterKind::Block;
-  uint64_t at = 0;          // the block's start, or the conditional branch
-  uint64_t before = 0;      // Block: the instruction of the block the code runs before
+  uint64_t at = 0;          // the block's start, the conditional branch, or the indirect call/jmp
+  uint64_t before = 0;      // Block: the instruction of the block the code runs before; Value: `at`
   bool saves_flags = false; // the flags inc writes are live there
-  uint32_t slot = 0;        // its counter: slots_base + 8 * slot
+  uint32_t slot = 0;        // its counter: slots_base + 8 * slot (Value: the first of kValueSlots)
   bool striped = false;     // increments its CPU's stripe of the slot
-  CounterForm form() const { return {saves_flags, striped}; }
+  CounterForm form() const { return {saves_flags, striped, kind == CounterKind::Value}; }
+  uint32_t slots() const;   // how many slots it takes
 };
+
+// Value sites (issue 19: the targets of indirect calls, which promotion
+// needs). Before an indirect call or jmp that is no jump table's, value code
+// loads the target the instruction is about to use and counts it in a
+// table of kValueTargets {target, count} pairs and an "other" count:
+//   value        lea rsp, [rsp - 128]             past the red zone
+//                push rcx; push rax
+//                (pushfq, when the flags it writes are live)
+//                mov rax, <the call's operand>    rsp-based: its displacement
+//                (nop, to 8 bytes)                 plus the shift; rip-based:
+//                lea rcx, [rip + table]            re-aimed at the same address
+//                for each pair i:
+//                  cmp rax, [rcx + 16i]; je hit_i           its target: count it
+//                  cmp qword ptr [rcx + 16i], 0; je claim_i  a free pair: take it
+//                inc qword ptr [rcx + 64]; jmp done          none: "other"
+//   claim_i:     mov [rcx + 16i], rax
+//   hit_i:       inc qword ptr [rcx + 16i + 8]; jmp done
+//   done:        (popfq); pop rax; pop rcx
+//                lea rsp, [rsp + 128]
+// It touches no register and writes memory only at its table and at
+// [rsp - 152, rsp - 128), below the red zone. The load reads what the call
+// will read, the same address with the same size, so it faults only where
+// the call would. The 8-byte load and nop make every site of a form equally
+// long (turning it off is then one jmp rel8 over it, as for the others).
+// Claims are not atomic. A thread that finds a pair free and is preempted
+// before it claims it can later overwrite a pair another thread claimed
+// meanwhile: the calls counted there are then credited to its target, and
+// a target may take a second pair (site_counts merges them). Counts are
+// never above the true count of calls; which target some calls are
+// credited to may be wrong, which only makes a promotion less often right:
+// its guard compares with the loaded pointer, so any choice is correct.
+// The tables are never striped: in a striped cache they lie in stripe 0
+// (dynid counts with shared slots, docs/counting.md).
+constexpr unsigned kValueTargets = 4;
+constexpr uint32_t kValueSlots = 2 * kValueTargets + 1;
+constexpr std::size_t kValueLoadBytes = 8;  // the load and its padding
+
+// Whether value code can load the target of indirect call or jmp `in`: a
+// 64-bit register other than rsp, or a 64-bit memory operand whose load
+// re-encodes in at most kValueLoadBytes; no prefix but REX (a segment or
+// address-size override would change what the load reads).
+bool value_countable(const Instruction& in);
 
 // The flags the plain counter code writes.
 constexpr uint16_t kCounterClobbers =
@@ -112,9 +157,13 @@ constexpr std::size_t kMaxEdgesOfABlock = 512;
 
 // The sites of `cfg`'s counting copy, in address order (a FallThrough site
 // after the Block site of its block), slots numbered from `first_slot`;
-// every one `striped` or none.
+// every one `striped` or none. With `values`, a Value site before every
+// indirect call and pointer tail call that value_countable (never striped);
+// the slots of the sites come one after another.
 std::vector<CounterSite> plan_counters(const FunctionCfg& cfg, uint32_t first_slot, bool striped = false,
-                                       CounterSet set = CounterSet::Fewest);
+                                       CounterSet set = CounterSet::Fewest, bool values = true);
+// The slots `sites` take together.
+uint32_t slots_of(const std::vector<CounterSite>& sites);
 
 // Where a cache's slots lie in its counters' mapping, from its start.
 // Shared (stripes 0): slot i at 8 * i. Striped (stripes >= 1): a table of
@@ -157,11 +206,15 @@ struct CounterCode {
 };
 
 // The bytes of a site's code at `at`, incrementing the counter at
-// `slot_addr` (striped: stripe 0's, with the stripe table at `table`).
-Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm form, uint64_t table = 0);
+// `slot_addr` (striped: stripe 0's, with the stripe table at `table`;
+// value code: its table, loading the target of `source`).
+Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm form, uint64_t table = 0,
+                                 const Instruction* source = nullptr);
 std::size_t counter_length(CounterForm form);
 // Its instructions' places (the same for every address).
-std::vector<CounterStep> counter_steps(CounterForm form);
+// Value code's depend on the load of `source`, the call it counts (none
+// without it).
+std::vector<CounterStep> counter_steps(CounterForm form, const Instruction* source = nullptr);
 
 // Counter code is turned off in place by writing these 2 bytes over its
 // first instruction: a jmp rel8 past the whole site. A thread stopped on the
@@ -174,16 +227,29 @@ std::array<uint8_t, 2> counter_off_bytes(CounterForm form);
 constexpr std::size_t kCounterStartBytes = 8;
 bool is_counter_start(std::span<const uint8_t> bytes, CounterForm form);
 
+// What a value site counted: its targets, in the module's link-time
+// numbering (a target outside the module lies outside its addresses), the
+// most called first, and the calls to targets beyond its pairs.
+struct ValueCounts {
+  std::vector<std::pair<uint64_t, uint64_t>> targets;  // target → calls
+  uint64_t other = 0;
+  uint64_t calls() const;
+  bool operator==(const ValueCounts&) const = default;
+};
+
 // What a function's counters read, by offset from its start: the form
 // counts are kept and saved in (module_counts.h), independent of slots.
 struct SiteCounts {
-  std::map<uint64_t, uint64_t> blocks;  // block start → entries
-  std::map<uint64_t, uint64_t> falls;   // conditional branch → fall-throughs
+  std::map<uint64_t, uint64_t> blocks;     // block start → entries
+  std::map<uint64_t, uint64_t> falls;      // conditional branch → fall-throughs
+  std::map<uint64_t, ValueCounts> values;  // indirect call or jmp → its targets
   bool operator==(const SiteCounts&) const = default;
 };
 
-// The counts of a function starting at `start` from its sites' counters (`counters[slot]`).
-SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, std::span<const uint64_t> counters);
+// The counts of a function starting at `start` from its sites' counters
+// (`counters[slot]`); value sites' targets less `bias` (the module's load bias).
+SiteCounts site_counts(uint64_t start, const std::vector<CounterSite>& sites, std::span<const uint64_t> counters,
+                       uint64_t bias = 0);
 
 // Exact block and edge counts of `cfg`: what the sites counted, and what
 // follows from it by flow conservation (count_flow.h). A jump table edge

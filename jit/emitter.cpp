@@ -28,14 +28,15 @@ struct Piece {
   bool dropped = false;             // a jmp made redundant by the layout: no bytes
   const JumpTable* table = nullptr; // Copied: a load that reads its rebuilt table
   BranchWidth width = BranchWidth::Near;  // a jmp/jcc whose target's copy is within rel8 reach: Short
-  const CounterSite* counter = nullptr;   // BlockCounter / EdgeCounter
+  const CounterSite* counter = nullptr;   // BlockCounter / EdgeCounter / ValueCounter (`in`: its call)
 };
 
 // The original instruction a piece is the image of, as a branch target: a
-// block counter stands for the instruction it runs before. Jumps and edge
-// counters stand for none.
+// block counter or value code stands for the instruction it runs before.
+// Jumps and edge counters stand for none.
 std::optional<uint64_t> image_of(const Piece& p) {
-  if (p.kind == Translation::BlockCounter) return p.counter->before;
+  if (p.kind == Translation::BlockCounter || p.kind == Translation::ValueCounter) return p.counter->before;
+  if (p.kind == Translation::EdgeCounter) return std::nullopt;
   if (p.in) return p.in->addr;
   return std::nullopt;
 }
@@ -82,8 +83,11 @@ class Planner {
       : cfg_(cfg), layout_(layout), base_(base), shortest_(shortest) {
     for (std::size_t i = 0; i < cfg.blocks.size(); ++i) block_index_[cfg.blocks[i].start] = i;
     if (counting.sites)
-      for (const CounterSite& c : *counting.sites)
-        (c.kind == CounterKind::Block ? block_counter_ : edge_counter_)[c.kind == CounterKind::Block ? c.before : c.at] = &c;
+      for (const CounterSite& c : *counting.sites) {
+        if (c.kind == CounterKind::Block) block_counter_[c.before] = &c;
+        else if (c.kind == CounterKind::Value) value_counter_[c.at] = &c;
+        else edge_counter_[c.at] = &c;
+      }
   }
 
   std::vector<Piece> plan() {
@@ -92,10 +96,10 @@ class Planner {
       const Block& b = cfg_.blocks[layout_.order[k]];
       uint64_t next = k + 1 < layout_.order.size() ? cfg_.blocks[layout_.order[k + 1]].start : kNoBlock;
       for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) {
-        add_block_counter(cfg_.instructions[i].addr, pieces);
+        add_counters_before(cfg_.instructions[i], pieces);
         pieces.push_back(copied(cfg_.instructions[i]));
       }
-      add_block_counter(cfg_.instructions[b.first + b.count - 1].addr, pieces);
+      add_counters_before(cfg_.instructions[b.first + b.count - 1], pieces);
       plan_block_end(cfg_.instructions[b.first + b.count - 1], next, pieces);
     }
     if (shortest_ == BranchWidth::Short) shorten_branches(pieces);
@@ -160,15 +164,19 @@ class Planner {
   }
   static Piece jump(uint64_t to) { return {Translation::Jump, nullptr, to, kJmpRel32}; }
 
-  static Piece counter(const CounterSite& c) {
-    Translation kind = c.kind == CounterKind::Block ? Translation::BlockCounter : Translation::EdgeCounter;
-    Piece p{kind, nullptr, 0, counter_length(c.form())};
+  static Piece counter(const CounterSite& c, const Instruction* call = nullptr) {
+    Translation kind = c.kind == CounterKind::Block ? Translation::BlockCounter
+                       : c.kind == CounterKind::Value ? Translation::ValueCounter
+                                                      : Translation::EdgeCounter;
+    Piece p{kind, call, 0, counter_length(c.form())};
     p.counter = &c;
     return p;
   }
 
-  void add_block_counter(uint64_t before, std::vector<Piece>& out) const {
-    if (auto it = block_counter_.find(before); it != block_counter_.end()) out.push_back(counter(*it->second));
+  // A block's counter, then value code, before `in`.
+  void add_counters_before(const Instruction& in, std::vector<Piece>& out) const {
+    if (auto it = block_counter_.find(in.addr); it != block_counter_.end()) out.push_back(counter(*it->second));
+    if (auto it = value_counter_.find(in.addr); it != value_counter_.end()) out.push_back(counter(*it->second, &in));
   }
 
   const CounterSite* edge_counter_of(const Instruction& in) const {
@@ -219,6 +227,7 @@ class Planner {
   std::map<uint64_t, std::size_t> block_index_;
   std::map<uint64_t, const CounterSite*> block_counter_;  // by the instruction it runs before
   std::map<uint64_t, const CounterSite*> edge_counter_;   // by its conditional branch
+  std::map<uint64_t, const CounterSite*> value_counter_;  // by its indirect call or jmp
 };
 
 // An added jmp: rel32, or rel8 (EB) when the planner found its target near.
@@ -287,8 +296,8 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     // A dropped jmp's image is where its target's copy follows.
     if (auto original = image_of(p)) copy_of.emplace(*original, at);
     if (p.counter) {
-      uint64_t original = p.kind == Translation::BlockCounter ? p.counter->before : p.counter->at;
-      for (const CounterStep& s : counter_steps(p.counter->form()))
+      uint64_t original = p.kind == Translation::EdgeCounter ? p.counter->at : p.counter->before;
+      for (const CounterStep& s : counter_steps(p.counter->form(), p.in))
         code.translation.push_back({at + s.offset, original, p.kind, s.stack_shift});
     } else if (!p.dropped) {
       code.translation.push_back({at, p.in ? p.in->addr : p.continue_at, p.kind});
@@ -310,7 +319,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
     Result<std::vector<uint8_t>> bytes;
     if (p.counter) {
       uint64_t slot = counting.slots_base + kCounterSlotSize * p.counter->slot;
-      auto c = counter_code(here, slot, p.counter->form(), counting.table);
+      auto c = counter_code(here, slot, p.counter->form(), counting.table, p.in);
       if (!c) return std::unexpected(c.error());
       bytes = std::move(c->bytes);
       code.counters.push_back({here, slot, *p.counter});

@@ -12,7 +12,8 @@
 // copied switch dispatches to the copies instead of leaving the cache. A
 // counting copy also runs counter code at its sites (counting.h): a block's
 // before the instruction the site names, a fall-through's right after its
-// conditional branch.
+// conditional branch, a value site's just before its indirect call or jmp
+// (after a block counter there).
 // Returns the bytes and the translation table (I6).
 #pragma once
 
@@ -37,6 +38,7 @@ enum class Translation : uint8_t {
   // has the frame of `original_addr`, with rsp `stack_shift` bytes lower:
   BlockCounter,  // runs just before the original instruction: branches to that instruction land here
   EdgeCounter,   // runs as the conditional branch at original_addr falls through (its frame)
+  ValueCounter,  // value code: runs just before the indirect call or jmp at original_addr, as BlockCounter
 };
 
 struct TranslationEntry {
@@ -46,7 +48,9 @@ struct TranslationEntry {
   uint8_t stack_shift = 0;  // counter code saving flags: rsp is this far below the original's
 };
 
-inline bool is_counter(Translation k) { return k == Translation::BlockCounter || k == Translation::EdgeCounter; }
+inline bool is_counter(Translation k) {
+  return k == Translation::BlockCounter || k == Translation::EdgeCounter || k == Translation::ValueCounter;
+}
 
 // Counter code for a counting copy: its sites (plan_counters), where slot 0
 // is (stripe 0's, striped), and the stripe table (striped sites only).

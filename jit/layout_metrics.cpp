@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "jit/module_counts.h"
 #include "jit/pipeline.h"
@@ -121,18 +122,44 @@ LayoutMetrics metrics_of(const std::vector<FunctionPlacement>& functions, bool l
   return m;
 }
 
+namespace {
+
+void add_indirect(IndirectMetrics& m, const SiteCounts& counts, const std::set<uint64_t>& copied) {
+  for (const auto& [offset, v] : counts.values) {
+    const uint64_t calls = v.calls();
+    if (calls == 0) continue;
+    ++m.sites, m.calls += calls;
+    if (v.targets.empty()) continue;
+    const auto [top, n] = v.targets.front();
+    m.to_top += n;
+    if (copied.count(top)) m.to_top_copied += n;
+    if (10 * n >= 9 * calls) ++m.sites_90;
+  }
+}
+
+}  // namespace
+
 CountMetrics count_metrics(const ModulePlan& plan, const ModuleCounts& counts) {
   std::map<uint64_t, const FunctionCfg*> cfg_of;
   for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
+  std::set<uint64_t> copied;
+  for (const CachedFunction& f : plan.cache.functions) copied.insert(f.original_entry);
   std::vector<FunctionPlacement> placed;
+  IndirectMetrics indirect;
   for (const CachedFunction& f : plan.cache.functions) {
     auto c = counts.functions.find(f.original_entry);
     auto cfg = cfg_of.find(f.original_entry);
     if (c == counts.functions.end() || cfg == cfg_of.end()) continue;
     placed.push_back(place_counts(*cfg->second, counts_from(*cfg->second, c->second),
                                   layout_of_copy(*cfg->second, f.code), f.code));
+    add_indirect(indirect, c->second, copied);
   }
-  return {metrics_of(placed, false), metrics_of(placed, true)};
+  return {metrics_of(placed, false), metrics_of(placed, true), indirect};
+}
+
+nlohmann::json to_json(const IndirectMetrics& m) {
+  return {{"sites", m.sites}, {"sites_90", m.sites_90}, {"calls", m.calls}, {"to_top", m.to_top},
+          {"to_top_copied", m.to_top_copied}};
 }
 
 nlohmann::json to_json(const LayoutMetrics& m) {

@@ -56,10 +56,23 @@ LayoutMetrics metrics_of(const std::vector<FunctionPlacement>& functions, bool l
 // code's, then the plan's cache's (dyni-scan --counts, dyni -profile=PID).
 struct ModulePlan;
 struct ModuleCounts;
+// What value sites (counting.h) counted at the indirect calls and jmps of
+// the plan's functions: what promoting each site's most called target
+// could reach. `to_top`: calls that went to their site's most called
+// target; `to_top_copied`: those whose target has a copy in the plan (a
+// promoted call would go straight to it); `sites_90`: sites whose top
+// target took at least 90 % of their calls.
+struct IndirectMetrics {
+  std::size_t sites = 0, sites_90 = 0;  // sites that ran
+  uint64_t calls = 0, to_top = 0, to_top_copied = 0;
+};
+
 struct CountMetrics {
   LayoutMetrics original, laid_out;
+  IndirectMetrics indirect;
 };
 CountMetrics count_metrics(const ModulePlan& plan, const ModuleCounts& counts);
 nlohmann::json to_json(const LayoutMetrics& m);
+nlohmann::json to_json(const IndirectMetrics& m);
 
 }  // namespace dyni::jit

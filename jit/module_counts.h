@@ -34,7 +34,8 @@ struct ModuleCounts {
 };
 
 // What the counters of counting cache `cache` say: `words`, its counters'
-// mapping as read from the target (stripes summed: CounterLayout::sums).
-ModuleCounts read_counts(const CodeCache& cache, std::span<const uint64_t> words);
+// mapping as read from the target (stripes summed: CounterLayout::sums);
+// value sites' targets less `bias`, the module's load bias.
+ModuleCounts read_counts(const CodeCache& cache, std::span<const uint64_t> words, uint64_t bias = 0);
 
 }  // namespace dyni::jit

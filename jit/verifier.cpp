@@ -290,6 +290,7 @@ class Verifier {
     auto it = counter_at_.find(t.new_addr);
     if (it == counter_at_.end()) return fail(fmt::format("verifier: counter code at {:#x} has no site", t.new_addr));
     const EmittedCounter& c = *it->second;
+    if (c.site.kind == CounterKind::Value) return check_value_code(k, c);
     const bool block = c.site.kind == CounterKind::Block;
     if (t.kind != (block ? Translation::BlockCounter : Translation::EdgeCounter) ||
         t.original_addr != (block ? c.site.before : c.site.at))
@@ -327,6 +328,124 @@ class Verifier {
     if (auto r = check_continues(last, block ? c.site.before : original_.at(c.site.at)->end()); !r)
       return std::unexpected(r.error());
     return steps.size();
+  }
+
+  // Value code (counting.h) at entry `k`, checked for what safety needs
+  // rather than byte by byte: it stands just before a countable indirect
+  // call or jmp that is no jump table's; it saves rcx and rax (and the
+  // flags where they are live, computed afresh) past the red zone and puts
+  // them back in the reverse order; it loads what the call loads; between,
+  // it touches rsp not at all, writes memory only in its table of
+  // kValueSlots slots outside the code, and branches only within that part
+  // or to its end; then it goes on at the call. Every step has the stack
+  // shift the decoded pushes give. Returns how many entries it spans.
+  Result<std::size_t> check_value_code(std::size_t k, const EmittedCounter& c) const {
+    const TranslationEntry& t = code_.translation[k];
+    auto wrong = [&](const std::string& what) { return fail(fmt::format("verifier: value code at {:#x} {}", t.new_addr, what)); };
+    auto orig = original_.find(c.site.at);
+    if (t.kind != Translation::ValueCounter || orig == original_.end() || t.original_addr != c.site.at ||
+        c.site.before != c.site.at)
+      return wrong("does not map to its site");
+    const Instruction& call = *orig->second;
+    const bool table_jump = std::any_of(cfg_.tables.begin(), cfg_.tables.end(),
+                                        [&](const JumpTable& j) { return j.jump_addr == call.addr; });
+    if (table_jump || !value_countable(call)) return wrong("is not before a countable indirect call or jmp");
+    if (live_.empty()) live_ = live_flags_before(cfg_);
+    const std::size_t index = static_cast<std::size_t>(
+        std::find_if(cfg_.instructions.begin(), cfg_.instructions.end(), [&](const Instruction& in) { return &in == &call; }) -
+        cfg_.instructions.begin());
+    if (!c.site.saves_flags && (live_[index] & kStatusFlags)) return wrong("writes flags that are live");
+    const uint64_t table = c.slot_addr, table_end = table + kCounterSlotSize * kValueSlots;
+    if (table != code_.counter_slots_base + kCounterSlotSize * c.site.slot ||
+        (table < code_end() && table_end > code_.base))
+      return wrong("counts in the code, not in its table");
+    const std::vector<CounterStep> steps = counter_steps(c.site.form(), &call);
+    if (steps.empty() || k + steps.size() > code_.translation.size()) return wrong("is cut short");
+    // As long as its form says: turning it off jumps that far.
+    if (end_of(k + steps.size() - 1) - t.new_addr != counter_length(c.site.form())) return wrong("has a wrong length");
+    std::vector<Instruction> d;
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const TranslationEntry& step = code_.translation[k + s];
+      if (step.kind != t.kind || step.original_addr != t.original_addr || step.new_addr != t.new_addr + steps[s].offset)
+        return wrong("has a wrong step");
+      auto one = decode_at(step.new_addr, end_of(k + s));
+      if (!one || one->length != end_of(k + s) - step.new_addr || one->segment_override())
+        return wrong(fmt::format("does not decode at {:#x}", step.new_addr));
+      d.push_back(*one);
+    }
+    const std::vector<Step> head = c.site.saves_flags ? std::vector<Step>{Step::LowerRsp, Step::PushRcx, Step::PushRax, Step::Pushfq}
+                                                      : std::vector<Step>{Step::LowerRsp, Step::PushRcx, Step::PushRax};
+    const std::vector<Step> tail = c.site.saves_flags ? std::vector<Step>{Step::Popfq, Step::PopRax, Step::PopRcx, Step::RaiseRsp}
+                                                      : std::vector<Step>{Step::PopRax, Step::PopRcx, Step::RaiseRsp};
+    if (d.size() < head.size() + tail.size() + 2) return wrong("is too short");
+    const std::size_t done = d.size() - tail.size();
+    for (std::size_t s = 0; s < head.size(); ++s)
+      if (!counter_step_is(d[s], head[s], 0, 0)) return wrong("does not save rcx, rax and the flags past the red zone");
+    for (std::size_t s = 0; s < tail.size(); ++s)
+      if (!counter_step_is(d[done + s], tail[s], 0, 0)) return wrong("does not restore what it saved");
+    const unsigned shift = kRedZone + 8 * static_cast<unsigned>(head.size() - 1);
+    std::size_t load = head.size(), lea = load + 1;
+    if (lea < d.size() && d[lea].mnemonic == ZYDIS_MNEMONIC_NOP) ++lea;
+    if (!loads_what_the_call_loads(d[load], call, shift)) return wrong("does not load the call's target");
+    const bool lea_table = d[lea].mnemonic == ZYDIS_MNEMONIC_LEA && d[lea].operand_count == 2 &&
+                           d[lea].ops[0].reg == ZYDIS_REGISTER_RCX && d[lea].rip_relative && d[lea].rip_address == table;
+    if (!lea_table) return wrong("does not address its table");
+    std::set<uint64_t> inner;  // where its branches may go: the counting part and its end
+    for (std::size_t s = lea + 1; s <= done; ++s) inner.insert(d[s].addr);
+    for (std::size_t s = lea + 1; s < done; ++s)
+      if (!counts_in_table(d[s], inner)) return wrong(fmt::format("does more than count at {:#x}", d[s].addr));
+    // The stack shift of every step, from the decoded pushes and pops.
+    int depth = 0;
+    for (std::size_t s = 0; s < d.size(); ++s) {
+      if (code_.translation[k + s].stack_shift != depth) return wrong("has a wrong stack shift");
+      if (s < head.size()) depth += s == 0 ? static_cast<int>(kRedZone) : 8;
+      else if (s >= done) depth -= s + 1 == d.size() ? static_cast<int>(kRedZone) : 8;
+    }
+    if (auto r = check_continues(k + d.size() - 1, call.addr); !r) return std::unexpected(r.error());
+    return d.size();
+  }
+
+  // `load` is mov rax, the operand of `call`: the same register, or the
+  // same memory (rsp-based: `shift` further; rip-based: the same address).
+  static bool loads_what_the_call_loads(const Instruction& load, const Instruction& call, unsigned shift) {
+    if (load.mnemonic != ZYDIS_MNEMONIC_MOV || load.operand_count != 2 || load.ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
+        load.ops[0].reg != ZYDIS_REGISTER_RAX)
+      return false;
+    const Operand& want = call.ops[0];
+    const Operand& got = load.ops[1];
+    if (want.type != got.type) return false;
+    if (want.type == ZYDIS_OPERAND_TYPE_REGISTER) return got.reg == want.reg;
+    if (got.size != 64 || got.base != want.base || got.index != want.index ||
+        (want.index != ZYDIS_REGISTER_NONE && got.scale != want.scale))
+      return false;
+    if (want.base == ZYDIS_REGISTER_RIP) return load.rip_address == call.rip_address;
+    return got.disp == want.disp + (want.base == ZYDIS_REGISTER_RSP ? static_cast<int64_t>(shift) : 0);
+  }
+
+  // One instruction of value code's counting part: a compare of rax or of
+  // 0 with a slot of its table, a store of rax to one, an increment of one,
+  // or a je or jmp forward within `inner` (no loop). [rcx + d], d within
+  // the table.
+  static bool counts_in_table(const Instruction& in, const std::set<uint64_t>& inner) {
+    if (in.mnemonic == ZYDIS_MNEMONIC_JZ || in.mnemonic == ZYDIS_MNEMONIC_JMP)
+      return in.has_target && in.length == 2 && in.target > in.addr && inner.count(in.target) > 0;
+    const Operand* m = in.memory();
+    const bool slot = m && m->base == ZYDIS_REGISTER_RCX && m->index == ZYDIS_REGISTER_NONE && m->size == 64 &&
+                      m->disp >= 0 && m->disp < static_cast<int64_t>(kCounterSlotSize * kValueSlots) && m->disp % 8 == 0;
+    const bool rex_only = std::all_of(in.bytes.begin(), in.bytes.begin() + std::min<std::size_t>(in.prefix_count, in.length),
+                                      [](uint8_t b) { return (b & 0xf0) == 0x40; });
+    if (!slot || !rex_only) return false;
+    auto reg = [&](std::size_t k, ZydisRegister r) { return in.ops[k].type == ZYDIS_OPERAND_TYPE_REGISTER && in.ops[k].reg == r; };
+    switch (in.mnemonic) {
+      case ZYDIS_MNEMONIC_CMP:
+        return in.operand_count == 2 && ((reg(0, ZYDIS_REGISTER_RAX) && in.ops[1].type == ZYDIS_OPERAND_TYPE_MEMORY) ||
+                                         (in.ops[0].type == ZYDIS_OPERAND_TYPE_MEMORY &&
+                                          in.ops[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && in.ops[1].imm == 0));
+      case ZYDIS_MNEMONIC_MOV:
+        return in.operand_count == 2 && in.ops[0].type == ZYDIS_OPERAND_TYPE_MEMORY && reg(1, ZYDIS_REGISTER_RAX);
+      case ZYDIS_MNEMONIC_INC: return in.operand_count == 1 && in.ops[0].type == ZYDIS_OPERAND_TYPE_MEMORY;
+      default: return false;
+    }
   }
 
   // The instructions of each counter form (counting.h), as the verifier

@@ -193,6 +193,34 @@ TEST(CacheRecord, ASitesFormIsReadByItsVersion) {
   EXPECT_TRUE(back->counter_sites[7].form.saves_flags);
 }
 
+// Version 5 adds the value bit (value code at indirect calls): a record
+// with value sites is written as 5, which reads them back; version 4 refuses
+// such a byte, and no version takes a value site for a striped one.
+TEST(CacheRecord, ValueSitesNeedVersion5) {
+  CacheRecord r = counting_sample();
+  r.counter_sites[7].form = {false, false, true};
+  r.counter_sites[8].form = {true, false, true};
+  std::vector<uint8_t> written = encode_record(r);
+  uint32_t version = 0;
+  std::memcpy(&version, written.data() + 8, 4);
+  EXPECT_EQ(version, 5u);
+  auto back = decode_record(written, kCache, kLength);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->counter_sites[7].form, (jit::CounterForm{false, false, true}));
+  EXPECT_EQ(back->counter_sites[8].form, (jit::CounterForm{true, false, true}));
+  EXPECT_EQ(back->counter_sites[21].form, r.counter_sites[21].form);
+  std::vector<uint8_t> body = written;
+  body.resize(body.size() - 8);
+  auto as_4 = decode_record(sealed(body, 4), kCache, kLength);
+  ASSERT_FALSE(as_4) << "a dynid that reads 4 refuses value sites";
+  EXPECT_NE(as_4.error().message().find("unknown form"), std::string::npos) << as_4.error().message();
+  for (uint8_t bad : {6, 7, 8}) {
+    std::vector<uint8_t> b = body;
+    b[form_byte_of(r, 7)] = bad;
+    EXPECT_FALSE(decode_record(sealed(b, 5), kCache, kLength)) << "form byte " << int(bad);
+  }
+}
+
 TEST(CacheRecord, AnOlderVersionIsStillRead) {
   auto back = decode_record(as_version_2(sample()), kCache, kLength);
   ASSERT_TRUE(back) << back.error().message();

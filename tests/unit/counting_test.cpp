@@ -561,6 +561,297 @@ TEST(CountingCopy, CountersTurnedOffInPlaceCountNoMore) {
 }
 
 
+// f(a, b), a in 0..5: six function pointers on its stack; calls the a-th
+// through [rsp + rax*8] (memory, rsp-based, indexed), then g1 through rcx
+// (a register), then tail-calls g2 through rdx (a pointer tail call, where
+// the flags count as live). gk(x) = x + k + 1, so f(a, b) = b + a + 6.
+const char* kIndirect = R"(
+f:
+  sub rsp, 56
+  lea rax, [rip + g0]
+  mov [rsp], rax
+  lea rax, [rip + g1]
+  mov [rsp + 8], rax
+  lea rax, [rip + g2]
+  mov [rsp + 16], rax
+  lea rax, [rip + g3]
+  mov [rsp + 24], rax
+  lea rax, [rip + g4]
+  mov [rsp + 32], rax
+  lea rax, [rip + g5]
+  mov [rsp + 40], rax
+  mov rax, rdi
+  mov rdi, rsi
+  call qword ptr [rsp + rax*8]
+  mov rcx, [rsp + 8]
+  mov rdi, rax
+  call rcx
+  mov rdx, [rsp + 16]
+  add rsp, 56
+  mov rdi, rax
+  jmp rdx
+g0:
+  lea rax, [rdi + 1]
+  ret
+g1:
+  lea rax, [rdi + 2]
+  ret
+g2:
+  lea rax, [rdi + 3]
+  ret
+g3:
+  lea rax, [rdi + 4]
+  ret
+g4:
+  lea rax, [rdi + 5]
+  ret
+g5:
+  lea rax, [rdi + 6]
+  ret
+end:
+)";
+
+const std::vector<std::string> kIndirectNames = {"f", "g0", "g1", "g2", "g3", "g4", "g5"};
+
+// The indirect calls and jmp of f, in address order.
+std::vector<uint64_t> indirect_sites(const FunctionCfg& f) {
+  std::vector<uint64_t> out;
+  for (const Instruction& in : f.instructions)
+    if (in.flow == Flow::IndirectCall || in.flow == Flow::IndirectBranch) out.push_back(in.addr);
+  return out;
+}
+
+TEST(ValueSites, CountTheTargetsOfIndirectCallsAndJumps) {
+  auto m = AsmModule::load(kIndirect, kIndirectNames);
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  const std::vector<uint64_t> calls = indirect_sites(f);
+  ASSERT_EQ(calls.size(), 3u);
+  std::vector<CounterSite> planned = plan_counters(f, 0);
+  std::vector<const CounterSite*> values;
+  for (const CounterSite& c : planned)
+    if (c.kind == CounterKind::Value) values.push_back(&c);
+  ASSERT_EQ(values.size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(values[k]->at, calls[k]);
+  EXPECT_FALSE(values[0]->saves_flags) << "a call clobbers the flags";
+  EXPECT_TRUE(values[2]->saves_flags) << "a tail call leaves them live";
+  EXPECT_EQ(slots_of(planned), planned.size() - 3 + 3 * kValueSlots);
+  for (const CounterSite& c : plan_counters(f, 0, false, CounterSet::Fewest, false))
+    EXPECT_NE(c.kind, CounterKind::Value) << "values off";
+
+  // Targets 0..5 first seen in the order 3, 0, 5, 1, then 2 and 4: the first
+  // four get pairs, the last two are "other".
+  const test::Inputs inputs = {{3, 10}, {0, 1}, {3, 2}, {5, 7}, {1, 1}, {2, 4}, {4, 4}, {3, 3}, {0, 9}, {2, 2}, {1, 0}};
+  test::Run want = test::run_isolated(m->addr("f"), inputs);
+  ASSERT_EQ(want.outcome, Outcome::Returned) << describe(want);
+  for (std::size_t k = 0; k < inputs.size(); ++k) ASSERT_EQ(want.results[k], inputs[k].second + inputs[k].first + 6);
+  std::map<uint64_t, uint64_t> by_target;
+  const std::vector<uint64_t> g = {m->addr("g0"), m->addr("g1"), m->addr("g2"), m->addr("g3"), m->addr("g4"), m->addr("g5")};
+  for (auto [a, b] : inputs) by_target[g.at(static_cast<std::size_t>(a))]++;
+  for (uint32_t stripes : stripes_here()) {
+    SCOPED_TRACE(stripes ? "striped" : "shared");
+    CodeCache cache = m->build({"f"}, in_order, counting(stripes));
+    ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+    test::Run got = test::run_isolated(AsmModule::copy_of(cache, m->addr("f")), inputs);
+    ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+    EXPECT_EQ(got.results, want.results);
+    SiteCounts counts = site_counts(f.start, cache.functions[0].counters, counts_of(*m, cache));
+    ASSERT_EQ(counts.values.size(), 3u);
+    const ValueCounts& table = counts.values.at(calls[0] - f.start);
+    EXPECT_EQ(table.calls(), inputs.size());
+    ASSERT_EQ(table.targets.size(), kValueTargets);
+    std::set<uint64_t> paired;
+    for (auto [target, n] : table.targets) {
+      EXPECT_EQ(n, by_target[target]) << std::hex << target;
+      paired.insert(target);
+    }
+    EXPECT_EQ(paired, (std::set<uint64_t>{m->addr("g3"), m->addr("g0"), m->addr("g5"), m->addr("g1")}));
+    EXPECT_EQ(table.other, by_target[m->addr("g2")] + by_target[m->addr("g4")]);
+    EXPECT_EQ(table.targets.front().first, m->addr("g3")) << "the most called first";
+    for (uint64_t one : {calls[1], calls[2]}) {
+      const ValueCounts& v = counts.values.at(one - f.start);
+      ASSERT_EQ(v.targets.size(), 1u);
+      EXPECT_EQ(v.targets[0].first, m->addr(one == calls[1] ? "g1" : "g2"));
+      EXPECT_EQ(v.targets[0].second, inputs.size());
+      EXPECT_EQ(v.other, 0u);
+    }
+    // Saved and read back as a counts file; one written before value sites still reads.
+    ModuleCounts module = read_counts(cache, m->counters());
+    EXPECT_EQ(module.functions.at(f.start).values, counts.values);
+    nlohmann::json saved = module.to_json();
+    auto back = ModuleCounts::from_json(saved);
+    ASSERT_TRUE(back) << back.error().message();
+    EXPECT_TRUE(back->functions == module.functions);
+    nlohmann::json older = saved;
+    older["functions"][0].erase("values");
+    auto old = ModuleCounts::from_json(older);
+    ASSERT_TRUE(old) << old.error().message();
+    EXPECT_TRUE(old->functions.at(f.start).values.empty());
+    nlohmann::json crowded = saved;
+    auto& targets = crowded["functions"][0]["values"][0][1];
+    while (targets.size() <= kValueTargets) targets.push_back({1, 1});
+    EXPECT_FALSE(ModuleCounts::from_json(crowded)) << "more targets than a site has pairs";
+    // In the module's numbering: less the load bias.
+    SiteCounts biased = site_counts(f.start, cache.functions[0].counters, counts_of(*m, cache), 0x1000);
+    EXPECT_EQ(biased.values.at(calls[1] - f.start).targets[0].first, m->addr("g1") - 0x1000);
+
+    // Turned off, value code counts no more and the copy still computes the same.
+    const EmittedCode& code = cache.functions[0].code;
+    const std::vector<uint64_t> before = counts_of(*m, cache);
+    for (const EmittedCounter& c : code.counters) {
+      std::span<const uint8_t> live(code.bytes.data() + (c.addr - code.base), code.bytes.size() - (c.addr - code.base));
+      ASSERT_TRUE(is_counter_start(live, c.site.form())) << std::hex << c.addr;
+      if (c.site.kind == CounterKind::Value) {
+        for (CounterForm other : {CounterForm{false, false}, CounterForm{true, false}, CounterForm{false, true},
+                                  CounterForm{true, true}, CounterForm{!c.site.saves_flags, false, true}}) {
+          EXPECT_FALSE(is_counter_start(live, other)) << std::hex << c.addr << " as form " << int(other.bits());
+        }
+      }
+      m->write(c.addr, counter_off_bytes(c.site.form()));
+    }
+    test::Run after = test::run_isolated(AsmModule::copy_of(cache, m->addr("f")), inputs);
+    ASSERT_EQ(after.outcome, Outcome::Returned) << describe(after);
+    EXPECT_EQ(after.results, want.results);
+    EXPECT_EQ(counts_of(*m, cache), before) << "no counter moved once off";
+  }
+}
+
+TEST(ValueSites, ValueCodeIsOneLengthPerFormAndTurnedOffByOneJump) {
+  auto m = AsmModule::load(kIndirect, kIndirectNames);
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  for (uint64_t at : indirect_sites(f)) {
+    const Instruction& call = *std::find_if(f.instructions.begin(), f.instructions.end(),
+                                            [&](const Instruction& in) { return in.addr == at; });
+    ASSERT_TRUE(value_countable(call));
+    for (bool saves : {false, true}) {
+      const CounterForm form{saves, false, true};
+      auto code = counter_code(0x10000, 0x20000, form, 0, &call);
+      ASSERT_TRUE(code) << code.error().message();
+      EXPECT_EQ(code->bytes.size(), counter_length(form));
+      EXPECT_LE(counter_length(form), 129u) << "a jmp rel8 over it";
+      const std::array<uint8_t, 2> off = counter_off_bytes(form);
+      EXPECT_EQ(off[0], 0xeb);
+      EXPECT_EQ(off[1] + 2u, code->bytes.size());
+      const std::vector<CounterStep> steps = counter_steps(form, &call);
+      ASSERT_EQ(steps.size(), code->steps.size());
+      for (std::size_t k = 0; k < steps.size(); ++k) {
+        EXPECT_EQ(steps[k].offset, code->steps[k].offset);
+        EXPECT_EQ(steps[k].stack_shift, code->steps[k].stack_shift);
+      }
+      EXPECT_EQ(steps.back().stack_shift, kRedZone) << "the last lea gives the red zone back";
+    }
+  }
+  EXPECT_FALSE(counter_code(0x10000, 0x20000, CounterForm{false, false, true}, 0, nullptr)) << "no call to count";
+  EXPECT_FALSE(value_countable(one("call rsp")));
+  EXPECT_FALSE(value_countable(one("call qword ptr fs:[rax]")));
+  EXPECT_TRUE(value_countable(one("call qword ptr [rax + 0x18]")));
+  EXPECT_TRUE(value_countable(one("call r11")));
+  EXPECT_TRUE(value_countable(one("jmp qword ptr [r13 + rbx*8 + 0x12345678]")));
+  EXPECT_FALSE(value_countable(one("mov rax, rbx")));
+  // 0x67: a 32-bit address, zero-extended, where the load's would be sign-extended.
+  auto narrow = decode_one(std::vector<uint8_t>{0x67, 0xff, 0x14, 0x25, 0x00, 0x00, 0x00, 0x90}, 0x1000);
+  ASSERT_TRUE(narrow);
+  EXPECT_FALSE(value_countable(*narrow)) << "an address-size override";
+  auto notrack = decode_one(std::vector<uint8_t>{0x3e, 0xff, 0xd0}, 0x1000);  // notrack call rax
+  ASSERT_TRUE(notrack);
+  EXPECT_FALSE(value_countable(*notrack)) << "a prefix other than REX";
+}
+
+TEST(ValueSites, VerifierCatchesWrongValueCode) {
+  auto m = AsmModule::load(kIndirect, kIndirectNames);
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  std::vector<CounterSite> sites = plan_counters(f, 0);
+  auto code = emit_function(f, original_layout(f), m->cache_base(), {}, BranchWidth::Short, {&sites, m->counters_base()});
+  ASSERT_TRUE(code) << code.error().message();
+  ASSERT_TRUE(verify(f, *code));
+  std::vector<const EmittedCounter*> values;
+  for (const EmittedCounter& c : code->counters)
+    if (c.site.kind == CounterKind::Value) values.push_back(&c);
+  ASSERT_EQ(values.size(), 3u);
+  auto expect_caught = [&](EmittedCode bad, const std::string& what) {
+    auto r = verify(f, bad);
+    ASSERT_FALSE(r) << what;
+    EXPECT_NE(r.error().message().find("value code"), std::string::npos) << what << ": " << r.error().message();
+  };
+  auto byte_at = [&](EmittedCode& c, const EmittedCounter& v, std::size_t offset) -> uint8_t& {
+    return c.bytes[v.addr - c.base + offset];
+  };
+  const CounterForm plain = values[0]->site.form();
+  const std::vector<CounterStep> steps = counter_steps(plain, &*std::find_if(
+      f.instructions.begin(), f.instructions.end(), [&](const Instruction& in) { return in.addr == values[0]->site.at; }));
+  {
+    EmittedCode bad = *code;
+    bad.counters[&*values[0] - code->counters.data()].slot_addr += 8;
+    expect_caught(bad, "a table one slot off");
+  }
+  {
+    EmittedCode bad = *code;  // [rsp + rax*8 + 0x90] → + 0x98: another stack slot
+    const std::size_t load = steps[3].offset;
+    uint8_t& disp = byte_at(bad, *values[0], load + 4);
+    ASSERT_EQ(disp, 0x90) << "the load's disp8: 128 + 16 more than the call's 0";
+    disp = 0x98;
+    expect_caught(bad, "a load of another address than the call's");
+  }
+  {
+    EmittedCode bad = *code;  // the first cmp rax, [rcx] → cmp rax, [rdx]
+    std::size_t cmp = 0;
+    for (const CounterStep& st : steps)
+      if (byte_at(bad, *values[0], st.offset) == 0x48 && byte_at(bad, *values[0], st.offset + 1) == 0x3b) {
+        cmp = st.offset;
+        break;
+      }
+    ASSERT_EQ(byte_at(bad, *values[0], cmp + 2), 0x01);
+    byte_at(bad, *values[0], cmp + 2) = 0x02;
+    expect_caught(bad, "memory outside its table");
+  }
+  {
+    EmittedCode bad = *code;  // the "other" increment, inc [rcx + 64] → inc [rcx + 72]: past the table
+    bool changed = false;
+    for (std::size_t k = 0; k + 3 < counter_length(plain) && !changed; ++k) {
+      uint8_t* b = &byte_at(bad, *values[0], k);
+      if (b[0] == 0x48 && b[1] == 0xff && b[2] == 0x41 && b[3] == 0x40) b[3] = 0x48, changed = true;
+    }
+    ASSERT_TRUE(changed);
+    expect_caught(bad, "a count past its table");
+  }
+  {
+    EmittedCode bad = *code;  // push rcx; push rax → push rax; push rax
+    byte_at(bad, *values[0], 5) = 0x50;
+    expect_caught(bad, "rcx not saved");
+  }
+  {
+    EmittedCode bad = *code;  // the first je hit_0 → je to itself: a loop
+    std::size_t je = 0;
+    for (const CounterStep& st : steps)
+      if (byte_at(bad, *values[0], st.offset) == 0x74) {
+        je = st.offset;
+        break;
+      }
+    ASSERT_NE(je, 0u);
+    byte_at(bad, *values[0], je + 1) = 0xfe;
+    expect_caught(bad, "a branch backwards (a hang)");
+  }
+  {
+    EmittedCode bad = *code;
+    for (TranslationEntry& t : bad.translation)
+      if (t.kind == Translation::ValueCounter && t.stack_shift == 144) {
+        t.stack_shift = 152;
+        break;
+      }
+    expect_caught(bad, "a wrong stack shift (unwind rows)");
+  }
+  {
+    std::vector<CounterSite> unsaved = sites;
+    for (CounterSite& c : unsaved)
+      if (c.kind == CounterKind::Value) c.saves_flags = false;
+    auto wrong = emit_function(f, original_layout(f), m->cache_base(), {}, BranchWidth::Short, {&unsaved, m->counters_base()});
+    ASSERT_TRUE(wrong) << wrong.error().message();
+    expect_caught(*wrong, "flags live at the tail call, not saved");
+  }
+}
+
 // The verifier decides again where the plain counter code may run: a plan
 // that put it where the flags are live (here the block that is only a jg)
 // is caught, whatever the planner said.

@@ -12,7 +12,8 @@
 // DYNI_COUNTS_FILE when set), puts the original entries back, and then
 // turns the counters off in place, and injects the functions that ran,
 // laid out by their counts. DYNI_COUNTER_STRIPES=N stripes the counters
-// for N CPUs (0: shared, the default), DYNI_COUNTER_SET=every puts a
+// for N CPUs (0: shared, the default), DYNI_VALUE_COUNTERS=0 leaves out
+// the value code at indirect calls, DYNI_COUNTER_SET=every puts a
 // counter at every block (for measuring those levers). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
 // target's code: run it on test and benchmark processes only.
@@ -137,6 +138,9 @@ dyni::Result<dyni::jit::ModuleCounts> count_for(dyni::InjectRequest request, dou
   // DYNI_COUNTER_SET=every: a counter at every block (the fewest that tell every count, by default).
   const char* set = std::getenv("DYNI_COUNTER_SET");
   if (set && std::string(set) == "every") request.options.cache.counter_set = jit::CounterSet::Every;
+  // DYNI_VALUE_COUNTERS=0: no value code at indirect calls (what it costs, measured).
+  if (const char* v = std::getenv("DYNI_VALUE_COUNTERS"); v && std::string(v) == "0")
+    request.options.cache.count_values = false;
   // DYNI_COUNTING_CALLS_COPIES=1: counting copies call each other directly (a measurement of the entry hop).
   if (const char* v = std::getenv("DYNI_COUNTING_CALLS_COPIES"); v && std::string(v) == "1")
     request.options.cache.counting_calls_copies = true;

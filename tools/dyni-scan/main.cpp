@@ -242,21 +242,26 @@ void print_count_metrics(const jit::ModulePlan& plan, const jit::ModuleCounts& c
                 laid_out ? "laid out:" : "original:", m.ext_tsp, static_cast<unsigned long long>(m.hot_bytes),
                 static_cast<unsigned long long>(m.instructions), m.lines_99, m.pages_99, m.taken_per_1000());
   }
+  const jit::IndirectMetrics& i = both.indirect;
+  std::printf("indirect:   %zu sites ran (%zu with one target for 90%% of calls), %llu calls, %.1f%% to their site's "
+              "most called target, %.1f%% to one with a copy\n",
+              i.sites, i.sites_90, static_cast<unsigned long long>(i.calls), percent(i.to_top, i.calls),
+              percent(i.to_top_copied, i.calls));
 }
 
 // --counting: the counter sites of the counting cache, and what they cost.
 void print_counters(const jit::CodeCache& cache) {
-  std::size_t blocks = 0, falls = 0, saving = 0, bytes = 0;
+  std::size_t blocks = 0, falls = 0, values = 0, saving = 0, bytes = 0;
   for (const jit::CachedFunction& f : cache.functions)
     for (const jit::CounterSite& s : f.counters) {
-      (s.kind == jit::CounterKind::Block ? blocks : falls)++;
+      (s.kind == jit::CounterKind::Block ? blocks : s.kind == jit::CounterKind::Value ? values : falls)++;
       saving += s.saves_flags;
       bytes += jit::counter_length(s.form());
     }
-  std::size_t sites = blocks + falls;
-  std::printf("counters:  %zu sites (%zu blocks, %zu fall-throughs), %zu saving flags (%.1f%%), %zu bytes of counter "
-              "code, %u slots at %#llx in %u stripes (%llu bytes)\n",
-              sites, blocks, falls, saving, percent(saving, sites), bytes, cache.counter_slots,
+  std::size_t sites = blocks + falls + values;
+  std::printf("counters:  %zu sites (%zu blocks, %zu fall-throughs, %zu indirect calls and jumps), %zu saving flags "
+              "(%.1f%%), %zu bytes of counter code, %u slots at %#llx in %u stripes (%llu bytes)\n",
+              sites, blocks, falls, values, saving, percent(saving, sites), bytes, cache.counter_slots,
               static_cast<unsigned long long>(cache.counters_base), cache.counter_stripes,
               static_cast<unsigned long long>(cache.counter_layout().bytes()));
 }
