@@ -713,6 +713,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     if (!f.counters.empty()) out.counted[f.original_entry] = f.counters;
   out.eh_frame_addr = p->place.addr + p->layout.blob_offset;
   out.copies = copy_ranges(*p);
+  for (const jit::CachedFunction& f : p->planned.plan.cache.functions) out.promoted_calls += f.code.promoted.size();
   out.frames = {out.code_addr, out.code_addr + out.code_size, p->place.addr + p->layout.table_offset,
                 p->search_table.size() / jit::kSearchEntryBytes};
   out.other_frames = p->other_frames;

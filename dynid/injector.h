@@ -87,6 +87,7 @@ struct Injection {
   std::string build_id, module;
   uint64_t module_bias = 0;  // value sites count run-time targets: less this, link-time ones
   std::vector<CopyRange> copies;
+  std::size_t promoted_calls = 0;  // indirect calls promoted to guarded direct calls (jit/promotion.h)
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;
   UnwindTable frames;  // the cache's frames, for dynid's own stack proofs

@@ -256,9 +256,10 @@ void TargetLifecycle::dynimize() {
                          fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
     return;
   }
-  std::string why = fmt::format("{} functions patched, {} skipped, {} bytes of code at {:#x}; longest stop {:.1f} ms",
-                                injection_->patched.size(), injection_->skipped.size(), injection_->code_size,
-                                injection_->code_addr, injection_->longest_stop.count() / 1000.0);
+  std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} bytes of code at {:#x}; "
+                                "longest stop {:.1f} ms",
+                                injection_->patched.size(), injection_->skipped.size(), injection_->promoted_calls,
+                                injection_->code_size, injection_->code_addr, injection_->longest_stop.count() / 1000.0);
   log::info("target {} pid {}: dynimized: {}", name_, pid_, why);
   move(TargetState::Dynimizing, TargetState::Dynimized, why);
 }
@@ -412,6 +413,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
   return {{"adopted", adopted_},
           {"functions_patched", in.patched.size()},
           {"functions_copied", in.copies.size()},
+          {"promoted_calls", in.promoted_calls},
           {"skipped", skipped},
           {"skipped_examples", std::vector<std::string>(in.skipped.begin(),
                                                         in.skipped.begin() + std::min<std::size_t>(5, in.skipped.size()))},

@@ -83,17 +83,23 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
   CodeCache cache;
   cache.base = base;
   uint64_t at = base;
+  std::set<uint64_t> packed;
+  for (const HotCode& f : functions) packed.insert(f.cfg->start);
   for (const HotCode& f : functions) {
     at = align_up(at, kFunctionAlignment);
     cache.redirects.to[f.cfg->start] = at;
-    cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}, 0}, {f.cfg->start, {}}, "", {}, {}});
+    cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}, 0, 0, {}}, {f.cfg->start, {}}, "", {}, {}, {}});
     CachedFunction& copy = cache.functions.back();
+    if (options.promote_calls && !options.counting)
+      for (const auto& [call, target] : f.promotions)
+        if (packed.count(target)) copy.promoted.emplace(call, target);
     if (options.counting) {
       copy.counters = plan_counters(*f.cfg, cache.counter_slots, options.counter_stripes > 0, options.counter_set,
                                     options.count_values);
       cache.counter_slots += slots_of(copy.counters);
     }
-    at += emitted_size(*f.cfg, f.layout, at, shortest(options), {options.counting ? &copy.counters : nullptr, 0});
+    at += emitted_size(*f.cfg, f.layout, at, shortest(options), {options.counting ? &copy.counters : nullptr, 0},
+                       copy.promoted);
   }
   if (cache.counter_slots) {
     cache.counters_base = options.counters_base ? options.counters_base : align_up(at, kPageSize);
@@ -123,10 +129,10 @@ Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const
   const CounterLayout layout = cache.counter_layout();
   CounterPlacement counting{options.counting ? &slot.counters : nullptr, cache.counters_base + layout.slot_offset(0),
                             layout.striped() ? cache.counters_base : 0};
-  auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects, shortest(options), counting);
+  auto code = emit_function(*f.cfg, f.layout, slot.code.base, cache.redirects, shortest(options), counting, slot.promoted);
   if (!code) return fail("copy cannot be emitted: " + code.error().message());
   // Its slot was sized by the plan.
-  if (code->bytes.size() != emitted_size(*f.cfg, f.layout, slot.code.base, shortest(options), counting))
+  if (code->bytes.size() != emitted_size(*f.cfg, f.layout, slot.code.base, shortest(options), counting, slot.promoted))
     return fail("copy cannot be emitted: its size differs from its plan");
   if (options.verify)
     if (auto checked = jit::verify(*f.cfg, *code, cache.redirects, patched); !checked)
@@ -161,7 +167,7 @@ Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64
   std::vector<HotCode> kept;
   for (const HotCode& f : functions) {
     BlockLayout layout = options.counting ? original_layout(*f.cfg) : with_entry_bytes_copied(*f.cfg, f.layout);
-    kept.push_back({f.cfg, std::move(layout), f.shares_entry_bytes});
+    kept.push_back({f.cfg, std::move(layout), f.shares_entry_bytes, f.promotions});
   }
   std::vector<CacheRejection> rejected;
   // Each round drops at least one function, or ends.

@@ -23,6 +23,7 @@ struct HotCode {
   const FunctionCfg* cfg = nullptr;
   BlockLayout layout;
   bool shares_entry_bytes = false;  // another entry point (symbol, FDE) lies where the patch would go
+  Promotions promotions = {};       // indirect calls to promote (promotion.h), where their target is cached
 };
 
 struct CachedFunction {
@@ -34,6 +35,7 @@ struct CachedFunction {
   std::string unpatched;
   std::vector<UnwindRow> unwind;  // the copy's frames (I6); empty when the original has no FDE
   std::vector<CounterSite> counters;  // a counting copy's sites (counting.h)
+  Promotions promoted;                // its promotions whose target has a copy in this cache
 };
 
 // A function left out of the cache: its copy could not be emitted or failed
@@ -94,6 +96,7 @@ struct CacheOptions {
   uint32_t counter_stripes = 0;
   CounterSet counter_set = CounterSet::Fewest;  // plan_counters: Every for measurements
   bool count_values = true;                      // value sites at indirect calls and jmps (counting.h)
+  bool promote_calls = true;                     // HotCode::promotions applied (promotion.h)
   // Measurements only: counting copies call each other directly, not
   // through the original entries (a thread would then stay on counting
   // copies after the phase: never in dynid).

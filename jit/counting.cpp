@@ -9,6 +9,7 @@
 #include <optional>
 #include <tuple>
 
+#include "jit/call_target.h"
 #include "jit/count_flow.h"
 #include "jit/flags_liveness.h"
 #include "jit/relocator.h"
@@ -186,29 +187,6 @@ ZydisEncoderRequest request_for(CounterInstruction::What w, uint64_t at, uint8_t
 
 bool within_rel32(int64_t d) { return d >= INT32_MIN && d <= INT32_MAX; }
 
-bool is_gpr64(ZydisRegister r) { return ZydisRegisterGetClass(r) == ZYDIS_REGCLASS_GPR64; }
-
-// The load of value code: mov rax, the operand of `source` (an indirect
-// call or jmp), at `at`, with rsp `shift` bytes below the call's.
-Result<std::vector<uint8_t>> value_load(const Instruction& source, uint64_t at, unsigned shift) {
-  const Operand& op = source.ops[0];
-  std::vector<uint8_t> out;
-  if (op.type == ZYDIS_OPERAND_TYPE_REGISTER) {
-    if (auto n = encode(register_from(ZYDIS_MNEMONIC_MOV, ZYDIS_REGISTER_RAX, op.reg), out); !n)
-      return std::unexpected(n.error());
-    return out;
-  }
-  int64_t disp = op.disp;
-  if (op.base == ZYDIS_REGISTER_RSP) disp += shift;
-  // [rip + disp] re-aimed at the same address: its length (7) is fixed.
-  if (op.base == ZYDIS_REGISTER_RIP) disp = static_cast<int64_t>(source.rip_address - (at + 7));
-  if (!within_rel32(disp)) return fail(fmt::format("value code: target beyond ±2 GB at {:#x}", at));
-  if (auto n = encode(register_from_memory(ZYDIS_MNEMONIC_MOV, ZYDIS_REGISTER_RAX, op.base, op.index, op.scale, disp), out);
-      !n)
-    return std::unexpected(n.error());
-  return out;
-}
-
 // One instruction of value code; `pair` numbers the pair it tests, claims
 // or counts.
 struct ValueInstruction {
@@ -257,7 +235,7 @@ int value_stack_effect(ValueInstruction::What w) {
 // operands are shifted by what the code pushed first).
 Result<std::size_t> value_load_length(const Instruction& source, bool saves_flags) {
   const unsigned shift = kRedZone + 8 * (saves_flags ? 3 : 2);
-  auto load = value_load(source, 0, shift);
+  auto load = load_target(source, 0, ZYDIS_REGISTER_RAX, shift);
   if (!load) return std::unexpected(load.error());
   if (load->size() > kValueLoadBytes) return fail(fmt::format("value code: load of {:#x} too long", source.addr));
   return load->size();
@@ -305,7 +283,7 @@ Result<CounterCode> value_code(uint64_t at, uint64_t table, bool saves_flags, co
       case V::PushRcx: n = encode(with_register(ZYDIS_MNEMONIC_PUSH, ZYDIS_REGISTER_RCX), bytes); break;
       case V::PushRax: n = encode(with_register(ZYDIS_MNEMONIC_PUSH, ZYDIS_REGISTER_RAX), bytes); break;
       case V::Pushfq: n = encode(request(ZYDIS_MNEMONIC_PUSHFQ), bytes); break;
-      case V::Load: branch = value_load(source, here, static_cast<unsigned>(shift)); break;
+      case V::Load: branch = load_target(source, here, ZYDIS_REGISTER_RAX, static_cast<unsigned>(shift)); break;
       case V::Pad:
         bytes.resize(v.length);
         if (ZYAN_FAILED(ZydisEncoderNopFill(bytes.data(), bytes.size()))) return fail("value code: cannot pad");
@@ -609,17 +587,7 @@ std::vector<CounterSite> fewest_sites(const FunctionCfg& cfg, std::vector<Counte
 }  // namespace
 
 bool value_countable(const Instruction& in) {
-  if (in.flow != Flow::IndirectCall && in.flow != Flow::IndirectBranch) return false;
-  if (in.operand_count < 1) return false;
-  for (std::size_t k = 0; k < in.prefix_count && k < in.length; ++k)
-    if ((in.bytes[k] & 0xf0) != 0x40) return false;
-  const Operand& op = in.ops[0];
-  if (op.type == ZYDIS_OPERAND_TYPE_REGISTER) return is_gpr64(op.reg) && op.reg != ZYDIS_REGISTER_RSP;
-  if (op.type != ZYDIS_OPERAND_TYPE_MEMORY || op.size != 64) return false;
-  const bool base_ok = op.base == ZYDIS_REGISTER_NONE || op.base == ZYDIS_REGISTER_RIP || is_gpr64(op.base);
-  const bool index_ok = op.index == ZYDIS_REGISTER_NONE || (is_gpr64(op.index) && op.index != ZYDIS_REGISTER_RSP);
-  if (!base_ok || !index_ok || (op.base == ZYDIS_REGISTER_RIP && op.index != ZYDIS_REGISTER_NONE)) return false;
-  return value_load_length(in, true).has_value() && value_load_length(in, false).has_value();
+  return target_loadable(in) && value_load_length(in, true).has_value() && value_load_length(in, false).has_value();
 }
 
 uint32_t CounterSite::slots() const { return kind == CounterKind::Value ? kValueSlots : 1; }

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "jit/decoder.h"
+#include "jit/promotion.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -29,6 +30,7 @@ struct Piece {
   const JumpTable* table = nullptr; // Copied: a load that reads its rebuilt table
   BranchWidth width = BranchWidth::Near;  // a jmp/jcc whose target's copy is within rel8 reach: Short
   const CounterSite* counter = nullptr;   // BlockCounter / EdgeCounter / ValueCounter (`in`: its call)
+  uint64_t promote_to = 0;                // Promoted: the target whose copy it calls
 };
 
 // The original instruction a piece is the image of, as a branch target: a
@@ -79,8 +81,8 @@ constexpr uint64_t kBaseLessLimit = (uint64_t{1} << 31) - (uint64_t{64} << 20);
 class Planner {
  public:
   Planner(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest,
-          const CounterPlacement& counting)
-      : cfg_(cfg), layout_(layout), base_(base), shortest_(shortest) {
+          const CounterPlacement& counting, const Promotions& promoted)
+      : cfg_(cfg), layout_(layout), base_(base), shortest_(shortest), promoted_(promoted) {
     for (std::size_t i = 0; i < cfg.blocks.size(); ++i) block_index_[cfg.blocks[i].start] = i;
     if (counting.sites)
       for (const CounterSite& c : *counting.sites) {
@@ -97,7 +99,7 @@ class Planner {
       uint64_t next = k + 1 < layout_.order.size() ? cfg_.blocks[layout_.order[k + 1]].start : kNoBlock;
       for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) {
         add_counters_before(cfg_.instructions[i], pieces);
-        pieces.push_back(copied(cfg_.instructions[i]));
+        pieces.push_back(copied_or_promoted(cfg_.instructions[i]));
       }
       add_counters_before(cfg_.instructions[b.first + b.count - 1], pieces);
       plan_block_end(cfg_.instructions[b.first + b.count - 1], next, pieces);
@@ -164,6 +166,17 @@ class Planner {
   }
   static Piece jump(uint64_t to) { return {Translation::Jump, nullptr, to, kJmpRel32}; }
 
+  // An indirect call to promote (promotion.h) whose code can be made, else the copy.
+  Piece copied_or_promoted(const Instruction& in) const {
+    auto to = promoted_.find(in.addr);
+    if (to == promoted_.end() || in.flow != Flow::IndirectCall) return copied(in);
+    auto length = promoted_length(in);
+    if (!length) return copied(in);
+    Piece p{Translation::Promoted, &in, 0, *length};
+    p.promote_to = to->second;
+    return p;
+  }
+
   static Piece counter(const CounterSite& c, const Instruction* call = nullptr) {
     Translation kind = c.kind == CounterKind::Block ? Translation::BlockCounter
                        : c.kind == CounterKind::Value ? Translation::ValueCounter
@@ -215,7 +228,7 @@ class Planner {
       out.push_back({Translation::Inverted, &last, 0, relocated_length(last)});
       return;
     }
-    out.push_back(copied(last));
+    out.push_back(copied_or_promoted(last));
     if (edge) out.push_back(counter(*edge));
     if (has_fall && next != fall) out.push_back(jump(fall));
   }
@@ -224,6 +237,7 @@ class Planner {
   const BlockLayout& layout_;
   const uint64_t base_;
   const BranchWidth shortest_;
+  const Promotions& promoted_;
   std::map<uint64_t, std::size_t> block_index_;
   std::map<uint64_t, const CounterSite*> block_counter_;  // by the instruction it runs before
   std::map<uint64_t, const CounterSite*> edge_counter_;   // by its conditional branch
@@ -275,23 +289,38 @@ Status append_entry(EmittedCode& code, const RebuiltTable& t) {
   return ok();
 }
 
+// Where each promoted call's literal goes, from `at` (after the tables);
+// returns the end of the last.
+uint64_t place_literals(const std::vector<Piece>& pieces, uint64_t at, std::vector<uint64_t>& literal_at) {
+  for (const Piece& p : pieces)
+    if (p.kind == Translation::Promoted) at = align_to(at, 8), literal_at.push_back(at), at += 8;
+  return at;
+}
+
+void append_u64(std::vector<uint8_t>& out, uint64_t v) {
+  const auto* raw = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), raw, raw + 8);
+}
+
 }  // namespace
 
 uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base, BranchWidth shortest,
-                      const CounterPlacement& counting) {
+                      const CounterPlacement& counting, const Promotions& promoted) {
   uint64_t n = 0;
-  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting).plan();
+  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting, promoted).plan();
   for (const Piece& p : pieces) n += p.length;
   std::map<TableKey, uint64_t> table_at;
-  return place_tables(pieces, n, table_at);
+  std::vector<uint64_t> literal_at;
+  return place_literals(pieces, place_tables(pieces, n, table_at), literal_at);
 }
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
-                                  const Redirects& redirects, BranchWidth shortest, const CounterPlacement& counting) {
-  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting).plan();
+                                  const Redirects& redirects, BranchWidth shortest, const CounterPlacement& counting,
+                                  const Promotions& promoted) {
+  std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting, promoted).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy (a block counter before it)
   uint64_t at = base;
-  EmittedCode code{base, {}, {}, 0, {}, {}, {}, counting.slots_base, counting.table};
+  EmittedCode code{base, {}, {}, 0, {}, {}, {}, counting.slots_base, counting.table, {}};
   for (const Piece& p : pieces) {
     // A dropped jmp's image is where its target's copy follows.
     if (auto original = image_of(p)) copy_of.emplace(*original, at);
@@ -299,6 +328,8 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
       uint64_t original = p.kind == Translation::EdgeCounter ? p.counter->at : p.counter->before;
       for (const CounterStep& s : counter_steps(p.counter->form(), p.in))
         code.translation.push_back({at + s.offset, original, p.kind, s.stack_shift});
+    } else if (p.kind == Translation::Promoted) {
+      for (uint8_t offset : promoted_offsets(*p.in)) code.translation.push_back({at + offset, p.in->addr, p.kind});
     } else if (!p.dropped) {
       code.translation.push_back({at, p.in ? p.in->addr : p.continue_at, p.kind});
     }
@@ -312,7 +343,9 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   };
   code.code_size = at - base;
   std::map<TableKey, uint64_t> table_at;  // rebuilt tables, in load order
-  place_tables(pieces, at, table_at);
+  std::vector<uint64_t> literal_at;        // promoted calls' literals, in their order
+  place_literals(pieces, place_tables(pieces, at, table_at), literal_at);
+  std::size_t promoted_index = 0;
   uint64_t here = base;
   for (const Piece& p : pieces) {
     if (p.dropped) continue;
@@ -323,6 +356,13 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
       if (!c) return std::unexpected(c.error());
       bytes = std::move(c->bytes);
       code.counters.push_back({here, slot, *p.counter});
+    } else if (p.kind == Translation::Promoted) {
+      const uint64_t literal = literal_at[promoted_index++], copy = redirects(p.promote_to);
+      // Invariant: a promoted call calls a copy (the cache's packer keeps
+      // only targets it holds).
+      if (copy == p.promote_to) return fail(fmt::format("promoted call to {:#x}, which has no copy", p.promote_to));
+      bytes = promoted_code(*p.in, here, copy, literal);
+      code.promoted.push_back({here, p.in->addr, literal, p.promote_to, copy});
     } else if (p.table) {
       bytes = rebuilt_table_load(*p.in, p.length, p.table->table_addr, table_at[key_of(*p.table)]);
     } else if (p.kind == Translation::Jump) {
@@ -357,6 +397,11 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
       if (auto r = append_entry(code, t); !r) return fail(fmt::format("{} at {:#x}", r.error().message(), p.in->addr));
     }
     code.tables.push_back(std::move(t));
+  }
+  for (const PromotedCall& c : code.promoted) {
+    code.bytes.resize(c.literal - base, kTablePadding);
+    code.absolute_slots.push_back(c.literal);
+    append_u64(code.bytes, c.target);
   }
   return code;
 }

@@ -10,6 +10,8 @@
 // condition inverted. A jump table proven rebuildable (cfg.h) whose load is
 // copied gets a table of its own after the code (RebuiltTable), so that a
 // copied switch dispatches to the copies instead of leaving the cache. A
+// An indirect call may be promoted to a guarded direct call (promotion.h),
+// its literal after the tables. A
 // counting copy also runs counter code at its sites (counting.h): a block's
 // before the instruction the site names, a fall-through's right after its
 // conditional branch, a value site's just before its indirect call or jmp
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +42,7 @@ enum class Translation : uint8_t {
   BlockCounter,  // runs just before the original instruction: branches to that instruction land here
   EdgeCounter,   // runs as the conditional branch at original_addr falls through (its frame)
   ValueCounter,  // value code: runs just before the indirect call or jmp at original_addr, as BlockCounter
+  Promoted,      // the guarded direct call that stands for the indirect call at original_addr (promotion.h)
 };
 
 struct TranslationEntry {
@@ -85,6 +89,16 @@ struct RebuiltTable {
   std::vector<uint64_t> targets;  // where each entry sends execution now
 };
 
+// An indirect call promoted (promotion.h): its code at `addr`, comparing
+// with the 8-byte absolute slot `literal` (which holds `target`, link-time)
+// and calling `copy`, the image of `target`.
+struct PromotedCall {
+  uint64_t addr = 0, call = 0, literal = 0, target = 0, copy = 0;
+};
+
+// Indirect calls to promote: call address → the target whose copy it calls.
+using Promotions = std::map<uint64_t, uint64_t>;
+
 // A site's counter code in a counting copy.
 struct EmittedCounter {
   uint64_t addr = 0;       // its first instruction
@@ -102,6 +116,7 @@ struct EmittedCode {
   std::vector<EmittedCounter> counters;       // a counting copy's, by address
   uint64_t counter_slots_base = 0;            // where slot 0 is (CounterPlacement::slots_base)
   uint64_t counter_table = 0;                 // the stripe table (CounterPlacement::table)
+  std::vector<PromotedCall> promoted;         // by address; their literals follow the rebuilt tables
 };
 
 // The size emit_function() will produce for `layout` at `base` (known
@@ -110,12 +125,15 @@ struct EmittedCode {
 // `shortest`: Short lets a jmp/jcc whose target's copy is within reach take
 // the rel8 form; Near makes every one rel32 (for measurements).
 // `counting`: the counter code to put in (a counting copy), or none.
+// `promoted`: indirect calls to emit as promoted calls (promotion.h), each
+// target redirected to a copy.
 uint64_t emitted_size(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
-                      BranchWidth shortest = BranchWidth::Short, const CounterPlacement& counting = {});
+                      BranchWidth shortest = BranchWidth::Short, const CounterPlacement& counting = {},
+                      const Promotions& promoted = {});
 
 Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& layout, uint64_t base,
                                   const Redirects& redirects = {}, BranchWidth shortest = BranchWidth::Short,
-                                  const CounterPlacement& counting = {});
+                                  const CounterPlacement& counting = {}, const Promotions& promoted = {});
 
 // Every block in original order, nothing redirected.
 Result<EmittedCode> emit_in_order(const FunctionCfg& cfg, uint64_t base);

@@ -86,7 +86,7 @@ FunctionPlacement place_counts(const FunctionCfg& cfg, const FunctionCounts& cou
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> in_copy;  // original instruction → (address, length) in the copy
   for (std::size_t k = 0; k < copy.translation.size(); ++k) {
     const TranslationEntry& t = copy.translation[k];
-    if (t.kind != Translation::Copied && t.kind != Translation::Inverted) continue;
+    if (t.kind != Translation::Copied && t.kind != Translation::Inverted && t.kind != Translation::Promoted) continue;
     uint64_t end = k + 1 < copy.translation.size() ? copy.translation[k + 1].new_addr : copy.base + copy.code_size;
     in_copy.emplace(t.original_addr, std::pair{t.new_addr, end - t.new_addr});
   }

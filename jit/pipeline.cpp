@@ -11,6 +11,7 @@
 #include "jit/entry_branches.h"
 #include "jit/function_order.h"
 #include "jit/patch_plan.h"
+#include "jit/promotion.h"
 #include "jit/return_address.h"
 
 namespace dyni::jit {
@@ -275,9 +276,13 @@ Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& opti
   mark_branches_into_entry_bytes(in, plan);
   reject_callers_of_return_address_users(in, fdes, plan);
   std::vector<HotCode> hot;
+  std::set<uint64_t> analysed;
+  for (const auto& cfg : plan.cfgs) analysed.insert(cfg->start);
   for (const FunctionCfg* cfg : order(in, plan)) {
     BlockLayout layout = with_entry_bytes_copied(*cfg, lay_out(in, *cfg, options.layout));
-    hot.push_back({cfg, std::move(layout), plan.shares_entry_bytes.count(cfg->start) > 0});
+    const SiteCounts* counts = counts_of(in, cfg->start);
+    hot.push_back({cfg, std::move(layout), plan.shares_entry_bytes.count(cfg->start) > 0,
+                   counts ? promotions(*cfg, *counts, analysed) : Promotions{}});
   }
   if (auto built = build_cache(in, hot, options, plan); !built) return std::unexpected(built.error());
   for (const HotCode& h : hot) {

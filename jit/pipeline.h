@@ -12,7 +12,8 @@
 //   3. order     the functions by call-graph affinity: counted calls, else
 //                sampled ones (function_order.h)
 //   4. emit      the code cache: relocate, send calls between hot functions
-//                and through PLT stubs straight to their targets, verify;
+//                and through PLT stubs straight to their targets, promote
+//                indirect calls whose counts show one target (promotion.h), verify;
 //                a copy that fails is rejected, never the module
 //                (code_cache.h, emitter.h, verifier.h)
 //   5. plan      the entry patches, all or nothing per function (patch_plan.h)

@@ -9,9 +9,11 @@
 #include <optional>
 #include <set>
 
+#include "jit/call_target.h"
 #include "jit/decoder.h"
 #include "jit/flags_liveness.h"
 #include "jit/patch_plan.h"
+#include "jit/promotion.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -47,6 +49,12 @@ class Verifier {
         code_.translation.front().new_addr != code_.base)
       return fail("verifier: the code does not begin with the function's entry");
     for (std::size_t k = 0; k < code_.translation.size();) {
+      if (code_.translation[k].kind == Translation::Promoted) {
+        auto steps = check_promoted(k);
+        if (!steps) return std::unexpected(steps.error());
+        k += *steps;
+        continue;
+      }
       if (is_counter(code_.translation[k].kind)) {
         auto steps = check_counter(k);
         if (!steps) return std::unexpected(steps.error());
@@ -161,12 +169,14 @@ class Verifier {
   }
 
   // The injector adds the load bias to every absolute slot: each must be an
-  // entry of a rebuilt 8-byte table, and nothing else.
+  // entry of a rebuilt 8-byte table or a promoted call's literal, and
+  // nothing else.
   Status check_absolute_slots() const {
     for (uint64_t slot : code_.absolute_slots) {
       bool entry = std::any_of(code_.tables.begin(), code_.tables.end(), [&](const RebuiltTable& t) {
         return t.entry_size == 8 && slot >= t.addr && slot < t.addr + 8 * t.targets.size() && (slot - t.addr) % 8 == 0;
       });
+      entry |= std::any_of(code_.promoted.begin(), code_.promoted.end(), [&](const PromotedCall& c) { return c.literal == slot; });
       if (!entry) return fail(fmt::format("verifier: absolute slot at {:#x} is no rebuilt table's entry", slot));
     }
     return ok();
@@ -330,6 +340,57 @@ class Verifier {
     return steps.size();
   }
 
+  // A promoted call (promotion.h) at entry `k`, decoded back: it stands for
+  // an indirect call (not a jmp) before which the flags are dead (computed
+  // afresh); it loads the call's target into r11 as the call would, compares
+  // it with an absolute slot after the code that holds link-time address V,
+  // calls the image of V (a copy, not V) when equal, else calls r11, and
+  // both go on at the image of the instruction after the call. Returns how
+  // many entries it spans.
+  Result<std::size_t> check_promoted(std::size_t k) const {
+    const TranslationEntry& t = code_.translation[k];
+    auto wrong = [&](const std::string& what) { return fail(fmt::format("verifier: promoted call at {:#x} {}", t.new_addr, what)); };
+    auto orig = original_.find(t.original_addr);
+    if (orig == original_.end() || orig->second->flow != Flow::IndirectCall || !target_loadable(*orig->second))
+      return wrong("does not stand for an indirect call");
+    const Instruction& call = *orig->second;
+    if (k + kPromotedInstructions > code_.translation.size()) return wrong("is cut short");
+    std::vector<Instruction> d;
+    for (std::size_t s = 0; s < kPromotedInstructions; ++s) {
+      const TranslationEntry& e = code_.translation[k + s];
+      if (e.kind != Translation::Promoted || e.original_addr != call.addr || e.stack_shift != 0) return wrong("has a wrong step");
+      auto one = decode_at(e.new_addr, end_of(k + s));
+      if (!one || one->length != end_of(k + s) - e.new_addr || one->segment_override())
+        return wrong(fmt::format("does not decode at {:#x}", e.new_addr));
+      d.push_back(*one);
+    }
+    if (live_.empty()) live_ = live_flags_before(cfg_);
+    const std::size_t index = static_cast<std::size_t>(&call - cfg_.instructions.data());
+    if (live_[index] & kStatusFlags) return wrong("writes flags that are live");
+    if (!loads_target_of(d[0], call, ZYDIS_REGISTER_R11, 0)) return wrong("does not load the call's target");
+    const bool cmp = d[1].mnemonic == ZYDIS_MNEMONIC_CMP && d[1].operand_count == 2 &&
+                     d[1].ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER && d[1].ops[0].reg == ZYDIS_REGISTER_R11 &&
+                     d[1].rip_relative && d[1].ops[1].size == 64;
+    const uint64_t literal = cmp ? d[1].rip_address : 0;
+    const bool slot = std::count(code_.absolute_slots.begin(), code_.absolute_slots.end(), literal) == 1 &&
+                      literal >= code_end() && literal + 8 <= code_.base + code_.bytes.size();
+    if (!cmp || !slot) return wrong("does not compare with an absolute slot after the code");
+    uint64_t target = 0;
+    std::memcpy(&target, code_.bytes.data() + (literal - code_.base), 8);
+    const uint64_t copy = redirects_(target);
+    if (d[2].mnemonic != ZYDIS_MNEMONIC_JNZ || !d[2].has_target || d[2].target != d[5].addr)
+      return wrong("does not go to the indirect call when the target differs");
+    if (d[3].mnemonic != ZYDIS_MNEMONIC_CALL || !d[3].has_target || d[3].target != copy || copy == target)
+      return wrong(fmt::format("does not call the copy of {:#x}", target));
+    if (d[4].mnemonic != ZYDIS_MNEMONIC_JMP || !d[4].has_target || d[4].target != end_of(k + kPromotedInstructions - 1))
+      return wrong("does not go on after its indirect call");
+    if (d[5].mnemonic != ZYDIS_MNEMONIC_CALL || d[5].ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
+        d[5].ops[0].reg != ZYDIS_REGISTER_R11)
+      return wrong("does not call the loaded target otherwise");
+    if (auto r = check_continues(k + kPromotedInstructions - 1, call.end()); !r) return std::unexpected(r.error());
+    return kPromotedInstructions;
+  }
+
   // Value code (counting.h) at entry `k`, checked for what safety needs
   // rather than byte by byte: it stands just before a countable indirect
   // call or jmp that is no jump table's; it saves rcx and rax (and the
@@ -386,7 +447,7 @@ class Verifier {
     const unsigned shift = kRedZone + 8 * static_cast<unsigned>(head.size() - 1);
     std::size_t load = head.size(), lea = load + 1;
     if (lea < d.size() && d[lea].mnemonic == ZYDIS_MNEMONIC_NOP) ++lea;
-    if (!loads_what_the_call_loads(d[load], call, shift)) return wrong("does not load the call's target");
+    if (!loads_target_of(d[load], call, ZYDIS_REGISTER_RAX, shift)) return wrong("does not load the call's target");
     const bool lea_table = d[lea].mnemonic == ZYDIS_MNEMONIC_LEA && d[lea].operand_count == 2 &&
                            d[lea].ops[0].reg == ZYDIS_REGISTER_RCX && d[lea].rip_relative && d[lea].rip_address == table;
     if (!lea_table) return wrong("does not address its table");
@@ -403,23 +464,6 @@ class Verifier {
     }
     if (auto r = check_continues(k + d.size() - 1, call.addr); !r) return std::unexpected(r.error());
     return d.size();
-  }
-
-  // `load` is mov rax, the operand of `call`: the same register, or the
-  // same memory (rsp-based: `shift` further; rip-based: the same address).
-  static bool loads_what_the_call_loads(const Instruction& load, const Instruction& call, unsigned shift) {
-    if (load.mnemonic != ZYDIS_MNEMONIC_MOV || load.operand_count != 2 || load.ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
-        load.ops[0].reg != ZYDIS_REGISTER_RAX)
-      return false;
-    const Operand& want = call.ops[0];
-    const Operand& got = load.ops[1];
-    if (want.type != got.type) return false;
-    if (want.type == ZYDIS_OPERAND_TYPE_REGISTER) return got.reg == want.reg;
-    if (got.size != 64 || got.base != want.base || got.index != want.index ||
-        (want.index != ZYDIS_REGISTER_NONE && got.scale != want.scale))
-      return false;
-    if (want.base == ZYDIS_REGISTER_RIP) return load.rip_address == call.rip_address;
-    return got.disp == want.disp + (want.base == ZYDIS_REGISTER_RSP ? static_cast<int64_t>(shift) : 0);
   }
 
   // One instruction of value code's counting part: a compare of rax or of

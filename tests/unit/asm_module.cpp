@@ -115,10 +115,11 @@ uint64_t AsmModule::addr(const std::string& name) const { return addr_.at(name);
 
 jit::CodeCache AsmModule::build(const std::vector<std::string>& hot,
                                 const std::function<jit::BlockLayout(const jit::FunctionCfg&)>& layout_of,
-                                jit::CacheOptions options) {
+                                jit::CacheOptions options, const jit::Promotions& promotions) {
   unpatch();
   std::vector<jit::HotCode> functions;
-  for (const std::string& name : hot) functions.push_back({cfgs_.at(name).get(), layout_of(*cfgs_.at(name))});
+  for (const std::string& name : hot)
+    functions.push_back({cfgs_.at(name).get(), layout_of(*cfgs_.at(name)), false, promotions});
   if (options.counting) options.counters_base = counters_base();
   std::memset(reinterpret_cast<void*>(counters_base()), 0, kArea);
   auto cache = jit::build_code_cache(functions, cache_base(), {}, options);

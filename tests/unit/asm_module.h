@@ -56,10 +56,11 @@ class AsmModule {
 
   // Builds the cache of `hot` (in this order) with `layout_of` each, writes it
   // after the original code and applies its entry patches. With
-  // options.counting, the counters go in counters(), zeroed.
+  // options.counting, the counters go in counters(), zeroed. `promotions`:
+  // indirect calls to promote (promotion.h), for every function.
   jit::CodeCache build(const std::vector<std::string>& hot,
                        const std::function<jit::BlockLayout(const jit::FunctionCfg&)>& layout_of,
-                       jit::CacheOptions options = {});
+                       jit::CacheOptions options = {}, const jit::Promotions& promotions = {});
   void unpatch();  // the original bytes back under every entry patch
   // Writes `bytes` at `addr` in the original code or the cache (as dynid
   // writes a live cache), and flushes the instruction cache.

@@ -24,6 +24,7 @@
 #include "jit/flags_liveness.h"
 #include "jit/layout_metrics.h"
 #include "jit/module_counts.h"
+#include "jit/promotion.h"
 #include "jit/unwind_rows.h"
 #include "jit/verifier.h"
 #include "tests/unit/asm_module.h"
@@ -849,6 +850,129 @@ TEST(ValueSites, VerifierCatchesWrongValueCode) {
     auto wrong = emit_function(f, original_layout(f), m->cache_base(), {}, BranchWidth::Short, {&unsaved, m->counters_base()});
     ASSERT_TRUE(wrong) << wrong.error().message();
     expect_caught(*wrong, "flags live at the tail call, not saved");
+  }
+}
+
+// Promotion (promotion.h): from what value sites counted, f's call through
+// rcx (always g1) and its call through the stack table (g2 for 15 of 20
+// calls) become guarded direct calls to the copies of g1 and g2; the other
+// targets still go through the indirect call. The results stay the same.
+TEST(Promotion, IndirectCallsWithOneTargetCallItsCopy) {
+  auto m = AsmModule::load(kIndirect, kIndirectNames);
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  const std::vector<uint64_t> calls = indirect_sites(f);
+  test::Inputs inputs;
+  for (long k = 0; k < 20; ++k) inputs.push_back({k % 4 == 3 ? k % 6 == 2 ? 0 : k % 6 : 2, k});
+  test::Run want = test::run_isolated(m->addr("f"), inputs);
+  ASSERT_EQ(want.outcome, Outcome::Returned);
+  CodeCache counting_cache = m->build({"f"}, in_order, counting());
+  ASSERT_TRUE(counting_cache.rejected.empty());
+  ASSERT_EQ(test::run_isolated(m->addr("f"), inputs).results, want.results);
+  ModuleCounts counts = read_counts(counting_cache, m->counters());
+  std::set<uint64_t> all;
+  for (const std::string& n : kIndirectNames) all.insert(m->addr(n));
+  const Promotions chosen = promotions(f, counts.functions.at(f.start), all);
+  ASSERT_EQ(chosen.size(), 2u) << "the tail call is not promoted, the two calls are";
+  EXPECT_EQ(chosen.at(calls[0]), m->addr("g2"));
+  EXPECT_EQ(chosen.at(calls[1]), m->addr("g1"));
+  EXPECT_TRUE(promotions(f, counts.functions.at(f.start), {m->addr("g0")}).empty()) << "targets without a copy";
+
+  CodeCache cache = m->build(kIndirectNames, in_order, {}, chosen);
+  ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+  const EmittedCode& code = cache.functions[0].code;
+  ASSERT_EQ(code.promoted.size(), 2u);
+  for (const PromotedCall& p : code.promoted) {
+    EXPECT_EQ(p.copy, AsmModule::copy_of(cache, p.target));
+    EXPECT_NE(std::find(code.absolute_slots.begin(), code.absolute_slots.end(), p.literal), code.absolute_slots.end());
+  }
+  test::Run got = test::run_isolated(m->addr("f"), inputs);  // through f's patched entry: the copy
+  ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+  EXPECT_EQ(got.results, want.results);
+  // The promoted calls reach the copies directly: with every entry back to
+  // its original bytes, a copy of g1 that adds 100 more shows in every
+  // result, and a copy of g2 that does in those of the calls to g2.
+  m->unpatch();
+  for (auto [name, disp] : {std::pair{"g1", 0x66}, std::pair{"g2", 0x67}}) {
+    const uint64_t copy = AsmModule::copy_of(cache, m->addr(name));
+    ASSERT_EQ(reinterpret_cast<const uint8_t*>(copy)[3], disp - 100) << "lea rax, [rdi + k]: its disp8";
+    const uint8_t changed = static_cast<uint8_t>(disp);
+    m->write(copy + 3, std::span(&changed, 1));
+  }
+  got = test::run_isolated(AsmModule::copy_of(cache, m->addr("f")), inputs);
+  ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    EXPECT_EQ(got.results[k], want.results[k] + 100 + (inputs[k].first == 2 ? 100 : 0)) << "input " << k;
+
+  // Only targets in the cache: with g2 left out, only the call to g1 is promoted.
+  CodeCache partial = m->build({"f", "g1"}, in_order, {}, chosen);
+  ASSERT_TRUE(partial.rejected.empty()) << partial.rejected[0].reason;
+  ASSERT_EQ(partial.functions[0].code.promoted.size(), 1u);
+  EXPECT_EQ(partial.functions[0].code.promoted[0].target, m->addr("g1"));
+  got = test::run_isolated(m->addr("f"), inputs);
+  ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+  EXPECT_EQ(got.results, want.results);
+  // Turned off: the copies are as before.
+  CacheOptions off;
+  off.promote_calls = false;
+  EXPECT_TRUE(m->build(kIndirectNames, in_order, off, chosen).functions[0].code.promoted.empty());
+}
+
+TEST(Promotion, VerifierCatchesWrongPromotedCalls) {
+  auto m = AsmModule::load(kIndirect, kIndirectNames);
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  const std::vector<uint64_t> calls = indirect_sites(f);
+  Redirects redirects;
+  redirects.to[m->addr("g1")] = m->cache_base() + 0x800;
+  redirects.to[m->addr("g2")] = m->cache_base() + 0x900;
+  const Promotions chosen = {{calls[0], m->addr("g2")}, {calls[1], m->addr("g1")}};
+  auto code = emit_function(f, original_layout(f), m->cache_base(), redirects, BranchWidth::Short, {}, chosen);
+  ASSERT_TRUE(code) << code.error().message();
+  ASSERT_EQ(code->promoted.size(), 2u);
+  ASSERT_TRUE(verify(f, *code, redirects)) << verify(f, *code, redirects).error().message();
+  auto expect_caught = [&](EmittedCode bad, const std::string& what) {
+    auto r = verify(f, bad, redirects);
+    ASSERT_FALSE(r) << what;
+    EXPECT_NE(r.error().message().find("promoted call"), std::string::npos) << what << ": " << r.error().message();
+  };
+  const PromotedCall& p = code->promoted[0];
+  {
+    EmittedCode bad = *code;  // the guard compares with g1, the call goes to g2's copy
+    uint64_t other = m->addr("g1");
+    std::memcpy(bad.bytes.data() + (p.literal - bad.base), &other, 8);
+    expect_caught(bad, "a guard for another target than the one called");
+  }
+  {
+    EmittedCode bad = *code;  // the literal no longer relocated
+    std::erase(bad.absolute_slots, p.literal);
+    expect_caught(bad, "a literal that is no absolute slot");
+  }
+  {
+    EmittedCode bad = *code;  // mov r11, [rsp + rax*8] → mov r11, [rsp + rax*8 + …]: another address
+    const std::vector<uint8_t> offsets = promoted_offsets(*std::find_if(
+        f.instructions.begin(), f.instructions.end(), [&](const Instruction& in) { return in.addr == calls[0]; }));
+    ASSERT_EQ(offsets.size(), kPromotedInstructions);
+    uint8_t* load = bad.bytes.data() + (p.addr - bad.base);
+    ASSERT_EQ(offsets[1], 4u) << "mov r11, [rsp + rax*8]: 4c 8b 1c c4";
+    load[2] = 0x5c, load[3] = 0xc4;  // a disp8 needs a byte more: make it [rsp + rax*8] with another scale instead
+    load[3] = 0x84;                  // scale 4
+    expect_caught(bad, "a load of another address than the call's");
+  }
+  {
+    EmittedCode bad = *code;  // jne → je: the copy called when the target differs
+    const std::vector<uint8_t> offsets = promoted_offsets(*std::find_if(
+        f.instructions.begin(), f.instructions.end(), [&](const Instruction& in) { return in.addr == calls[0]; }));
+    uint8_t& jne = bad.bytes[p.addr - bad.base + offsets[2]];
+    ASSERT_EQ(jne, 0x75);
+    jne = 0x74;
+    expect_caught(bad, "the guard inverted");
+  }
+  {
+    Redirects none;  // g2 has no copy: the direct call would go to the original, not a copy
+    none.to[m->addr("g1")] = m->cache_base() + 0x800;
+    auto r = verify(f, *code, none);
+    EXPECT_FALSE(r) << "a call to no copy";
   }
 }
 

@@ -13,7 +13,8 @@
 // turns the counters off in place, and injects the functions that ran,
 // laid out by their counts. DYNI_COUNTER_STRIPES=N stripes the counters
 // for N CPUs (0: shared, the default), DYNI_VALUE_COUNTERS=0 leaves out
-// the value code at indirect calls, DYNI_COUNTER_SET=every puts a
+// the value code at indirect calls, DYNI_PROMOTE=0 promotes no indirect
+// call (jit/promotion.h), DYNI_COUNTER_SET=every puts a
 // counter at every block (for measuring those levers). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
 // target's code: run it on test and benchmark processes only.
@@ -217,6 +218,9 @@ int main(int argc, char** argv) {
   // DYNI_NEAR_BRANCHES=1: every branch of the copies rel32 (jit::CacheOptions).
   if (const char* near = std::getenv("DYNI_NEAR_BRANCHES"); near && std::string(near) == "1")
     request.options.cache.short_branches = false;
+  // DYNI_PROMOTE=0: no indirect call promoted (jit/promotion.h), for measuring that lever.
+  if (const char* promote = std::getenv("DYNI_PROMOTE"); promote && std::string(promote) == "0")
+    request.options.cache.promote_calls = false;
   jit::ModuleCounts counts;
   if (const char* counting = std::getenv("DYNI_COUNTING")) {
     auto counted = count_for(request, std::atof(counting));

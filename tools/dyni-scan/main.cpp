@@ -355,7 +355,12 @@ int main(int argc, char** argv) {
               "the cache); the others send their targets back to the original code\n",
               static_cast<unsigned long long>(tables), rebuildable, rebuilt);
   if (args.counting) print_counters(plan->cache);
-  if (input.counts) print_count_metrics(*plan, *counts);
+  if (input.counts) {
+    print_count_metrics(*plan, *counts);
+    std::size_t promoted = 0;
+    for (const jit::CachedFunction& f : plan->cache.functions) promoted += f.code.promoted.size();
+    std::printf("promoted:  %zu indirect calls to guarded direct calls (jit/promotion.h)\n", promoted);
+  }
   std::size_t with_rows = 0, rows = 0;
   for (const jit::CachedFunction& f : plan->cache.functions) with_rows += !f.unwind.empty(), rows += f.unwind.size();
   std::printf("unwind:    %zu functions with rows, %zu rows (each cache instruction has its original's frame)\n",

@@ -1,0 +1,117 @@
+// Promoted calls: which sites, and their code (encoded by Zydis).
+#include "jit/promotion.h"
+
+#include <Zydis/Zydis.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstring>
+
+#include "jit/call_target.h"
+#include "jit/relocator.h"
+
+namespace dyni::jit {
+namespace {
+
+constexpr std::size_t kCmpLength = 7, kJccLength = 2, kCallLength = 5, kJmpLength = 2, kCallR11Length = 3;
+
+Result<std::vector<uint8_t>> encode(const ZydisEncoderRequest& req) {
+  std::array<uint8_t, ZYDIS_MAX_INSTRUCTION_LENGTH> buf{};
+  ZyanUSize length = buf.size();
+  if (ZYAN_FAILED(ZydisEncoderEncodeInstruction(&req, buf.data(), &length))) return fail("promoted call: cannot encode");
+  return std::vector<uint8_t>(buf.begin(), buf.begin() + length);
+}
+
+ZydisEncoderRequest request(ZydisMnemonic m) {
+  ZydisEncoderRequest req;
+  std::memset(&req, 0, sizeof req);
+  req.machine_mode = ZYDIS_MACHINE_MODE_LONG_64;
+  req.mnemonic = m;
+  return req;
+}
+
+// cmp r11, [rip + literal], at `at`.
+Result<std::vector<uint8_t>> compare(uint64_t at, uint64_t literal) {
+  ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_CMP);
+  req.operand_count = 2;
+  req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
+  req.operands[0].reg.value = ZYDIS_REGISTER_R11;
+  req.operands[1].type = ZYDIS_OPERAND_TYPE_MEMORY;
+  req.operands[1].mem.base = ZYDIS_REGISTER_RIP;
+  req.operands[1].mem.displacement = static_cast<int64_t>(literal - (at + kCmpLength));
+  req.operands[1].mem.size = 8;
+  return encode(req);
+}
+
+// call rel32 `to`, at `at`.
+Result<std::vector<uint8_t>> call_to(uint64_t at, uint64_t to) {
+  const int64_t delta = static_cast<int64_t>(to - (at + kCallLength));
+  if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("promoted call beyond ±2 GB at {:#x}", at));
+  std::vector<uint8_t> out = {0xe8, 0, 0, 0, 0};
+  const int32_t d = static_cast<int32_t>(delta);
+  std::memcpy(out.data() + 1, &d, 4);
+  return out;
+}
+
+Result<std::vector<uint8_t>> call_r11() {
+  ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_CALL);
+  req.operand_count = 1;
+  req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
+  req.operands[0].reg.value = ZYDIS_REGISTER_R11;
+  return encode(req);
+}
+
+}  // namespace
+
+std::map<uint64_t, uint64_t> promotions(const FunctionCfg& cfg, const SiteCounts& counts, const std::set<uint64_t>& copied) {
+  std::map<uint64_t, uint64_t> out;
+  for (const Instruction& in : cfg.instructions) {
+    if (in.flow != Flow::IndirectCall || !target_loadable(in)) continue;
+    auto site = counts.values.find(in.addr - cfg.start);
+    if (site == counts.values.end() || site->second.targets.empty()) continue;
+    const uint64_t calls = site->second.calls();
+    const auto [target, n] = site->second.targets.front();
+    if (calls < kPromoteMinCalls || static_cast<double>(n) < kPromoteShare * static_cast<double>(calls)) continue;
+    if (copied.count(target)) out[in.addr] = target;
+  }
+  return out;
+}
+
+Result<std::size_t> promoted_length(const Instruction& call) {
+  auto load = load_target(call, 0, ZYDIS_REGISTER_R11, 0);
+  if (!load) return std::unexpected(load.error());
+  return load->size() + kCmpLength + kJccLength + kCallLength + kJmpLength + kCallR11Length;
+}
+
+std::vector<uint8_t> promoted_offsets(const Instruction& call) {
+  auto load = load_target(call, 0, ZYDIS_REGISTER_R11, 0);
+  if (!load) return {};
+  std::vector<uint8_t> out;
+  uint8_t at = 0;
+  for (std::size_t n : {load->size(), kCmpLength, kJccLength, kCallLength, kJmpLength, kCallR11Length})
+    out.push_back(at), at = static_cast<uint8_t>(at + n);
+  return out;
+}
+
+Result<std::vector<uint8_t>> promoted_code(const Instruction& call, uint64_t at, uint64_t copy, uint64_t literal) {
+  const std::vector<uint8_t> offsets = promoted_offsets(call);
+  if (offsets.size() != kPromotedInstructions) return fail(fmt::format("promoted call: no load for {:#x}", call.addr));
+  const uint64_t indirect = at + offsets[5], after = indirect + kCallR11Length;
+  std::vector<Result<std::vector<uint8_t>>> parts;
+  parts.push_back(load_target(call, at, ZYDIS_REGISTER_R11, 0));
+  parts.push_back(compare(at + offsets[1], literal));
+  parts.push_back(short_branch(at + offsets[2], indirect, 5));  // jne
+  parts.push_back(call_to(at + offsets[3], copy));
+  parts.push_back(short_branch(at + offsets[4], after, std::nullopt));
+  parts.push_back(call_r11());
+  std::vector<uint8_t> out;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (!parts[k]) return std::unexpected(parts[k].error());
+    // Invariant: the planned offsets (the translation table rests on them).
+    if (out.size() != offsets[k]) return fail(fmt::format("promoted call: step {} at {:#x} misplaced", k, at));
+    out.insert(out.end(), parts[k]->begin(), parts[k]->end());
+  }
+  return out;
+}
+
+}  // namespace dyni::jit

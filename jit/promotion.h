@@ -1,0 +1,64 @@
+// Promoted calls (issue 20 item 1): an indirect call in an optimized copy
+// whose counts (value sites, counting.h) show one dominant target becomes a
+// guarded direct call to that target's copy, so that a virtual call reaches
+// the copy without the hop through the original entry. Pure.
+//
+//   mov r11, <the call's operand>       the same load as the call's
+//   cmp r11, [rip + literal]            the target, as the module loaded it
+//   jne indirect
+//   call <the target's copy>
+//   jmp after
+//   indirect: call r11                   anything else: what the original calls
+//   after:
+//
+// The guard compares with the address the loaded pointer actually holds,
+// so the copy runs only where the original would have run the function it
+// is a copy of; any choice of target is correct, a wrong one only slower.
+// The literal is an 8-byte absolute slot after the code, relocated by the
+// load bias like a rebuilt table's entries (emitter.h).
+//
+// Invariants it rests on, both from the System V ABI, which an indirect
+// call's caller must follow since it cannot know its callee:
+//   - r11 is free at an indirect call: no argument is passed in it and the
+//     callee may clobber it, so no caller keeps a value in it across the
+//     call (an operand that uses r11 is read before r11 is written);
+//   - the status flags are dead before a call (the verifier checks it again
+//     with the liveness of flags_liveness.h).
+// Both returns (after either call) map to the original call, as do every
+// one of its instructions (Translation::Promoted): unwind rows and the
+// exception tables give them the call's frame and landing pad.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "common/result.h"
+#include "jit/cfg.h"
+#include "jit/counting.h"
+
+namespace dyni::jit {
+
+// A site is promoted when its most called target took at least this share
+// of its calls, over at least kPromoteMinCalls calls.
+constexpr double kPromoteShare = 0.6;
+constexpr uint64_t kPromoteMinCalls = 16;
+
+// The indirect calls of `cfg` to promote (call address → target), from its
+// counts: sites whose dominant target is one of `copied` (functions with a
+// copy in the cache, link-time addresses) and whose call target_loadable.
+std::map<uint64_t, uint64_t> promotions(const FunctionCfg& cfg, const SiteCounts& counts, const std::set<uint64_t>& copied);
+
+constexpr std::size_t kPromotedInstructions = 6;
+
+// The length of `call`'s promoted code (any address).
+Result<std::size_t> promoted_length(const Instruction& call);
+
+// Its instructions' offsets from its start.
+std::vector<uint8_t> promoted_offsets(const Instruction& call);
+
+// Its bytes at `at`: comparing with the literal at `literal`, calling `copy`.
+Result<std::vector<uint8_t>> promoted_code(const Instruction& call, uint64_t at, uint64_t copy, uint64_t literal);
+
+}  // namespace dyni::jit
