@@ -4,10 +4,12 @@
 #include <Zydis/Zydis.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
 #include "jit/call_target.h"
+#include "jit/decoder.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -61,18 +63,54 @@ Result<std::vector<uint8_t>> call_r11() {
   return encode(req);
 }
 
+// Whether some path from instruction `i` of `cfg` on may read r11 before
+// writing all of it (a call's clobber counts as a write, the ABI's; leaving
+// the function ends a path): a caller that keeps a value in r11 across an
+// indirect call (a callee declared no_caller_saved_registers, hand-written
+// code) is never promoted, since the promoted code writes r11.
+bool r11_read_from(const FunctionCfg& cfg, std::size_t i) {
+  const uint16_t bit = gpr_bit(ZYDIS_REGISTER_R11);
+  std::vector<std::size_t> work{i};
+  std::set<std::size_t> seen;
+  while (!work.empty()) {
+    std::size_t k = work.back();
+    work.pop_back();
+    for (; k < cfg.instructions.size(); ++k) {
+      if (!seen.insert(k).second) break;
+      const Instruction& in = cfg.instructions[k];
+      const RegisterUse use = register_use(in);
+      if (use.read & bit) return true;
+      const bool whole = in.operand_count >= 1 && in.ops[0].type == ZYDIS_OPERAND_TYPE_REGISTER &&
+                         gpr_bit(in.ops[0].reg) == bit && in.ops[0].size >= 32;
+      if ((use.written & bit) && (whole || in.flow == Flow::Call || in.flow == Flow::IndirectCall)) break;
+      if (use.written & bit) return true;  // a part of it written: the rest still read later, maybe
+      if (in.flow == Flow::Return || in.flow == Flow::Stop || in.flow == Flow::IndirectBranch) break;
+      if (in.has_target && (in.flow == Flow::Branch || in.flow == Flow::CondBranch)) {
+        if (in.target < cfg.start || in.target >= cfg.end) return true;  // followed nowhere: say it may
+        auto to = std::lower_bound(cfg.instructions.begin(), cfg.instructions.end(), in.target,
+                                   [](const Instruction& x, uint64_t a) { return x.addr < a; });
+        if (to == cfg.instructions.end() || to->addr != in.target) return true;
+        work.push_back(static_cast<std::size_t>(to - cfg.instructions.begin()));
+        if (in.flow == Flow::Branch) break;
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::map<uint64_t, uint64_t> promotions(const FunctionCfg& cfg, const SiteCounts& counts, const std::set<uint64_t>& copied) {
   std::map<uint64_t, uint64_t> out;
-  for (const Instruction& in : cfg.instructions) {
+  for (std::size_t i = 0; i < cfg.instructions.size(); ++i) {
+    const Instruction& in = cfg.instructions[i];
     if (in.flow != Flow::IndirectCall || !target_loadable(in)) continue;
     auto site = counts.values.find(in.addr - cfg.start);
     if (site == counts.values.end() || site->second.targets.empty()) continue;
     const uint64_t calls = site->second.calls();
     const auto [target, n] = site->second.targets.front();
     if (calls < kPromoteMinCalls || static_cast<double>(n) < kPromoteShare * static_cast<double>(calls)) continue;
-    if (copied.count(target)) out[in.addr] = target;
+    if (copied.count(target) && !r11_read_from(cfg, i + 1)) out[in.addr] = target;
   }
   return out;
 }

@@ -21,7 +21,11 @@
 // call's caller must follow since it cannot know its callee:
 //   - r11 is free at an indirect call: no argument is passed in it and the
 //     callee may clobber it, so no caller keeps a value in it across the
-//     call (an operand that uses r11 is read before r11 is written);
+//     call (an operand that uses r11 is read before r11 is written). A
+//     call after which the function may read r11 before writing it (a
+//     callee declared no_caller_saved_registers, hand-written code) is not
+//     promoted; an argument in r11 (clang's preserve_none with more than 11
+//     arguments, hand-written code) is not seen;
 //   - the status flags are dead before a call (the verifier checks it again
 //     with the liveness of flags_liveness.h).
 // Both returns (after either call) map to the original call, as do every
@@ -47,7 +51,8 @@ constexpr uint64_t kPromoteMinCalls = 16;
 
 // The indirect calls of `cfg` to promote (call address → target), from its
 // counts: sites whose dominant target is one of `copied` (functions with a
-// copy in the cache, link-time addresses) and whose call target_loadable.
+// copy in the cache, link-time addresses), whose call target_loadable, and
+// after which r11 is not read before it is written.
 std::map<uint64_t, uint64_t> promotions(const FunctionCfg& cfg, const SiteCounts& counts, const std::set<uint64_t>& copied);
 
 constexpr std::size_t kPromotedInstructions = 6;

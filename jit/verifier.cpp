@@ -176,7 +176,7 @@ class Verifier {
       bool entry = std::any_of(code_.tables.begin(), code_.tables.end(), [&](const RebuiltTable& t) {
         return t.entry_size == 8 && slot >= t.addr && slot < t.addr + 8 * t.targets.size() && (slot - t.addr) % 8 == 0;
       });
-      entry |= std::any_of(code_.promoted.begin(), code_.promoted.end(), [&](const PromotedCall& c) { return c.literal == slot; });
+      entry |= verified_literals_.count(slot) > 0;  // compared with by a promoted call checked above
       if (!entry) return fail(fmt::format("verifier: absolute slot at {:#x} is no rebuilt table's entry", slot));
     }
     return ok();
@@ -388,6 +388,7 @@ class Verifier {
         d[5].ops[0].reg != ZYDIS_REGISTER_R11)
       return wrong("does not call the loaded target otherwise");
     if (auto r = check_continues(k + kPromotedInstructions - 1, call.end()); !r) return std::unexpected(r.error());
+    verified_literals_.insert(literal);
     return kPromotedInstructions;
   }
 
@@ -633,6 +634,7 @@ class Verifier {
   std::map<uint64_t, uint64_t> copy_of_;
   std::map<uint64_t, const EmittedCounter*> counter_at_;
   mutable std::vector<uint16_t> live_;  // status flags live before each instruction, once a counter asks
+  mutable std::set<uint64_t> verified_literals_;  // the absolute slots promoted calls were checked to compare with
   std::set<uint64_t> dropped_;
 };
 

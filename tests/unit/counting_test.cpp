@@ -918,6 +918,41 @@ TEST(Promotion, IndirectCallsWithOneTargetCallItsCopy) {
   EXPECT_TRUE(m->build(kIndirectNames, in_order, off, chosen).functions[0].code.promoted.empty());
 }
 
+// A caller that reads r11 after the call (as one of a callee declared
+// no_caller_saved_registers may) keeps its indirect call: the promoted code
+// writes r11.
+TEST(Promotion, NeverWhereR11IsReadAfterTheCall) {
+  auto m = AsmModule::load(R"(
+f:
+  lea rcx, [rip + g]
+  mov r11, rdi
+  call rcx
+  test rsi, rsi
+  je f_done
+  add rax, r11
+f_done:
+  ret
+h:
+  lea rcx, [rip + g]
+  call rcx
+  mov r11, rax
+  add rax, r11
+  ret
+g:
+  xor eax, eax
+  ret
+end:
+)", {"f", "h", "g"});
+  ASSERT_TRUE(m);
+  for (const char* name : {"f", "h"}) {
+    const FunctionCfg& cfg = m->cfg(name);
+    SiteCounts counts;
+    counts.values[indirect_sites(cfg).at(0) - cfg.start] = {{{m->addr("g"), 100}}, 0};
+    const Promotions chosen = promotions(cfg, counts, {m->addr("g")});
+    EXPECT_EQ(chosen.size(), std::string(name) == "h" ? 1u : 0u) << name << ": r11 is read after the call only in f";
+  }
+}
+
 TEST(Promotion, VerifierCatchesWrongPromotedCalls) {
   auto m = AsmModule::load(kIndirect, kIndirectNames);
   ASSERT_TRUE(m);
@@ -949,14 +984,13 @@ TEST(Promotion, VerifierCatchesWrongPromotedCalls) {
     expect_caught(bad, "a literal that is no absolute slot");
   }
   {
-    EmittedCode bad = *code;  // mov r11, [rsp + rax*8] → mov r11, [rsp + rax*8 + …]: another address
+    EmittedCode bad = *code;  // mov r11, [rsp + rax*8] → mov r11, [rsp + rax*4]: another address
     const std::vector<uint8_t> offsets = promoted_offsets(*std::find_if(
         f.instructions.begin(), f.instructions.end(), [&](const Instruction& in) { return in.addr == calls[0]; }));
     ASSERT_EQ(offsets.size(), kPromotedInstructions);
     uint8_t* load = bad.bytes.data() + (p.addr - bad.base);
     ASSERT_EQ(offsets[1], 4u) << "mov r11, [rsp + rax*8]: 4c 8b 1c c4";
-    load[2] = 0x5c, load[3] = 0xc4;  // a disp8 needs a byte more: make it [rsp + rax*8] with another scale instead
-    load[3] = 0x84;                  // scale 4
+    load[3] = 0x84;  // SIB scale 8 → 4: [rsp + rax*4]
     expect_caught(bad, "a load of another address than the call's");
   }
   {
