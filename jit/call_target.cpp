@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <array>
-#include <cstring>
+#include "jit/encoding.h"
+
 
 namespace dyni::jit {
 namespace {
@@ -31,10 +31,7 @@ bool target_loadable(const Instruction& in) {
 Result<std::vector<uint8_t>> load_target(const Instruction& call, uint64_t at, ZydisRegister to, unsigned shift) {
   if (!target_loadable(call)) return fail(fmt::format("the target of {:#x} cannot be loaded", call.addr));
   const Operand& op = call.ops[0];
-  ZydisEncoderRequest req;
-  std::memset(&req, 0, sizeof req);
-  req.machine_mode = ZYDIS_MACHINE_MODE_LONG_64;
-  req.mnemonic = ZYDIS_MNEMONIC_MOV;
+  ZydisEncoderRequest req = encoder_request(ZYDIS_MNEMONIC_MOV);
   req.operand_count = 2;
   req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
   req.operands[0].reg.value = to;
@@ -53,13 +50,11 @@ Result<std::vector<uint8_t>> load_target(const Instruction& call, uint64_t at, Z
     req.operands[1].mem.displacement = disp;
     req.operands[1].mem.size = 8;
   }
-  std::array<uint8_t, ZYDIS_MAX_INSTRUCTION_LENGTH> buf{};
-  ZyanUSize length = buf.size();
-  if (ZYAN_FAILED(ZydisEncoderEncodeInstruction(&req, buf.data(), &length)))
-    return fail(fmt::format("the target of {:#x} cannot be encoded", call.addr));
-  if (op.base == ZYDIS_REGISTER_RIP && length != kRipLoadLength)
-    return fail(fmt::format("the target of {:#x}: a rip-relative load of {} bytes", call.addr, length));
-  return std::vector<uint8_t>(buf.begin(), buf.begin() + length);
+  auto bytes = encoded(req);
+  if (!bytes) return fail(fmt::format("the target of {:#x} cannot be encoded", call.addr));
+  if (op.base == ZYDIS_REGISTER_RIP && bytes->size() != kRipLoadLength)
+    return fail(fmt::format("the target of {:#x}: a rip-relative load of {} bytes", call.addr, bytes->size()));
+  return bytes;
 }
 
 bool loads_target_of(const Instruction& load, const Instruction& call, ZydisRegister to, unsigned shift) {

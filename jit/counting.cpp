@@ -11,6 +11,7 @@
 
 #include "jit/call_target.h"
 #include "jit/count_flow.h"
+#include "jit/encoding.h"
 #include "jit/flags_liveness.h"
 #include "jit/relocator.h"
 
@@ -61,13 +62,7 @@ Result<std::size_t> encode(const ZydisEncoderRequest& req, std::vector<uint8_t>&
   return length;
 }
 
-ZydisEncoderRequest request(ZydisMnemonic m) {
-  ZydisEncoderRequest req;
-  std::memset(&req, 0, sizeof req);
-  req.machine_mode = ZYDIS_MACHINE_MODE_LONG_64;
-  req.mnemonic = m;
-  return req;
-}
+ZydisEncoderRequest request(ZydisMnemonic m) { return encoder_request(m); }
 
 ZydisEncoderRequest with_register(ZydisMnemonic m, ZydisRegister r) {
   ZydisEncoderRequest req = request(m);

@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "jit/call_target.h"
 #include "jit/decoder.h"
+#include "jit/encoding.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -17,24 +17,9 @@ namespace {
 
 constexpr std::size_t kCmpLength = 7, kJccLength = 2, kCallLength = 5, kJmpLength = 2, kCallR11Length = 3;
 
-Result<std::vector<uint8_t>> encode(const ZydisEncoderRequest& req) {
-  std::array<uint8_t, ZYDIS_MAX_INSTRUCTION_LENGTH> buf{};
-  ZyanUSize length = buf.size();
-  if (ZYAN_FAILED(ZydisEncoderEncodeInstruction(&req, buf.data(), &length))) return fail("promoted call: cannot encode");
-  return std::vector<uint8_t>(buf.begin(), buf.begin() + length);
-}
-
-ZydisEncoderRequest request(ZydisMnemonic m) {
-  ZydisEncoderRequest req;
-  std::memset(&req, 0, sizeof req);
-  req.machine_mode = ZYDIS_MACHINE_MODE_LONG_64;
-  req.mnemonic = m;
-  return req;
-}
-
 // cmp r11, [rip + literal], at `at`.
 Result<std::vector<uint8_t>> compare(uint64_t at, uint64_t literal) {
-  ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_CMP);
+  ZydisEncoderRequest req = encoder_request(ZYDIS_MNEMONIC_CMP);
   req.operand_count = 2;
   req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
   req.operands[0].reg.value = ZYDIS_REGISTER_R11;
@@ -42,7 +27,7 @@ Result<std::vector<uint8_t>> compare(uint64_t at, uint64_t literal) {
   req.operands[1].mem.base = ZYDIS_REGISTER_RIP;
   req.operands[1].mem.displacement = static_cast<int64_t>(literal - (at + kCmpLength));
   req.operands[1].mem.size = 8;
-  return encode(req);
+  return encoded(req);
 }
 
 // call rel32 `to`, at `at`.
@@ -56,11 +41,11 @@ Result<std::vector<uint8_t>> call_to(uint64_t at, uint64_t to) {
 }
 
 Result<std::vector<uint8_t>> call_r11() {
-  ZydisEncoderRequest req = request(ZYDIS_MNEMONIC_CALL);
+  ZydisEncoderRequest req = encoder_request(ZYDIS_MNEMONIC_CALL);
   req.operand_count = 1;
   req.operands[0].type = ZYDIS_OPERAND_TYPE_REGISTER;
   req.operands[0].reg.value = ZYDIS_REGISTER_R11;
-  return encode(req);
+  return encoded(req);
 }
 
 // Whether some path from instruction `i` of `cfg` on may read r11 before
