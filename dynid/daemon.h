@@ -61,6 +61,11 @@ class Daemon {
   int poll_timeout_ms(int64_t now);
   void warn_if_slow(const char* what, int64_t since_ms);
   static constexpr int64_t kSlowLoopMs = 1000;
+  // The main loop's nice value: it answers the control socket and does
+  // little work, so that -status, -undo and -stop answer while the target
+  // keeps every CPU busy. Lifecycle threads (profiling, the jit) go back to
+  // nice 0 as they start (lifecycle.cpp).
+  static constexpr int kMainLoopNice = -5;
 
   DaemonOptions options_;
   Config config_;

@@ -2,6 +2,7 @@
 #include "dynid/lifecycle.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,6 +64,9 @@ TargetLifecycle::~TargetLifecycle() {
 
 // A bug must cost this target its optimization, never dynid its life.
 void TargetLifecycle::run() {
+  // Profiling and the jit at the nice value the target runs at by default,
+  // not the main loop's (daemon.h, kMainLoopNice), which this thread inherited.
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 0);
   try {
     if (!adopt_existing_cache() && !adopt_only_) run_pipeline();
   } catch (const std::exception& e) {
