@@ -9,6 +9,7 @@
 
 #include "common/file_io.h"
 #include "common/log.h"
+#include "dynid/target_table.h"
 
 namespace dyni {
 namespace {
@@ -156,7 +157,23 @@ void CountingPhase::save_counts(const jit::ModuleCounts& counts, const std::stri
 }
 
 nlohmann::json CountingPhase::to_json() const {
-  std::lock_guard lock(mutex_);
+  // -status never waits for a window (end() and stop() hold the lock across
+  // theirs, which take seconds where the target's memory is contended): it
+  // gets what was true when it last could look, marked so.
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    std::lock_guard last(last_json_mutex_);
+    nlohmann::json j = last_json_;
+    j["as_of_ms_ago"] = now_mono_ms() - last_json_ms_;
+    return j;
+  }
+  nlohmann::json j = current_json();
+  std::lock_guard last(last_json_mutex_);
+  last_json_ = j, last_json_ms_ = now_mono_ms();
+  return j;
+}
+
+nlohmann::json CountingPhase::current_json() const {
   return {{"phase", phase_},
           {"seconds", seconds_},
           {"functions", counting_.counted.size()},

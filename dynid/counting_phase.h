@@ -74,6 +74,10 @@ class CountingPhase {
   explicit CountingPhase(Injection counting) : counting_(std::move(counting)) {}
   bool end_locked();
 
+  nlohmann::json current_json() const;  // under mutex_
+  mutable std::mutex last_json_mutex_;   // the last answer of to_json, for when mutex_ is held
+  mutable nlohmann::json last_json_;
+  mutable int64_t last_json_ms_ = 0;
   mutable std::mutex mutex_;  // guards everything below against stop() and to_json()
   Injection counting_;
   std::atomic<bool> stopped_{false};

@@ -317,8 +317,11 @@ Result<std::string> TargetLifecycle::stop_counting() {
 }
 
 nlohmann::json TargetLifecycle::counting_json() const {
-  std::lock_guard lock(counting_mutex_);
-  return counting_ ? counting_->to_json() : nlohmann::json(nullptr);
+  // Never waits for end_counting()'s windows and retries: the last answer.
+  std::unique_lock lock(counting_mutex_, std::try_to_lock);
+  std::lock_guard last(last_counting_json_mutex_);
+  if (lock.owns_lock()) last_counting_json_ = counting_ ? counting_->to_json() : nlohmann::json(nullptr);
+  return last_counting_json_;
 }
 
 void TargetLifecycle::fail_injection(const std::string& reason) {

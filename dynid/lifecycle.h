@@ -133,6 +133,8 @@ class TargetLifecycle {
   // The counting phase: made and ended by this lifecycle's thread, stopped
   // by -undo from the daemon's (counting_mutex_ guards the pointer).
   mutable std::mutex counting_mutex_;
+  mutable std::mutex last_counting_json_mutex_;  // what counting_json() last read (it never waits for windows)
+  mutable nlohmann::json last_counting_json_;
   std::unique_ptr<CountingPhase> counting_;
 
   std::thread thread_;

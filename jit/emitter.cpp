@@ -31,6 +31,7 @@ struct Piece {
   BranchWidth width = BranchWidth::Near;  // a jmp/jcc whose target's copy is within rel8 reach: Short
   const CounterSite* counter = nullptr;   // BlockCounter / EdgeCounter / ValueCounter (`in`: its call)
   uint64_t promote_to = 0;                // Promoted: the target whose copy it calls
+  bool stub = false;                      // Promoted: the stub after the code (`in`: its call)
 };
 
 // The original instruction a piece is the image of, as a branch target: a
@@ -38,7 +39,7 @@ struct Piece {
 // Jumps and edge counters stand for none.
 std::optional<uint64_t> image_of(const Piece& p) {
   if (p.kind == Translation::BlockCounter || p.kind == Translation::ValueCounter) return p.counter->before;
-  if (p.kind == Translation::EdgeCounter) return std::nullopt;
+  if (p.kind == Translation::EdgeCounter || p.stub) return std::nullopt;
   if (p.in) return p.in->addr;
   return std::nullopt;
 }
@@ -104,8 +105,21 @@ class Planner {
       add_counters_before(cfg_.instructions[b.first + b.count - 1], pieces);
       plan_block_end(cfg_.instructions[b.first + b.count - 1], next, pieces);
     }
+    add_stubs(pieces);
     if (shortest_ == BranchWidth::Short) shorten_branches(pieces);
     return pieces;
+  }
+
+  // Each promoted call's stub, after the code, in their order.
+  static void add_stubs(std::vector<Piece>& pieces) {
+    std::vector<Piece> stubs;
+    for (const Piece& p : pieces)
+      if (p.kind == Translation::Promoted) {
+        Piece stub{Translation::Promoted, p.in, 0, kStubLength};
+        stub.stub = true;
+        stubs.push_back(stub);
+      }
+    pieces.insert(pieces.end(), stubs.begin(), stubs.end());
   }
 
  private:
@@ -293,7 +307,7 @@ Status append_entry(EmittedCode& code, const RebuiltTable& t) {
 // returns the end of the last.
 uint64_t place_literals(const std::vector<Piece>& pieces, uint64_t at, std::vector<uint64_t>& literal_at) {
   for (const Piece& p : pieces)
-    if (p.kind == Translation::Promoted) at = align_to(at, 8), literal_at.push_back(at), at += 8;
+    if (p.kind == Translation::Promoted && !p.stub) at = align_to(at, 8), literal_at.push_back(at), at += 8;
   return at;
 }
 
@@ -319,6 +333,7 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
                                   const Promotions& promoted) {
   std::vector<Piece> pieces = Planner(cfg, layout, base, shortest, counting, promoted).plan();
   std::map<uint64_t, uint64_t> copy_of;  // original instruction → its copy (a block counter before it)
+  std::map<uint64_t, uint64_t> stub_at;  // promoted call → its stub
   uint64_t at = base;
   EmittedCode code{base, {}, {}, 0, {}, {}, {}, counting.slots_base, counting.table, {}};
   for (const Piece& p : pieces) {
@@ -328,6 +343,9 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
       uint64_t original = p.kind == Translation::EdgeCounter ? p.counter->at : p.counter->before;
       for (const CounterStep& s : counter_steps(p.counter->form(), p.in))
         code.translation.push_back({at + s.offset, original, p.kind, s.stack_shift});
+    } else if (p.kind == Translation::Promoted && p.stub) {
+      stub_at[p.in->addr] = at;
+      for (uint64_t offset : {uint64_t{0}, uint64_t{kStubCallLength}}) code.translation.push_back({at + offset, p.in->addr, p.kind});
     } else if (p.kind == Translation::Promoted) {
       for (uint8_t offset : promoted_offsets(*p.in)) code.translation.push_back({at + offset, p.in->addr, p.kind});
     } else if (!p.dropped) {
@@ -356,13 +374,15 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
       if (!c) return std::unexpected(c.error());
       bytes = std::move(c->bytes);
       code.counters.push_back({here, slot, *p.counter});
+    } else if (p.kind == Translation::Promoted && p.stub) {
+      bytes = promoted_stub(here, image(p.in->end()));
     } else if (p.kind == Translation::Promoted) {
       const uint64_t literal = literal_at[promoted_index++], copy = redirects(p.promote_to);
       // Invariant: a promoted call calls a copy (the cache's packer keeps
       // only targets it holds).
       if (copy == p.promote_to) return fail(fmt::format("promoted call to {:#x}, which has no copy", p.promote_to));
-      bytes = promoted_code(*p.in, here, copy, literal);
-      code.promoted.push_back({here, p.in->addr, literal, p.promote_to, copy});
+      bytes = promoted_code(*p.in, here, copy, literal, stub_at.at(p.in->addr));
+      code.promoted.push_back({here, p.in->addr, literal, p.promote_to, copy, stub_at.at(p.in->addr)});
     } else if (p.table) {
       bytes = rebuilt_table_load(*p.in, p.length, p.table->table_addr, table_at[key_of(*p.table)]);
     } else if (p.kind == Translation::Jump) {

@@ -91,9 +91,9 @@ struct RebuiltTable {
 
 // An indirect call promoted (promotion.h): its code at `addr`, comparing
 // with the 8-byte absolute slot `literal` (which holds `target`, link-time)
-// and calling `copy`, the image of `target`.
+// and calling `copy`, the image of `target`; its stub at `stub`.
 struct PromotedCall {
-  uint64_t addr = 0, call = 0, literal = 0, target = 0, copy = 0;
+  uint64_t addr = 0, call = 0, literal = 0, target = 0, copy = 0, stub = 0;
 };
 
 // Indirect calls to promote: call address → the target whose copy it calls.

@@ -10,12 +10,11 @@
 #include "jit/call_target.h"
 #include "jit/decoder.h"
 #include "jit/encoding.h"
-#include "jit/relocator.h"
 
 namespace dyni::jit {
 namespace {
 
-constexpr std::size_t kCmpLength = 7, kJccLength = 2, kCallLength = 5, kJmpLength = 2, kCallR11Length = 3;
+constexpr std::size_t kCmpLength = 7, kJccLength = 6, kCallLength = 5;
 
 // cmp r11, [rip + literal], at `at`.
 Result<std::vector<uint8_t>> compare(uint64_t at, uint64_t literal) {
@@ -30,14 +29,14 @@ Result<std::vector<uint8_t>> compare(uint64_t at, uint64_t literal) {
   return encoded(req);
 }
 
-// call rel32 `to`, at `at`.
-Result<std::vector<uint8_t>> call_to(uint64_t at, uint64_t to) {
-  const int64_t delta = static_cast<int64_t>(to - (at + kCallLength));
+// A rel32 branch `opcode` (call e8, jmp e9, jne 0f 85) at `at` to `to`.
+Result<std::vector<uint8_t>> rel32(std::vector<uint8_t> opcode, uint64_t at, uint64_t to) {
+  const int64_t delta = static_cast<int64_t>(to - (at + opcode.size() + 4));
   if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("promoted call beyond ±2 GB at {:#x}", at));
-  std::vector<uint8_t> out = {0xe8, 0, 0, 0, 0};
   const int32_t d = static_cast<int32_t>(delta);
-  std::memcpy(out.data() + 1, &d, 4);
-  return out;
+  const auto* raw = reinterpret_cast<const uint8_t*>(&d);
+  opcode.insert(opcode.end(), raw, raw + 4);
+  return opcode;
 }
 
 Result<std::vector<uint8_t>> call_r11() {
@@ -103,7 +102,7 @@ std::map<uint64_t, uint64_t> promotions(const FunctionCfg& cfg, const SiteCounts
 Result<std::size_t> promoted_length(const Instruction& call) {
   auto load = load_target(call, 0, ZYDIS_REGISTER_R11, 0);
   if (!load) return std::unexpected(load.error());
-  return load->size() + kCmpLength + kJccLength + kCallLength + kJmpLength + kCallR11Length;
+  return load->size() + kCmpLength + kJccLength + kCallLength;
 }
 
 std::vector<uint8_t> promoted_offsets(const Instruction& call) {
@@ -111,22 +110,16 @@ std::vector<uint8_t> promoted_offsets(const Instruction& call) {
   if (!load) return {};
   std::vector<uint8_t> out;
   uint8_t at = 0;
-  for (std::size_t n : {load->size(), kCmpLength, kJccLength, kCallLength, kJmpLength, kCallR11Length})
+  for (std::size_t n : {load->size(), kCmpLength, kJccLength, kCallLength})
     out.push_back(at), at = static_cast<uint8_t>(at + n);
   return out;
 }
 
-Result<std::vector<uint8_t>> promoted_code(const Instruction& call, uint64_t at, uint64_t copy, uint64_t literal) {
-  const std::vector<uint8_t> offsets = promoted_offsets(call);
-  if (offsets.size() != kPromotedInstructions) return fail(fmt::format("promoted call: no load for {:#x}", call.addr));
-  const uint64_t indirect = at + offsets[5], after = indirect + kCallR11Length;
-  std::vector<Result<std::vector<uint8_t>>> parts;
-  parts.push_back(load_target(call, at, ZYDIS_REGISTER_R11, 0));
-  parts.push_back(compare(at + offsets[1], literal));
-  parts.push_back(short_branch(at + offsets[2], indirect, 5));  // jne
-  parts.push_back(call_to(at + offsets[3], copy));
-  parts.push_back(short_branch(at + offsets[4], after, std::nullopt));
-  parts.push_back(call_r11());
+namespace {
+
+// The parts in order, each where `offsets` planned it.
+Result<std::vector<uint8_t>> joined(std::vector<Result<std::vector<uint8_t>>> parts, const std::vector<uint8_t>& offsets,
+                                    uint64_t at) {
   std::vector<uint8_t> out;
   for (std::size_t k = 0; k < parts.size(); ++k) {
     if (!parts[k]) return std::unexpected(parts[k].error());
@@ -134,6 +127,29 @@ Result<std::vector<uint8_t>> promoted_code(const Instruction& call, uint64_t at,
     if (out.size() != offsets[k]) return fail(fmt::format("promoted call: step {} at {:#x} misplaced", k, at));
     out.insert(out.end(), parts[k]->begin(), parts[k]->end());
   }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> promoted_code(const Instruction& call, uint64_t at, uint64_t copy, uint64_t literal,
+                                           uint64_t stub) {
+  const std::vector<uint8_t> offsets = promoted_offsets(call);
+  if (offsets.size() != kPromotedInstructions) return fail(fmt::format("promoted call: no load for {:#x}", call.addr));
+  std::vector<Result<std::vector<uint8_t>>> parts;
+  parts.push_back(load_target(call, at, ZYDIS_REGISTER_R11, 0));
+  parts.push_back(compare(at + offsets[1], literal));
+  parts.push_back(rel32({0x0f, 0x85}, at + offsets[2], stub));  // jne
+  parts.push_back(rel32({0xe8}, at + offsets[3], copy));
+  return joined(std::move(parts), offsets, at);
+}
+
+Result<std::vector<uint8_t>> promoted_stub(uint64_t at, uint64_t back) {
+  std::vector<Result<std::vector<uint8_t>>> parts;
+  parts.push_back(call_r11());
+  parts.push_back(rel32({0xe9}, at + kStubCallLength, back));
+  auto out = joined(std::move(parts), {0, static_cast<uint8_t>(kStubCallLength)}, at);
+  if (out && out->size() != kStubLength) return fail(fmt::format("promoted call: a stub of {} bytes at {:#x}", out->size(), at));
   return out;
 }
 

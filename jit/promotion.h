@@ -5,11 +5,12 @@
 //
 //   mov r11, <the call's operand>       the same load as the call's
 //   cmp r11, [rip + literal]            the target, as the module loaded it
-//   jne indirect
-//   call <the target's copy>
-//   jmp after
-//   indirect: call r11                   anything else: what the original calls
-//   after:
+//   jne stub
+//   call <the target's copy>            returns straight on: no taken branch
+//   ...                                 on the way that the counts say
+//   stub (after the function's code):   anything else: what the original calls
+//   call r11
+//   jmp <the image of the instruction after the call>
 //
 // The guard compares with the address the loaded pointer actually holds,
 // so the copy runs only where the original would have run the function it
@@ -29,8 +30,8 @@
 //   - the status flags are dead before a call (the verifier checks it again
 //     with the liveness of flags_liveness.h).
 // Both returns (after either call) map to the original call, as do every
-// one of its instructions (Translation::Promoted): unwind rows and the
-// exception tables give them the call's frame and landing pad.
+// one of its instructions and its stub's (Translation::Promoted): unwind
+// rows and the exception tables give them the call's frame and landing pad.
 #pragma once
 
 #include <cstdint>
@@ -55,15 +56,23 @@ constexpr uint64_t kPromoteMinCalls = 16;
 // after which r11 is not read before it is written.
 std::map<uint64_t, uint64_t> promotions(const FunctionCfg& cfg, const SiteCounts& counts, const std::set<uint64_t>& copied);
 
-constexpr std::size_t kPromotedInstructions = 6;
+constexpr std::size_t kPromotedInstructions = 4;  // in line; the stub has 2
+constexpr std::size_t kStubLength = 8;            // call r11; jmp rel32
 
-// The length of `call`'s promoted code (any address).
+// The length of `call`'s promoted code in line (any address).
 Result<std::size_t> promoted_length(const Instruction& call);
 
 // Its instructions' offsets from its start.
 std::vector<uint8_t> promoted_offsets(const Instruction& call);
 
-// Its bytes at `at`: comparing with the literal at `literal`, calling `copy`.
-Result<std::vector<uint8_t>> promoted_code(const Instruction& call, uint64_t at, uint64_t copy, uint64_t literal);
+// Its bytes at `at`: comparing with the literal at `literal`, calling `copy`,
+// else going to its stub at `stub`.
+Result<std::vector<uint8_t>> promoted_code(const Instruction& call, uint64_t at, uint64_t copy, uint64_t literal,
+                                           uint64_t stub);
+
+// The stub's bytes at `at`, going back to `back`; its second instruction
+// starts kStubCallLength bytes in.
+constexpr std::size_t kStubCallLength = 3;
+Result<std::vector<uint8_t>> promoted_stub(uint64_t at, uint64_t back);
 
 }  // namespace dyni::jit

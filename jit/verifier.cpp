@@ -49,6 +49,10 @@ class Verifier {
         code_.translation.front().new_addr != code_.base)
       return fail("verifier: the code does not begin with the function's entry");
     for (std::size_t k = 0; k < code_.translation.size();) {
+      if (code_.translation[k].kind == Translation::Promoted && verified_stubs_.count(code_.translation[k].new_addr)) {
+        k += 2;  // a stub, checked with its promoted call
+        continue;
+      }
       if (code_.translation[k].kind == Translation::Promoted) {
         auto steps = check_promoted(k);
         if (!steps) return std::unexpected(steps.error());
@@ -344,9 +348,10 @@ class Verifier {
   // an indirect call (not a jmp) before which the flags are dead (computed
   // afresh); it loads the call's target into r11 as the call would, compares
   // it with an absolute slot after the code that holds link-time address V,
-  // calls the image of V (a copy, not V) when equal, else calls r11, and
-  // both go on at the image of the instruction after the call. Returns how
-  // many entries it spans.
+  // calls the image of V (a copy, not V) when equal, else goes to its stub
+  // (after every piece of the function's code, both its entries the call's)
+  // which calls r11; both go on at the image of the instruction after the
+  // call. Returns how many entries it spans in line.
   Result<std::size_t> check_promoted(std::size_t k) const {
     const TranslationEntry& t = code_.translation[k];
     auto wrong = [&](const std::string& what) { return fail(fmt::format("verifier: promoted call at {:#x} {}", t.new_addr, what)); };
@@ -378,18 +383,40 @@ class Verifier {
     uint64_t target = 0;
     std::memcpy(&target, code_.bytes.data() + (literal - code_.base), 8);
     const uint64_t copy = redirects_(target);
-    if (d[2].mnemonic != ZYDIS_MNEMONIC_JNZ || !d[2].has_target || d[2].target != d[5].addr)
-      return wrong("does not go to the indirect call when the target differs");
     if (d[3].mnemonic != ZYDIS_MNEMONIC_CALL || !d[3].has_target || d[3].target != copy || copy == target)
       return wrong(fmt::format("does not call the copy of {:#x}", target));
-    if (d[4].mnemonic != ZYDIS_MNEMONIC_JMP || !d[4].has_target || d[4].target != end_of(k + kPromotedInstructions - 1))
-      return wrong("does not go on after its indirect call");
-    if (d[5].mnemonic != ZYDIS_MNEMONIC_CALL || d[5].ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER ||
-        d[5].ops[0].reg != ZYDIS_REGISTER_R11)
-      return wrong("does not call the loaded target otherwise");
+    if (d[2].mnemonic != ZYDIS_MNEMONIC_JNZ || !d[2].has_target) return wrong("has no stub for other targets");
+    if (auto stub = check_stub(d[2].target, call); !stub) return wrong(stub.error().message());
     if (auto r = check_continues(k + kPromotedInstructions - 1, call.end()); !r) return std::unexpected(r.error());
     verified_literals_.insert(literal);
+    verified_stubs_.insert(d[2].target);
     return kPromotedInstructions;
+  }
+
+  // The stub at `at` of promoted call `call`: two entries of the call's,
+  // after the last piece that is not a stub; call r11, then a jmp to the
+  // image of the instruction after the call.
+  Status check_stub(uint64_t at, const Instruction& call) const {
+    auto first = std::find_if(code_.translation.begin(), code_.translation.end(),
+                              [&](const TranslationEntry& e) { return e.new_addr == at; });
+    if (first == code_.translation.end() || first + 1 == code_.translation.end())
+      return fail(fmt::format("has no stub at {:#x}", at));
+    const std::size_t s = static_cast<std::size_t>(first - code_.translation.begin());
+    for (std::size_t e = s; e < code_.translation.size(); ++e)  // only stubs follow
+      if (code_.translation[e].kind != Translation::Promoted)
+        return fail(fmt::format("has a stub at {:#x} before the end of its copy", at));
+    for (std::size_t e : {s, s + 1})
+      if (code_.translation[e].original_addr != call.addr || code_.translation[e].stack_shift != 0)
+        return fail(fmt::format("has a stub at {:#x} of another call", at));
+    auto c = decode_at(at, end_of(s));
+    auto j = decode_at(end_of(s), end_of(s + 1));
+    if (!c || c->length != end_of(s) - at || c->mnemonic != ZYDIS_MNEMONIC_CALL ||
+        c->ops[0].type != ZYDIS_OPERAND_TYPE_REGISTER || c->ops[0].reg != ZYDIS_REGISTER_R11)
+      return fail("does not call the loaded target otherwise");
+    if (!j || j->length != end_of(s + 1) - end_of(s) || j->mnemonic != ZYDIS_MNEMONIC_JMP || !j->has_target ||
+        j->target != image(call.end()))
+      return fail("does not go on after its indirect call");
+    return ok();
   }
 
   // Value code (counting.h) at entry `k`, checked for what safety needs
@@ -635,6 +662,7 @@ class Verifier {
   std::map<uint64_t, const EmittedCounter*> counter_at_;
   mutable std::vector<uint16_t> live_;  // status flags live before each instruction, once a counter asks
   mutable std::set<uint64_t> verified_literals_;  // the absolute slots promoted calls were checked to compare with
+  mutable std::set<uint64_t> verified_stubs_;     // the stubs checked with their promoted calls
   std::set<uint64_t> dropped_;
 };
 

@@ -997,10 +997,24 @@ TEST(Promotion, VerifierCatchesWrongPromotedCalls) {
     EmittedCode bad = *code;  // jne → je: the copy called when the target differs
     const std::vector<uint8_t> offsets = promoted_offsets(*std::find_if(
         f.instructions.begin(), f.instructions.end(), [&](const Instruction& in) { return in.addr == calls[0]; }));
-    uint8_t& jne = bad.bytes[p.addr - bad.base + offsets[2]];
-    ASSERT_EQ(jne, 0x75);
-    jne = 0x74;
+    uint8_t& jne = bad.bytes[p.addr - bad.base + offsets[2] + 1];  // 0f 85 rel32
+    ASSERT_EQ(jne, 0x85);
+    jne = 0x84;
     expect_caught(bad, "the guard inverted");
+  }
+  {
+    EmittedCode bad = *code;  // the stub's call r11 → call r10
+    ASSERT_EQ(bad.bytes[p.stub - bad.base + 2], 0xd3);
+    bad.bytes[p.stub - bad.base + 2] = 0xd2;
+    expect_caught(bad, "a stub that calls another register");
+  }
+  {
+    EmittedCode bad = *code;  // the stub goes back one byte early
+    int32_t rel;
+    std::memcpy(&rel, bad.bytes.data() + (p.stub - bad.base) + kStubCallLength + 1, 4);
+    --rel;
+    std::memcpy(bad.bytes.data() + (p.stub - bad.base) + kStubCallLength + 1, &rel, 4);
+    expect_caught(bad, "a stub that does not go back after the call");
   }
   {
     Redirects none;  // g2 has no copy: the direct call would go to the original, not a copy
