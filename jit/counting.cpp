@@ -660,26 +660,29 @@ std::size_t counter_length(CounterForm form) {
   return n;
 }
 
-std::vector<CounterStep> counter_steps(CounterForm form, const Instruction* source) {
+namespace {
+
+// Where each of `instructions` starts and its stack shift there, by `effect`.
+template <class I, class Effect>
+std::vector<CounterStep> steps_of(const std::vector<I>& instructions, Effect effect) {
   std::vector<CounterStep> out;
   uint8_t offset = 0;
   int shift = 0;
-  if (form.value) {
-    auto load = source ? value_load_length(*source, form.saves_flags) : fail("no source");
-    if (!load) return out;
-    for (const ValueInstruction& v : value_instructions(form.saves_flags, *load)) {
-      out.push_back({offset, static_cast<uint8_t>(shift)});
-      offset = static_cast<uint8_t>(offset + v.length);
-      shift += value_stack_effect(v.what);
-    }
-    return out;
-  }
-  for (const CounterInstruction& i : instructions_of(form)) {
+  for (const I& i : instructions) {
     out.push_back({offset, static_cast<uint8_t>(shift)});
     offset = static_cast<uint8_t>(offset + i.length);
-    shift += stack_effect(i.what);
+    shift += effect(i.what);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<CounterStep> counter_steps(CounterForm form, const Instruction* source) {
+  if (!form.value) return steps_of(instructions_of(form), stack_effect);
+  auto load = source ? value_load_length(*source, form.saves_flags) : fail("no source");
+  if (!load) return {};
+  return steps_of(value_instructions(form.saves_flags, *load), value_stack_effect);
 }
 
 Result<CounterCode> counter_code(uint64_t at, uint64_t slot_addr, CounterForm form, uint64_t table,

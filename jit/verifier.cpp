@@ -440,9 +440,7 @@ class Verifier {
                                         [&](const JumpTable& j) { return j.jump_addr == call.addr; });
     if (table_jump || !value_countable(call)) return wrong("is not before a countable indirect call or jmp");
     if (live_.empty()) live_ = live_flags_before(cfg_);
-    const std::size_t index = static_cast<std::size_t>(
-        std::find_if(cfg_.instructions.begin(), cfg_.instructions.end(), [&](const Instruction& in) { return &in == &call; }) -
-        cfg_.instructions.begin());
+    const std::size_t index = static_cast<std::size_t>(&call - cfg_.instructions.data());  // original_ points into it
     if (!c.site.saves_flags && (live_[index] & kStatusFlags)) return wrong("writes flags that are live");
     const uint64_t table = c.slot_addr, table_end = table + kCounterSlotSize * kValueSlots;
     if (table != code_.counter_slots_base + kCounterSlotSize * c.site.slot ||
