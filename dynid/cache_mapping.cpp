@@ -21,26 +21,6 @@ std::array<uint64_t, 6> mmap_args(uint64_t addr, uint64_t length, int prot) {
           static_cast<uint64_t>(-1), 0};
 }
 
-// The call, run once in the first held thread that can take one (threads
-// whose stack cannot hold the frame, or in a job-control stop, are passed
-// over before anything is written). A call that fails once armed is not
-// retried elsewhere: it may have run (mmap twice, or munmap of what the
-// target mapped meanwhile, would harm it).
-Result<std::pair<pid_t, long>> call_in_any_thread(WorldStop& world, const SyscallSites& sites, long nr,
-                                                  const std::array<uint64_t, 6>& args) {
-  std::string reasons;
-  for (const auto& [tid, thread] : world.threads()) {
-    if (auto fit = can_take_call(world, tid); !fit) {
-      if (reasons.size() < 400) reasons += "; " + fit.error().message();
-      continue;
-    }
-    auto r = remote_syscall(world, tid, sites, nr, args);
-    if (!r) return std::unexpected(r.error());
-    return std::pair{tid, *r};
-  }
-  return fail("no thread could run a remote call" + reasons);
-}
-
 bool is_the_cache(const profiler::Mapping& m, const MappedCache& cache) {
   return m.start == cache.addr && m.end == cache.addr + cache.length && m.readable && !m.writable && m.executable &&
          !m.shared && m.path.empty();
@@ -53,7 +33,7 @@ bool is_the_counters(const profiler::Mapping& m, const MappedCache& counters) {
 
 // An anonymous private mapping of exactly [addr, addr + length).
 Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length, int prot) {
-  auto mapped = call_in_any_thread(world, sites, SYS_mmap, mmap_args(addr, length, prot));
+  auto mapped = syscall_in_any_thread(world, sites, SYS_mmap, mmap_args(addr, length, prot));
   if (!mapped) return std::unexpected(mapped.error());
   auto [tid, result] = *mapped;
   if (result < 0 && result > -4096)
@@ -63,7 +43,7 @@ Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uin
     remote_syscall(world, tid, sites, SYS_munmap, {static_cast<uint64_t>(result), length, 0, 0, 0, 0});
     return fail(fmt::format("remote mmap returned {:#x}, not {:#x}", static_cast<uint64_t>(result), addr));
   }
-  return MappedCache{addr, length, tid, false};
+  return MappedCache{addr, length, tid, false, {}};
 }
 
 }  // namespace
@@ -119,6 +99,22 @@ Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t>
   return memory.write_in_mapping(*m, cache.addr + offset, bytes);
 }
 
+namespace {
+
+// A "Name:   N kB" field of one smaps entry (from `at` to its VmFlags line).
+Result<uint64_t> smaps_kib(const std::string& smaps, std::size_t at, const char* name) {
+  std::size_t field = smaps.find(fmt::format("\n{}:", name), at);
+  std::size_t next = smaps.find("\nVmFlags:", at);
+  if (field == std::string::npos || (next != std::string::npos && field > next))
+    return fail(fmt::format("no {} for the cache mapping", name));
+  std::istringstream in(smaps.substr(field + std::strlen(name) + 2, 32));
+  uint64_t kib = 0;
+  in >> kib;
+  return kib;
+}
+
+}  // namespace
+
 Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache) {
   auto smaps = read_file(fmt::format("/proc/{}/smaps", pid), 64 << 20);
   if (!smaps) return std::unexpected(smaps.error());
@@ -127,18 +123,14 @@ Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache) {
   std::size_t at = smaps->find(head);
   if (at == std::string::npos || (at != 0 && (*smaps)[at - 1] != '\n'))
     return fail(fmt::format("no mapping {}in smaps", head));
-  std::size_t field = smaps->find("\nAnonHugePages:", at);
-  std::size_t next = smaps->find("\nVmFlags:", at);
-  if (field == std::string::npos || (next != std::string::npos && field > next))
-    return fail("no AnonHugePages for the cache mapping");
-  std::istringstream in(smaps->substr(field + 15, 32));
-  uint64_t kib = 0;
-  in >> kib;
-  return kib * 1024;
+  auto anon = smaps_kib(*smaps, at, "AnonHugePages");
+  if (!anon) return std::unexpected(anon.error());
+  auto hugetlb = smaps_kib(*smaps, at, "Private_Hugetlb");
+  return (*anon + (hugetlb ? *hugetlb : 0)) * 1024;
 }
 
 Status unmap_cache(WorldStop& world, const SyscallSites& sites, const MappedCache& cache) {
-  auto r = call_in_any_thread(world, sites, SYS_munmap, {cache.addr, cache.length, 0, 0, 0, 0});
+  auto r = syscall_in_any_thread(world, sites, SYS_munmap, {cache.addr, cache.length, 0, 0, 0, 0});
   if (!r) return std::unexpected(r.error());
   if (r->second != 0) return fail(fmt::format("remote munmap of {:#x}: {}", cache.addr, std::strerror(static_cast<int>(-r->second))));
   return ok();

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -27,6 +28,7 @@ struct MappedCache {
   uint64_t addr = 0, length = 0;
   pid_t thread = 0;       // the thread that ran the calls
   bool huge_advised = false;
+  std::string huge_note;  // why its pages are what they are (cache_huge_pages.h), "" when plain
 };
 
 // Maps `place` in the held target: mmap(MAP_FIXED_NOREPLACE, r-x) then
@@ -54,8 +56,8 @@ Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counte
 // map_cache made. The target may run meanwhile.
 Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes, uint64_t offset = 0);
 
-// Bytes of the cache backed by transparent huge pages (AnonHugePages in
-// /proc/PID/smaps for its mapping).
+// Bytes of the cache on huge pages: transparent (AnonHugePages in
+// /proc/PID/smaps for its mapping) or hugetlb (Private_Hugetlb).
 Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache);
 
 // munmap in the held target. Only for a cache that no thread can be running

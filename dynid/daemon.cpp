@@ -13,6 +13,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "dynid/cache_huge_pages.h"
 
 namespace dyni {
 namespace {
@@ -75,6 +76,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
                                                    std::move(*server), *signal_fd));
   log::info("dynid {} started, pid {}, config {}, socket {}", DYNI_VERSION, ::getpid(),
             options.config_path, paths::socket_file());
+  restore_lifted_thp();  // before any target is touched (cache_huge_pages.h)
   daemon->use_exe_list();
   daemon->check_license();
   return daemon;

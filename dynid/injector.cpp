@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "dynid/cache_huge_pages.h"
 #include "dynid/cache_placement.h"
 #include "dynid/cache_scan.h"
 #include "dynid/clean_thread.h"
@@ -664,6 +665,26 @@ const jit::ModuleProfile* layout_profile(const jit::ModuleProfile& profile) {
   return nullptr;
 }
 
+// A written cache that is not all on huge pages (a fork while it was written
+// shared them, and the writes split them) is collapsed back in one more short
+// window (cache_huge_pages.h). Small pages run the same code: nothing here
+// fails the injection.
+void collapse_if_split(const Prepared& p, Injection& out) {
+  if (!out.cache.huge_advised) return;
+  auto huge = huge_page_bytes(out.pid, out.cache);
+  if (!huge || *huge >= out.cache.length) return;
+  RaisedPriority priority;
+  const auto start = std::chrono::steady_clock::now();
+  auto w = stop_world(out.pid);
+  if (!w || !same_target_with_record(out)) return;
+  std::string note = collapse_huge(*w, p.sites, out.cache);
+  w->resume();
+  out.longest_stop = std::max(out.longest_stop, std::chrono::duration_cast<std::chrono::microseconds>(
+                                                    std::chrono::steady_clock::now() - start));
+  note = "split while it was written (a fork shared it): " + note;
+  out.cache.huge_note += (out.cache.huge_note.empty() ? "" : "; ") + note;
+}
+
 Result<Injection> inject_executable(const InjectRequest& req) {
   Injection out;
   out.pid = req.pid;
@@ -685,6 +706,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
+    out.cache.huge_note = fault_in_huge(*w, p->sites, out.cache);
     if (p->layout.counters_length) {
       auto counters = map_counters(*w, p->sites, p->counters_addr, p->layout.counters_length);
       if (!counters) {
@@ -740,6 +762,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     out.error = r.error().message();
     return out;
   }
+  collapse_if_split(*p, out);
   Replaced replacing;
   if (req.replacing)
     for (const PatchRecord& old : req.replacing->patched) replacing[old.addr] = old.replacement;
@@ -881,8 +904,8 @@ Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record)
   Injection in;
   in.pid = pid, in.start_time = start_time;
   in.tier = record.tier;
-  in.cache = {record.cache_addr, record.cache_length, 0, false};
-  in.counters = {record.counters_addr, record.counters_length, 0, false};
+  in.cache = {record.cache_addr, record.cache_length, 0, false, {}};
+  in.counters = {record.counters_addr, record.counters_length, 0, false, {}};
   in.counter_sites = record.counter_sites;
   in.build_id = record.build_id;
   in.code_addr = record.cache_addr + record.code_offset;

@@ -429,6 +429,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
                      {"code_bytes", in.code_size},
                      {"huge_page_bytes", huge_page_bytes_ ? nlohmann::json(*huge_page_bytes_) : nlohmann::json(nullptr)},
                      {"huge_page_advised", in.cache.huge_advised},
+                     {"huge_page_note", in.cache.huge_note},
                      {"unmapped", false},
                      {"kept_because", kCacheKeptBecause}}},
           {"frames_registered", in.frames_registered},

@@ -313,4 +313,19 @@ Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sit
   return static_cast<long>(after.rax);
 }
 
+Result<std::pair<pid_t, long>> syscall_in_any_thread(WorldStop& world, const SyscallSites& sites, long nr,
+                                                     const std::array<uint64_t, 6>& args) {
+  std::string reasons;
+  for (const auto& [tid, thread] : world.threads()) {
+    if (auto fit = can_take_call(world, tid); !fit) {
+      if (reasons.size() < 400) reasons += "; " + fit.error().message();
+      continue;
+    }
+    auto r = remote_syscall(world, tid, sites, nr, args);
+    if (!r) return std::unexpected(r.error());
+    return std::pair{tid, *r};
+  }
+  return fail("no thread could run a remote call" + reasons);
+}
+
 }  // namespace dyni

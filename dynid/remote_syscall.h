@@ -29,6 +29,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -85,6 +86,14 @@ Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSi
 // Steps 1 to 3: the raw kernel result (a negative errno on failure).
 Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
                             const std::array<uint64_t, 6>& args);
+
+// The call, run once in the first held thread that can take one (threads
+// whose stack cannot hold the frame, or in a job-control stop, are passed
+// over before anything is written): the thread and the raw result. A call
+// that fails once armed is not retried elsewhere: it may have run (mmap
+// twice, or munmap of what the target mapped meanwhile, would harm it).
+Result<std::pair<pid_t, long>> syscall_in_any_thread(WorldStop& world, const SyscallSites& sites, long nr,
+                                                     const std::array<uint64_t, 6>& args);
 
 // A thread stopped inside a blocking system call the kernel will restart
 // (rax -ERESTARTSYS, -ERESTARTNOINTR or -ERESTARTNOHAND).

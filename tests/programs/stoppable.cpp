@@ -1,5 +1,5 @@
 // A target for stop-the-world tests: it notices if a stop changed anything.
-// usage: dyni-test-stoppable [spawner|seccomp]
+// usage: dyni-test-stoppable [spawner|seccomp|nothp]
 //  - the line "vfork" starts a thread that vforks a child sleeping 1.5 s;
 //  - three workers recompute a known checksum forever; a wrong result prints
 //    "WRONG checksum" and exits 1 (a register or flag clobbered by a stop would show);
@@ -16,6 +16,10 @@
 //    everything: what matters is that a filter is there);
 //  - with "spawner", a thread creates and joins short-lived threads forever
 //    (threads appear while the world is being stopped);
+//  - with "nothp", it turns transparent huge pages off for itself first, as
+//    mariadbd does (prctl(PR_SET_THP_DISABLE, 1)); the line "thp" is answered
+//    "thp N" with PR_GET_THP_DISABLE's answer, and "lift" sets the flag to
+//    "except advised" (Linux 6.18), as a dynid killed mid-window leaves it;
 //  - SIGUSR1 and SIGRTMIN (which queues: each one sent arrives once) are counted;
 //  - main prints "ready", then answers each line read from stdin (a blocking
 //    read across stops) with "got LINE usr1=N rt=M", and exits 0 at end of input.
@@ -172,6 +176,7 @@ static void vfork_parent() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "seccomp") == 0) install_seccomp_filter();
+  if (argc > 1 && std::strcmp(argv[1], "nothp") == 0 && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) wrong("prctl");
   struct sigaction sa {};
   sa.sa_handler = [](int) { usr1.fetch_add(1); };
   sa.sa_flags = SA_RESTART;
@@ -195,6 +200,12 @@ int main(int argc, char** argv) {
   for (std::string line; std::getline(std::cin, line);) {
     if (line == "checks") {
       std::printf("checks %s\n", checks.c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    if (line == "thp" || line == "lift") {
+      if (line == "lift") prctl(PR_SET_THP_DISABLE, 1, 1 << 1, 0, 0);
+      std::printf("thp %d\n", prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0));
       std::fflush(stdout);
       continue;
     }
