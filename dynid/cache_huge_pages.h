@@ -12,24 +12,32 @@
 // So, in a window (every thread held):
 //   1. PR_GET_THP_DISABLE must answer 1 (0, or 3 = "except advised": nothing
 //      to lift, the first write faults a huge page in);
-//   2. a journal entry <state_dir>/thp-lifted/<pid>-<start time> is written;
+//   2. a journal entry <run_dir>/thp-lifted/<pid>-<start time> is written
+//      (tmpfs: it never outlives a reboot, when pids and start times repeat);
 //   3. PR_SET_THP_DISABLE(1, PR_THP_DISABLE_EXCEPT_ADVISED);
 //   4. the step that needs THP:
 //      - in the window that maps the cache, one byte per 2 MiB written
 //        through /proc/PID/mem faults each 2 MiB in: on a huge page where
 //        the kernel has one free, else on small pages (the same code);
-//      - after the cache is written, if a fork meanwhile made a huge page
-//        shared (a write into it then splits it into small pages, copied on
-//        write), MADV_COLLAPSE puts it back together in a window of its own
-//        (the children keep their copies);
+//      - after an optimized cache is written, if the lift gave it huge
+//        pages and a fork meanwhile shared one (a write into it then splits
+//        it into small pages, copied on write), MADV_COLLAPSE puts it back
+//        together in a window of its own (the children keep their copies; a
+//        page was free moments before, so the allocation rarely compacts);
 //   5. PR_SET_THP_DISABLE(1, 0): the flag as the target set it;
-//   6. the journal entry is removed.
-// While every thread is held no thread of the target faults; khugepaged may
-// collapse another advised range meanwhile, which changes memory use, never a
-// result. A dynid killed between 3 and 5 leaves the flag "except advised", a
-// change that is recorded: the next dynid puts it back at its start
-// (restore_lifted_thp). A kernel older than 6.18 refuses step 3 (EINVAL):
-// the cache keeps small pages, and says why.
+//   6. the journal entry is removed, if every call came back with the
+//      kernel's answer (a call that failed once armed may still run when the
+//      thread resumes: the entry stays then, for the next start).
+// While every thread is held, the target's threads fault nothing (a vfork
+// child or an io_uring worker could); khugepaged may collapse another advised
+// range meanwhile. Either changes memory use, never a result. A dynid killed
+// between 3 and 5 leaves the flag "except advised", a change that is
+// recorded: the next dynid puts it back at its start (restore_lifted_thp).
+// Accepted: children the target forks or execs before then inherit
+// "except advised" and keep it (THP only where they advise it themselves).
+// A target whose flag is 0 needs no lift: its first write faults a huge page
+// in (and khugepaged collapses what a fork split). A kernel older than 6.18
+// refuses step 3 (EINVAL): the cache keeps small pages, and says why.
 #pragma once
 
 #include <sys/types.h>
@@ -54,16 +62,21 @@ constexpr uint64_t kMadvCollapse = 25;
 // What needs THP, run in held thread `tid` of the window.
 using HugeStep = std::function<Status(WorldStop& world, pid_t tid)>;
 
-// Steps 1 to 6 for a cache just mapped and advised (map_cache), in the window
-// that mapped it. Returns what the operator should know about the cache's
-// pages ("" when there is nothing to say), never fails the injection: small
-// pages run the same code.
-std::string fault_in_huge(WorldStop& world, const SyscallSites& sites, const MappedCache& cache);
+// What a step did: for the operator ("" when there is nothing to say), and
+// whether it ran with the flag lifted and set back cleanly. Never a failure
+// of the injection: small pages run the same code.
+struct HugeOutcome {
+  std::string note;
+  bool lifted = false;
+};
 
-// The collapse of step 4, for a written cache that is not all on huge pages
-// (huge_page_bytes below its length), in a window of its own. The same
-// answers as fault_in_huge.
-std::string collapse_huge(WorldStop& world, const SyscallSites& sites, const MappedCache& cache);
+// Steps 1 to 6 for a cache just mapped and advised (map_cache), in the window
+// that mapped it.
+HugeOutcome fault_in_huge(WorldStop& world, const SyscallSites& sites, const MappedCache& cache);
+
+// The collapse of step 4, in a window of its own, for a written cache whose
+// huge pages, faulted in by a lift, a fork split.
+HugeOutcome collapse_huge(WorldStop& world, const SyscallSites& sites, const MappedCache& cache);
 
 // The journal entry's name, and back (pure; unit-tested). A name that is not
 // exactly "<pid>-<start time>" is not dyni's.

@@ -40,8 +40,7 @@ using namespace std::chrono_literals;
 // A window whose threads do not all stop within this (a thread in
 // uninterruptible sleep: fsync, a vfork parent) is given up and tried again
 // later: the stopped threads must not wait long.
-constexpr auto kStopTimeout = 100ms;
-constexpr int kStopAttempts = 5;  // for the windows that must happen (map, register, undo)
+constexpr auto kStopTimeout = kWindowStopTimeout;
 constexpr int kPatchWindows = 5;  // windows a site may wait for, then it is skipped
 constexpr int kRegisterAttempts = 10;  // windows in which to look for a thread to run __register_frame
 
@@ -178,55 +177,6 @@ Status executable_where_it_was(pid_t pid, const Executable& prepared) {
 // The same, once the cache's record is written.
 Status same_target_with_record(const Injection& in) {
   return same_target(in.pid, in.start_time, in.cache.addr, kRecordMagic);
-}
-
-// dynid's thread runs SCHED_FIFO while it holds a target's threads: once it
-// releases the first ones they would preempt it, and the others wait until it
-// gets to them (100 busy threads on 2 CPUs: release took 40-50 ms at nice
-// -15, under EEVDF; 0.5 ms as SCHED_FIFO). Every window is bounded by its
-// timeouts, and the kernel throttles RT threads that run too long. Only
-// dynid's own thread changes; nice -15 where SCHED_FIFO is refused.
-class RaisedPriority {
- public:
-  RaisedPriority() {
-    const pid_t self = static_cast<pid_t>(::gettid());
-    int policy = ::sched_getscheduler(self);
-    sched_param old{};
-    if (policy >= 0 && ::sched_getparam(self, &old) == 0) {
-      sched_param fifo{};
-      fifo.sched_priority = kWindowFifoPriority;
-      if (::sched_setscheduler(self, SCHED_FIFO, &fifo) == 0) {
-        old_ = std::pair{policy, old};
-        return;
-      }
-    }
-    errno = 0;
-    int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(self));
-    if (errno == 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(self), kWindowNice) == 0) old_nice_ = nice;
-  }
-  ~RaisedPriority() {
-    const pid_t self = static_cast<pid_t>(::gettid());
-    if (old_) ::sched_setscheduler(self, old_->first, &old_->second);
-    if (old_nice_) ::setpriority(PRIO_PROCESS, static_cast<id_t>(self), *old_nice_);
-  }
-  RaisedPriority(const RaisedPriority&) = delete;
-  RaisedPriority& operator=(const RaisedPriority&) = delete;
-
- private:
-  static constexpr int kWindowFifoPriority = 1;
-  static constexpr int kWindowNice = -15;  // where SCHED_FIFO is refused
-  std::optional<std::pair<int, sched_param>> old_;
-  std::optional<int> old_nice_;
-};
-
-// Stops every thread, trying a few times: a thread may be in uninterruptible
-// sleep at one moment and not the next.
-Result<WorldStop> stop_world(pid_t pid) {
-  for (int attempt = 1;; ++attempt) {
-    auto w = WorldStop::stop(pid, kStopTimeout);
-    if (w || attempt == kStopAttempts) return w;
-    std::this_thread::sleep_for(200ms);
-  }
 }
 
 // The hot functions whose code in the target is still the file's: a copy is
@@ -665,24 +615,23 @@ const jit::ModuleProfile* layout_profile(const jit::ModuleProfile& profile) {
   return nullptr;
 }
 
-// A written cache that is not all on huge pages (a fork while it was written
-// shared them, and the writes split them) is collapsed back in one more short
-// window (cache_huge_pages.h). Small pages run the same code: nothing here
-// fails the injection.
-void collapse_if_split(const Prepared& p, Injection& out) {
-  if (!out.cache.huge_advised) return;
+// An optimized cache whose huge pages, faulted in by a lift, a fork split
+// while it was written (`faulted`: its huge bytes just after the mmap
+// window) is collapsed back in one more short window (cache_huge_pages.h).
+// Small pages run the same code: nothing here fails the injection.
+void collapse_if_split(const Prepared& p, Injection& out, uint64_t faulted) {
+  if (out.tier != CacheTier::Optimized || faulted == 0) return;
   auto huge = huge_page_bytes(out.pid, out.cache);
-  if (!huge || *huge >= out.cache.length) return;
+  if (!huge || *huge >= faulted) return;
   RaisedPriority priority;
   const auto start = std::chrono::steady_clock::now();
   auto w = stop_world(out.pid);
   if (!w || !same_target_with_record(out)) return;
-  std::string note = collapse_huge(*w, p.sites, out.cache);
+  HugeOutcome collapsed = collapse_huge(*w, p.sites, out.cache);
   w->resume();
   out.longest_stop = std::max(out.longest_stop, std::chrono::duration_cast<std::chrono::microseconds>(
                                                     std::chrono::steady_clock::now() - start));
-  note = "split while it was written (a fork shared it): " + note;
-  out.cache.huge_note += (out.cache.huge_note.empty() ? "" : "; ") + note;
+  out.cache.huge_note += "; split while it was written (a fork shared it): " + collapsed.note;
 }
 
 Result<Injection> inject_executable(const InjectRequest& req) {
@@ -694,6 +643,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   if (auto same = same_image(*stat, req.image); !same) return std::unexpected(same.error());
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
+  bool lifted = false;  // the cache faulted in with the target's THP flag lifted
   {  // A short window, for the mmap alone.
     RaisedPriority priority;
     auto w = stop_world(req.pid);
@@ -706,7 +656,13 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     auto cache = map_cache(*w, p->sites, p->place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
-    out.cache.huge_note = fault_in_huge(*w, p->sites, out.cache);
+    if (req.lift_thp) {
+      HugeOutcome faulted = fault_in_huge(*w, p->sites, out.cache);
+      out.cache.huge_note = faulted.note;
+      lifted = faulted.lifted;
+    } else {
+      out.cache.huge_note = "not lifted (asked)";
+    }
     if (p->layout.counters_length) {
       auto counters = map_counters(*w, p->sites, p->counters_addr, p->layout.counters_length);
       if (!counters) {
@@ -716,6 +672,8 @@ Result<Injection> inject_executable(const InjectRequest& req) {
       out.counters = *counters;
     }
   }
+  // Measured now, before anything is written: what a fork could split.
+  const uint64_t faulted = lifted ? huge_page_bytes(req.pid, out.cache).value_or(0) : 0;
   // The stripe table before any site can run (nothing reaches the cache yet).
   if (std::vector<uint8_t> table = p->planned.plan.cache.counter_layout().table(); !table.empty())
     if (auto r = write_counters(req.pid, out.counters, table); !r) {
@@ -762,7 +720,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     out.error = r.error().message();
     return out;
   }
-  collapse_if_split(*p, out);
+  collapse_if_split(*p, out, faulted);
   Replaced replacing;
   if (req.replacing)
     for (const PatchRecord& old : req.replacing->patched) replacing[old.addr] = old.replacement;

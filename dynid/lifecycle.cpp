@@ -260,10 +260,12 @@ void TargetLifecycle::dynimize() {
                          fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
     return;
   }
-  std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} bytes of code at {:#x}; "
-                                "longest stop {:.1f} ms",
+  std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} bytes of code at {:#x} "
+                                "({} KiB of the cache on huge pages{}{}); longest stop {:.1f} ms",
                                 injection_->patched.size(), injection_->skipped.size(), injection_->promoted_calls,
-                                injection_->code_size, injection_->code_addr, injection_->longest_stop.count() / 1000.0);
+                                injection_->code_size, injection_->code_addr, huge_page_bytes_.value_or(0) >> 10,
+                                injection_->cache.huge_note.empty() ? "" : ": ", injection_->cache.huge_note,
+                                injection_->longest_stop.count() / 1000.0);
   log::info("target {} pid {}: dynimized: {}", name_, pid_, why);
   move(TargetState::Dynimizing, TargetState::Dynimized, why);
 }

@@ -4,7 +4,9 @@
 #include "dynid/proc_reader.h"
 
 #include <signal.h>
+#include <sched.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -222,6 +224,38 @@ void WorldStop::detach_stopped(pid_t keep) {
     if (::ptrace(PTRACE_DETACH, tid, nullptr, t.pending_signal) != 0 && errno != ESRCH)
       log::warn("inject: pid {}: PTRACE_DETACH of thread {} failed: {}", pid_, tid, errno_text());
     it = threads_.erase(it);
+  }
+}
+
+RaisedPriority::RaisedPriority() {
+  const pid_t self = static_cast<pid_t>(::gettid());
+  int policy = ::sched_getscheduler(self);
+  sched_param old{};
+  if (policy >= 0 && ::sched_getparam(self, &old) == 0) {
+    sched_param fifo{};
+    fifo.sched_priority = kWindowFifoPriority;
+    if (::sched_setscheduler(self, SCHED_FIFO, &fifo) == 0) {
+      old_ = std::pair{policy, old};
+      return;
+    }
+  }
+  errno = 0;
+  int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(self));
+  if (errno == 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(self), kWindowNice) == 0) old_nice_ = nice;
+}
+
+RaisedPriority::~RaisedPriority() {
+  const pid_t self = static_cast<pid_t>(::gettid());
+  if (old_) ::sched_setscheduler(self, old_->first, &old_->second);
+  if (old_nice_) ::setpriority(PRIO_PROCESS, static_cast<id_t>(self), *old_nice_);
+}
+
+Result<WorldStop> stop_world(pid_t pid) {
+  constexpr int kAttempts = 5;
+  for (int attempt = 1;; ++attempt) {
+    auto w = WorldStop::stop(pid, kWindowStopTimeout);
+    if (w || attempt == kAttempts) return w;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
 }
 

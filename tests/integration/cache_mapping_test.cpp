@@ -136,16 +136,16 @@ TEST_F(CacheMappingTest, MapsWritesAndUnmapsACacheInALiveTarget) {
   EXPECT_EQ(target.finish(), 0);
 }
 
-// A private DYNI_STATE_DIR (where the THP journal lives) for a test's life.
-class PrivateStateDir {
+// A private DYNI_RUN_DIR (where the THP journal lives) for a test's life.
+class PrivateRunDir {
  public:
-  PrivateStateDir() {
-    char tmpl[] = "/tmp/dyni-state-XXXXXX";
+  PrivateRunDir() {
+    char tmpl[] = "/tmp/dyni-run-XXXXXX";
     dir_ = ::mkdtemp(tmpl) ? tmpl : "";
-    ::setenv("DYNI_STATE_DIR", dir_.c_str(), 1);
+    ::setenv("DYNI_RUN_DIR", dir_.c_str(), 1);
   }
-  ~PrivateStateDir() {
-    ::unsetenv("DYNI_STATE_DIR");
+  ~PrivateRunDir() {
+    ::unsetenv("DYNI_RUN_DIR");
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -192,7 +192,7 @@ TEST(CacheHugePages, JournalEntriesAreNamedByPidAndStartTime) {
 // cache mapped without the lift, the control, gets none.
 TEST_F(CacheMappingTest, PutsTheCacheOnAHugePageInATargetThatTurnedThpOff) {
   if (std::string why = cannot_lift_thp(); !why.empty()) GTEST_SKIP() << why;
-  PrivateStateDir state;
+  PrivateRunDir state;
   StoppableTarget target("nothp");
   ASSERT_EQ(target.read_line(), "ready");
   ASSERT_EQ(target.ask("thp"), "thp 1");
@@ -211,7 +211,7 @@ TEST_F(CacheMappingTest, PutsTheCacheOnAHugePageInATargetThatTurnedThpOff) {
     ASSERT_TRUE(place) << place.error().message();
     lifted = map_cache(*w, *sites, *place);
     ASSERT_TRUE(lifted) << lifted.error().message();
-    lifted->huge_note = fault_in_huge(*w, *sites, *lifted);
+    lifted->huge_note = fault_in_huge(*w, *sites, *lifted).note;
     auto now = profiler::read_maps(target.pid());
     ASSERT_TRUE(now);
     auto other = place_cache(*now, {lo, hi, code.size(), 0});
@@ -249,7 +249,7 @@ TEST_F(CacheMappingTest, PutsTheCacheOnAHugePageInATargetThatTurnedThpOff) {
 // that is not an entry is left alone.
 TEST_F(CacheMappingTest, TheNextDynidPutsBackAFlagThatAKilledOneLeftLifted) {
   if (std::string why = cannot_lift_thp(); !why.empty()) GTEST_SKIP() << why;
-  PrivateStateDir state;
+  PrivateRunDir state;
   StoppableTarget target("nothp");
   ASSERT_EQ(target.read_line(), "ready");
   ASSERT_EQ(target.ask("lift"), "thp 3");
@@ -258,7 +258,7 @@ TEST_F(CacheMappingTest, TheNextDynidPutsBackAFlagThatAKilledOneLeftLifted) {
   pid_t gone = ::fork();
   if (gone == 0) _exit(0);
   ::waitpid(gone, nullptr, 0);
-  ASSERT_TRUE(ensure_dir_p(state.journal(), 0700));
+  ASSERT_TRUE(ensure_dir(state.journal(), 0700));
   const std::string mine = lifted_entry_name(target.pid(), stat->start_time);
   const std::string reused = lifted_entry_name(target.pid(), stat->start_time + 1);  // the pid of another process
   for (const std::string& name : {mine, lifted_entry_name(gone, 1), std::string("notes.txt")})

@@ -14,7 +14,8 @@
 // laid out by their counts. DYNI_COUNTER_STRIPES=N stripes the counters
 // for N CPUs (0: shared, the default), DYNI_VALUE_COUNTERS=0 leaves out
 // the value code at indirect calls, DYNI_PROMOTE=0 promotes no indirect
-// call (jit/promotion.h), DYNI_COUNTER_SET=every puts a
+// call (jit/promotion.h), DYNI_LIFT_THP=0 leaves a target that turned THP
+// off for itself on small pages (dynid/cache_huge_pages.h), DYNI_COUNTER_SET=every puts a
 // counter at every block (for measuring those levers). A tool for
 // measuring live injection before dynid's lifecycle runs it; it changes the
 // target's code: run it on test and benchmark processes only.
@@ -221,6 +222,8 @@ int main(int argc, char** argv) {
   // DYNI_PROMOTE=0: no indirect call promoted (jit/promotion.h), for measuring that lever.
   if (const char* promote = std::getenv("DYNI_PROMOTE"); promote && std::string(promote) == "0")
     request.options.cache.promote_calls = false;
+  // DYNI_LIFT_THP=0: small pages in a target that turned THP off, for measuring huge pages.
+  if (const char* lift = std::getenv("DYNI_LIFT_THP"); lift && std::string(lift) == "0") request.lift_thp = false;
   jit::ModuleCounts counts;
   if (const char* counting = std::getenv("DYNI_COUNTING")) {
     auto counted = count_for(request, std::atof(counting));
