@@ -117,8 +117,15 @@ license=$(dyni -license=status 2>&1) ||
 
 # ---- The private server and the load ---------------------------------------
 SB_PID=""
+# A load started as `sysbench_run ... &` is a subshell with sysbench its
+# child: both are stopped (killing the subshell alone leaves sysbench running).
+stop_load() {  # PID
+  pkill -P "$1" 2>/dev/null || true
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 cleanup() {
-  [ -n "$SB_PID" ] && kill "$SB_PID" 2>/dev/null || true
+  [ -n "$SB_PID" ] && stop_load "$SB_PID"
   [ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null || true
   dyni -stop >/dev/null 2>&1 || true
   "$HERE/mariadb.sh" stop >/dev/null 2>&1 || true
@@ -312,7 +319,7 @@ bolt_block() {  # A|X: prints "tps user cpu" of the original (A) or BOLT (X) ser
 }
 BOLT_RATIOS=$WORK/bolt-ratios.txt
 if [ "$BOLT" = 1 ]; then
-  kill "$SB_PID" 2>/dev/null || true; wait "$SB_PID" 2>/dev/null || true; SB_PID=""
+  stop_load "$SB_PID"; SB_PID=""
   switch undo || die "dyni -undo failed"
   say "BOLT: warming its server up (10 s of load)"
   sysbench_on "$BOLT_PORT" "$BOLT_SOCK" 10 >/dev/null 2>&1 || die "sysbench failed against the BOLT server"
