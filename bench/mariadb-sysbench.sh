@@ -279,29 +279,38 @@ block() {  # A|B: switch, settle 1 s, measure BLOCK s; prints "tps user cpu"
   local a b; a=$(sample); sleep "$BLOCK"; b=$(sample)
   printf '%s\n%s\n' "$a" "$b" | rate
 }
-RATIOS=$WORK/ratios.txt
-: > "$RATIOS"
-say "  group   TPS   user CPU/txn   CPU/txn"
-stats() {  # COLUMN [FILE]: "mean half_width n" of the groups' ratios, the half width 1.96 sd / sqrt(n)
+stats() {  # COLUMN FILE: "mean half_width n" of the groups' ratios, the half width 1.96 sd / sqrt(n)
   awk -v c="$1" '{ s += $c; ss += $c * $c; n++ } END { m = s / n; sd = n > 1 ? sqrt((ss - n * m * m) / (n - 1)) : 0
-                   printf "%.4f %.4f %d\n", m, 1.96 * sd / sqrt(n), n }' "${2:-$RATIOS}"
+                   printf "%.4f %.4f %d\n", m, 1.96 * sd / sqrt(n), n }' "$2"
 }
 add3() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x); split(b, y); print x[1] + y[1], x[2] + y[2], x[3] + y[3] }'; }
-for g in $(seq 1 "$MAX_GROUPS"); do
-  order="A B B A"; [ $((g % 2)) = 0 ] && order="B A A B"
-  sa=(0 0 0); sb=(0 0 0)
-  for s in $order; do
-    read -r tps user cpu < <(block "$s")
-    awk -v x="$tps" 'BEGIN { exit !(x > 0) }' || die "a window served no transaction (sysbench stopped?)"
-    if [ "$s" = A ]; then sa=($(add3 "${sa[*]}" "$tps $user $cpu"))
-    else sb=($(add3 "${sb[*]}" "$tps $user $cpu")); fi
+# ABBA groups of arms FIRST and SECOND, BLOCKFN ARM measuring one block
+# ("tps user cpu"), until the 95 % interval of the TPS ratio is within
+# HALF_WIDTH (at least MIN_GROUPS, at most MAX_GROUPS); the ratios
+# SECOND/FIRST per group go to FILE ("group tps user cpu") and the progress.
+abba() {  # BLOCKFN FIRST SECOND FILE
+  local fn=$1 first=$2 second=$3 file=$4 g s order tps user cpu hw
+  : > "$file"
+  say "  group   TPS   user CPU/txn   CPU/txn"
+  for g in $(seq 1 "$MAX_GROUPS"); do
+    order="$first $second $second $first"; [ $((g % 2)) = 0 ] && order="$second $first $first $second"
+    local sa=(0 0 0) sb=(0 0 0)
+    for s in $order; do
+      read -r tps user cpu < <("$fn" "$s")
+      awk -v x="$tps" 'BEGIN { exit !(x > 0) }' || die "a window served no transaction (sysbench stopped?)"
+      if [ "$s" = "$first" ]; then sa=($(add3 "${sa[*]}" "$tps $user $cpu"))
+      else sb=($(add3 "${sb[*]}" "$tps $user $cpu")); fi
+    done
+    awk -v g="$g" -v a="${sa[*]}" -v b="${sb[*]}" 'BEGIN { split(a, x); split(b, y)
+      printf "%d %.4f %.4f %.4f\n", g, y[1] / x[1], y[2] / x[2], y[3] / x[3] }' | tee -a "$file" |
+      awk '{ printf "mariadb-sysbench:   %5d  %6.3f  %6.3f  %6.3f\n", $1, $2, $3, $4 }' >&2
+    read -r _ hw _ < <(stats 2 "$file")
+    [ "$g" -ge "$MIN_GROUPS" ] && [ "$g" -gt 1 ] && awk -v h="$hw" -v w="$HALF_WIDTH" 'BEGIN { exit !(h <= w) }' && break
   done
-  awk -v g="$g" -v a="${sa[*]}" -v b="${sb[*]}" 'BEGIN { split(a, x); split(b, y)
-    printf "%d %.4f %.4f %.4f\n", g, y[1] / x[1], y[2] / x[2], y[3] / x[3] }' | tee -a "$RATIOS" |
-    awk '{ printf "mariadb-sysbench:   %5d  %6.3f  %6.3f  %6.3f\n", $1, $2, $3, $4 }' >&2
-  read -r _ hw _ < <(stats 2)
-  [ "$g" -ge "$MIN_GROUPS" ] && [ "$g" -gt 1 ] && awk -v h="$hw" -v w="$HALF_WIDTH" 'BEGIN { exit !(h <= w) }' && break
-done
+  return 0
+}
+RATIOS=$WORK/ratios.txt
+abba block A B "$RATIOS"
 dyni -redo >/dev/null 2>&1 || true   # the last block of a group ending in A leaves it undone
 
 # ---- 3. With --bolt: BOLT against the original, ABBA on two servers --------
@@ -324,23 +333,7 @@ if [ "$BOLT" = 1 ]; then
   say "BOLT: warming its server up (10 s of load)"
   sysbench_on "$BOLT_PORT" "$BOLT_SOCK" 10 >/dev/null 2>&1 || die "sysbench failed against the BOLT server"
   say "alternating the original (A) and the BOLTed server (X), windows of $BLOCK s: ABBA groups, ratios X/A"
-  say "  group   TPS   user CPU/txn   CPU/txn"
-  : > "$BOLT_RATIOS"
-  for g in $(seq 1 "$MAX_GROUPS"); do
-    order="A X X A"; [ $((g % 2)) = 0 ] && order="X A A X"
-    sa=(0 0 0); sx=(0 0 0)
-    for s in $order; do
-      read -r tps user cpu < <(bolt_block "$s")
-      awk -v x="$tps" 'BEGIN { exit !(x > 0) }' || die "a window served no transaction (sysbench stopped?)"
-      if [ "$s" = A ]; then sa=($(add3 "${sa[*]}" "$tps $user $cpu"))
-      else sx=($(add3 "${sx[*]}" "$tps $user $cpu")); fi
-    done
-    awk -v g="$g" -v a="${sa[*]}" -v b="${sx[*]}" 'BEGIN { split(a, x); split(b, y)
-      printf "%d %.4f %.4f %.4f\n", g, y[1] / x[1], y[2] / x[2], y[3] / x[3] }' | tee -a "$BOLT_RATIOS" |
-      awk '{ printf "mariadb-sysbench:   %5d  %6.3f  %6.3f  %6.3f\n", $1, $2, $3, $4 }' >&2
-    read -r _ hw _ < <(stats 2 "$BOLT_RATIOS")
-    [ "$g" -ge "$MIN_GROUPS" ] && [ "$g" -gt 1 ] && awk -v h="$hw" -v w="$HALF_WIDTH" 'BEGIN { exit !(h <= w) }' && break
-  done
+  abba bolt_block A X "$BOLT_RATIOS"
   switch redo >/dev/null 2>&1 || true
 fi
 
@@ -349,9 +342,9 @@ read -r DYNID_CPU DYNID_RSS < <(awk -v t="$TICK" '{ printf "%.1f ", ($14 + $15) 
                                  awk '/^VmHWM/ { printf "%.0f\n", $2 / 1024 }' "/proc/$DYNID_PID/status")
 CPU_NAME=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 HYPERVISOR=$(systemd-detect-virt --vm 2>/dev/null || echo "no hypervisor")
-read -r TPS TPS_HW N < <(stats 2)
-read -r USER USER_HW _ < <(stats 3)
-read -r CPU CPU_HW _ < <(stats 4)
+read -r TPS TPS_HW N < <(stats 2 "$RATIOS")
+read -r USER USER_HW _ < <(stats 3 "$RATIOS")
+read -r CPU CPU_HW _ < <(stats 4 "$RATIOS")
 BOLT_JSON=null
 if [ "$BOLT" = 1 ]; then
   read -r BOLT_TPS BOLT_TPS_HW BOLT_N < <(stats 2 "$BOLT_RATIOS")
@@ -382,7 +375,7 @@ if [ "$BOLT" = 1 ]; then
   echo
   printf "%-40s %-22s\n" "offline BOLT (sampled profile)" "BOLTed/original ($BOLT_N groups)"
   printf "%-40s %6.3f  (±%.3f)       dynimized above it: %s\n" "transactions per second" "$BOLT_TPS" "$BOLT_TPS_HW" \
-    "$(awk -v d="$TPS" -v b="$BOLT_TPS" 'BEGIN { print d > b ? "met" : "not met" }')"
+    "$(awk -v d="$TPS" -v b="$BOLT_TPS" 'BEGIN { print (d > b) ? "met" : "not met" }')"
   printf "%-40s %6.3f  (±%.3f)\n" "mariadbd user CPU per transaction" "$BOLT_USER" "$BOLT_USER_HW"
   printf "%-40s %6.3f  (±%.3f)\n" "mariadbd CPU per transaction" "$BOLT_CPU" "$BOLT_CPU_HW"
 fi

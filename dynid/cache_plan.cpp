@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -40,6 +41,33 @@ Result<ExecutableProfile> executable_profile(pid_t pid, const profiler::Recorder
     if (modules[i].path == exe->path && modules[i].functions)
       return ExecutableProfile{exe->path, recorder.profile().module_profile(static_cast<int>(i))};
   return fail("executable " + exe->path + " has no function table");
+}
+
+std::vector<std::pair<std::string, double>> module_shares(const profiler::Profile& profile,
+                                                          const profiler::Symbolizer& symbolizer) {
+  std::map<int, uint64_t> by_module;
+  for (const auto& [key, f] : profile.functions()) by_module[key.first] += f.samples;
+  std::vector<std::pair<std::string, double>> shares;
+  const auto& modules = symbolizer.modules();
+  for (const auto& [index, samples] : by_module)
+    if (index >= 0 && static_cast<std::size_t>(index) < modules.size() && profile.total() > 0)
+      shares.emplace_back(modules[static_cast<std::size_t>(index)].path,
+                          static_cast<double>(samples) / static_cast<double>(profile.total()));
+  std::stable_sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return shares;
+}
+
+std::string outside_executable(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path) {
+  double exe = 0;
+  for (const auto& [path, share] : shares)
+    if (path == exe_path) exe += share;
+  if (exe >= kMinExecutableShare) return "";
+  for (const auto& [path, share] : shares)
+    if (path != exe_path)
+      return fmt::format("{:.0f} % of samples in {}, which dyni does not optimize (it optimizes the executable, "
+                         "which holds {:.1f} %)", 100 * share, path, 100 * exe);
+  return fmt::format("the executable holds {:.1f} % of samples, and no module holds more: the time goes to the "
+                     "kernel or to code outside any module", 100 * exe);
 }
 
 Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder) {

@@ -9,6 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/result.h"
 #include "jit/module_profile.h"
 #include "profiler/recorder.h"
@@ -25,6 +29,22 @@ struct ExecutableProfile {
   jit::ModuleProfile profile;
 };
 Result<ExecutableProfile> executable_profile(pid_t pid, const profiler::Recorder& recorder);
+
+// dyni optimizes a target's executable alone: one whose executable holds
+// less than this share of the samples (its hot code in shared libraries:
+// the sqlite3 CLI, xz) is not worth a cache.
+constexpr double kMinExecutableShare = 0.01;
+
+// Each module's share of a profile's samples (of all of them: kernel,
+// anonymous and unknown code included), hottest first.
+std::vector<std::pair<std::string, double>> module_shares(const profiler::Profile& profile,
+                                                          const profiler::Symbolizer& symbolizer);
+
+// Why the target with executable `exe_path` is not optimized, by module
+// ("97 % of samples in /usr/lib/.../libsqlite3.so.0.8.6, which dyni does not
+// optimize; the executable holds 0.4 %"), or "" when its executable holds
+// at least kMinExecutableShare. Pure; unit-tested.
+std::string outside_executable(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path);
 
 // Plans the cache for `pid`'s executable from `recorder`'s profile and returns
 // a summary: functions, bytes, sampled CPU accepted, rejections by reason.

@@ -28,7 +28,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 
-std::string first_or_none(const std::vector<std::string>& v) { return v.empty() ? "none" : v.front(); }
+// " (first reason: ...)" for a list of reasons; "" for none (never "reason: none").
+std::string first_reason(const std::vector<std::string>& v) { return v.empty() ? "" : " (first reason: " + v.front() + ")"; }
 
 
 // I8: a cache is freed only once nothing can run in it or return into it.
@@ -102,6 +103,10 @@ void TargetLifecycle::run_pipeline() {
   }
   if (stop_) return;
   seconds_profiling_ = seconds_since(t0);
+  if (std::string why = hot_code_outside_executable(); !why.empty()) {
+    fail_with(TargetState::Unsupported, why);  // nothing mapped, nothing written
+    return;
+  }
   // Not moved on (license gone, target replaced): nothing more to do.
   if (!move(TargetState::Profiling, TargetState::Dynimizing, "hot set found")) return;
   plan_cache();
@@ -248,7 +253,7 @@ void TargetLifecycle::dynimize() {
     if (auto undone = undo_patches(*injected); !undone) error += "; undo failed too: " + undone.error().message();
   }
   if (error.empty() && injected->patched.empty())
-    error = "no entry could be patched (first reason: " + first_or_none(injected->skipped) + ")";
+    error = "no entry could be patched" + first_reason(injected->skipped);
   Injection& kept = *injected;
   {
     std::lock_guard lock(injection_mutex_);
@@ -401,8 +406,8 @@ Result<std::string> TargetLifecycle::redo() {
   if ((!again || again->patched.empty()) && gone()) return fmt::format("{} (pid {}): exited, nothing to redo", name_, pid_);
   if (!again) return fail("redo: " + again.error().message());
   if (again->patched.empty())
-    return fail("redo: no entry could be patched (first reason: " +
-                (again->error.empty() ? first_or_none(again->skipped) : again->error) + ")");
+    return fail("redo: no entry could be patched" +
+                (again->error.empty() ? first_reason(again->skipped) : " (first reason: " + again->error + ")"));
   ++redo_count_;
   if (again->longest_stop > injection_->longest_stop)
     injection_->longest_stop = again->longest_stop, injection_->longest_window = again->longest_window;
@@ -516,6 +521,16 @@ Status TargetLifecycle::check_executable() {
     return ok();
   }
   return fail("executable " + exe->path + " is not mapped executable");
+}
+
+// Why the profile leaves the executable too little to optimize, by module
+// (cache_plan.h), or "".
+std::string TargetLifecycle::hot_code_outside_executable() const {
+  auto exe = read_exe("/proc", pid_);
+  if (!exe) return "";  // gone, or not readable: the next steps say so
+  std::lock_guard lock(mutex_);
+  if (!recorder_) return "";
+  return outside_executable(module_shares(recorder_->profile(), recorder_->symbolizer()), exe->path);
 }
 
 // Samples until the hot set is stable, the time bound passes, or we are stopped.

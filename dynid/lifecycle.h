@@ -101,6 +101,7 @@ class TargetLifecycle {
   void fail_injection(const std::string& reason);
   Status start_profiling();
   Status check_executable();
+  std::string hot_code_outside_executable() const;
   Status profile_until_stable();
   void plan_cache();
   void fail_with(TargetState state, const std::string& reason);

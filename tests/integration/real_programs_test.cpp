@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <thread>
 
 #include "tests/integration/dyni_host.h"
@@ -109,6 +110,52 @@ INSTANTIATE_TEST_SUITE_P(
                       // A PIE whose interpreter loop switches through jump tables rebuilt in the cache.
                       Program{"mawk", "/usr/bin/mawk", "mawk", {"-v", "rounds=ROUNDS", "-f", script("work_posix.awk")}}),
     [](const ::testing::TestParamInfo<Program>& info) { return std::string(info.param.name); });
+
+// The anonymous r-x mappings of `pid` (dyni's caches look like this; the
+// vDSO and vsyscall pages are named).
+std::size_t anonymous_code_mappings(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode, path;
+    in >> range >> perms >> offset >> dev >> inode >> path;
+    if (perms.size() >= 3 && perms[2] == 'x' && inode == "0" && path.empty()) ++n;
+  }
+  return n;
+}
+
+// xz from Debian keeps its hot code in liblzma, which dyni does not optimize:
+// the target ends `unsupported` with the module named, and dynid mapped no
+// cache into it (issue 22 item 1).
+TEST(RealProgramsInLibraries, XzIsUnsupportedByModuleAndGetsNoCache) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (::access("/usr/bin/xz", X_OK) != 0) GTEST_SKIP() << "/usr/bin/xz is not installed (apt-get install xz-utils)";
+  DyniHost host;
+  const std::string name = "dyni-real-xz";
+  std::string exe = host.install_program("/usr/bin/xz", name);
+  host.write_config({name}, std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n");
+  host.license_this_host();
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  pid_t target = host.spawn({"/bin/sh", "-c", "exec '" + exe + "' -T1 -6 -c < /dev/urandom > /dev/null"});
+  std::string reason;
+  bool unsupported = host.wait_for([&](const nlohmann::json& j) {
+    for (const auto& t : j.value("targets", nlohmann::json::array()))
+      if (t.value("pid", 0) == target && t.value("state", "") == "unsupported") {
+        reason = t.value("reason", "");
+        return true;
+      }
+    return false;
+  }, 40s);
+  const std::size_t code_mappings = anonymous_code_mappings(target);
+  ::kill(target, SIGKILL);
+  ::waitpid(target, nullptr, 0);
+  ASSERT_TRUE(unsupported) << host.state_of(target) << "\n" << host.log();
+  EXPECT_NE(reason.find("liblzma"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("which dyni does not optimize"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find("reason: none"), std::string::npos) << reason;
+  EXPECT_EQ(code_mappings, 0u) << "dynid mapped a cache into a target it does not optimize";
+}
 
 // mariadbd (a copy, under a test-only name) serving sysbench oltp_read_only
 // becomes dynimized; a fixed set of queries answers the same before, while
