@@ -29,6 +29,7 @@ case $PROGRAM in
   *) echo "unknown program $PROGRAM" >&2; exit 2 ;;
 esac
 [ -x "${CMD[0]}" ] || { echo "${CMD[0]} is not installed" >&2; exit 2; }
+command -v bc >/dev/null || { echo "needs bc: apt-get install bc" >&2; exit 2; }
 TICKS=$(getconf CLK_TCK)
 OUT=$(mktemp /tmp/dyni-interp-abba.XXXXXX)
 RATIOS=$(mktemp /tmp/dyni-interp-abba-ratios.XXXXXX)
@@ -38,7 +39,8 @@ cleanup() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm
 trap cleanup EXIT
 sleep 1
 coproc INJ { "$INJECT" "$PID" 8 --commands; }
-read -r summary <&"${INJ[0]}"
+summary=""
+read -r summary <&"${INJ[0]}" || true  # dyni-inject failed before its first line: said below
 echo "$summary"
 [[ "$summary" == *patched* && "$summary" != *" 0 entries patched"* ]] ||
   { echo "injection failed or patched nothing: $summary" >&2; exit 1; }
@@ -65,7 +67,7 @@ for g in $(seq 1 "$GROUPS_N"); do
   ra=0; rb=0; ca=0; cb=0
   for s in $order; do
     read -r r c < <(block "$s") || true
-    [ -n "${r:-}" ] || { echo "interpreter_abba: a block measured nothing" >&2; exit 1; }
+    awk -v x="${r:-0}" 'BEGIN { exit !(x > 0) }' || { echo "interpreter_abba: a block ran no round" >&2; exit 1; }
     if [ "$s" = A ]; then ra=$(echo "$ra + $r" | bc -l); ca=$(echo "$ca + $c" | bc -l)
     else rb=$(echo "$rb + $r" | bc -l); cb=$(echo "$cb + $c" | bc -l); fi
   done

@@ -127,9 +127,12 @@ stop_load() {  # PID
 cleanup() {
   [ -n "$SB_PID" ] && stop_load "$SB_PID"
   [ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null || true
+wait "$SAMPLER" 2>/dev/null || true
+SAMPLER=""
+  [ -n "${BOLT_LOAD:-}" ] && stop_load "$BOLT_LOAD"
   dyni -stop >/dev/null 2>&1 || true
   "$HERE/mariadb.sh" stop >/dev/null 2>&1 || true
-  [ -n "$BOLT_PID" ] && bolt_server stop >/dev/null 2>&1 || true
+  [ "$BOLT" = 1 ] && bolt_server stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -177,11 +180,12 @@ make_bolt() {
   rm -rf "$dir"; mkdir -p "$dir"
   say "BOLT: profiling the original server (30 s at 10 kHz, cpu-clock)"
   sysbench_run 33 >/dev/null 2>&1 &
-  local load=$!
+  BOLT_LOAD=$!
   sleep 1
   perf record -q -e cpu-clock -F 10000 -p "$PID" -o "$dir/perf.data" -- sleep 30 >>"$log" 2>&1 ||
     die "BOLT: perf record failed (see $log)"
-  wait "$load" || true
+  wait "$BOLT_LOAD" || true
+  BOLT_LOAD=""
   say "BOLT: converting the profile and optimizing $MARIADBD (a few minutes)"
   "$PERF2BOLT" -nl -p "$dir/perf.data" -o "$dir/perf.fdata" "$MARIADBD" >>"$log" 2>&1 ||
     die "BOLT: perf2bolt failed (see $log)"
@@ -243,6 +247,8 @@ while :; do
 done
 TO_DYNIMIZED=$elapsed
 kill "$SAMPLER" 2>/dev/null || true
+wait "$SAMPLER" 2>/dev/null || true
+SAMPLER=""
 # The counting phase against the profiling just before it (original code):
 # the server's rates between the first -status answer in a phase and the
 # first one after it.

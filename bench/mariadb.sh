@@ -46,7 +46,13 @@ stop() {
   echo "mariadbd $pid did not exit within 60 s" >&2; return 1
 }
 
-running() { [ -f "$DIR/mysqld.pid" ] && kill -0 "$(cat "$DIR/mysqld.pid")" 2>/dev/null; }
+# Ours only: a pid file left by a crash (or before a reboot) may name another
+# process now, which must never be signalled.
+running() {
+  [ -f "$DIR/mysqld.pid" ] || return 1
+  local pid; pid=$(cat "$DIR/mysqld.pid")
+  [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--defaults-file=$DIR/my.cnf"
+}
 
 start() {
   mkdir -p "$DIR"

@@ -53,6 +53,9 @@ std::vector<std::pair<std::string, double>> module_shares(const profiler::Profil
     if (index >= 0 && static_cast<std::size_t>(index) < modules.size() && profile.total() > 0)
       shares.emplace_back(modules[static_cast<std::size_t>(index)].path,
                           static_cast<double>(samples) / static_cast<double>(profile.total()));
+  if (profile.total() > 0 && profile.outside_modules() > 0)
+    shares.emplace_back(kOutsideModules, static_cast<double>(profile.outside_modules()) /
+                                             static_cast<double>(profile.total()));
   std::stable_sort(shares.begin(), shares.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return shares;
 }
@@ -65,9 +68,8 @@ std::string outside_executable(const std::vector<std::pair<std::string, double>>
   for (const auto& [path, share] : shares)
     if (path != exe_path)
       return fmt::format("{:.0f} % of samples in {}, which dyni does not optimize (it optimizes the executable, "
-                         "which holds {:.1f} %)", 100 * share, path, 100 * exe);
-  return fmt::format("the executable holds {:.1f} % of samples, and no module holds more: the time goes to the "
-                     "kernel or to code outside any module", 100 * exe);
+                         "which holds {:.2f} %)", 100 * share, path, 100 * exe);
+  return fmt::format("the executable holds {:.2f} % of samples, and no module holds more", 100 * exe);
 }
 
 Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder) {

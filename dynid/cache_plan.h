@@ -35,8 +35,11 @@ Result<ExecutableProfile> executable_profile(pid_t pid, const profiler::Recorder
 // the sqlite3 CLI, xz) is not worth a cache.
 constexpr double kMinExecutableShare = 0.01;
 
-// Each module's share of a profile's samples (of all of them: kernel,
-// anonymous and unknown code included), hottest first.
+// Each module's share of a profile's user samples in its functions (of all
+// user samples), hottest first; code outside any module (a JIT's, anonymous)
+// as kOutsideModules. Samples in a module but outside its functions count
+// for none.
+inline constexpr const char* kOutsideModules = "code outside any module (a JIT's or anonymous memory)";
 std::vector<std::pair<std::string, double>> module_shares(const profiler::Profile& profile,
                                                           const profiler::Symbolizer& symbolizer);
 

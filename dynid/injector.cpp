@@ -644,9 +644,11 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
   // A plan with nothing to inject maps nothing (a cache stays for the process's life).
-  if (p->planned.plan.cache.functions.empty())
-    return fail(fmt::format("nothing to inject: none of the {} hot functions could be copied (first reason: {})",
-                            req.hot.size(), out.skipped.empty() ? "none given" : out.skipped.front()));
+  // (nor one whose every entry is left unpatched: nothing would reach it).
+  if (p->planned.plan.cache.functions.empty() || p->record.patches.empty())
+    return fail(fmt::format("nothing to inject: none of the {} hot functions could be {}{}", req.hot.size(),
+                            p->planned.plan.cache.functions.empty() ? "copied" : "entered by a patch",
+                            out.skipped.empty() ? "" : " (first reason: " + out.skipped.front() + ")"));
   bool lifted = false;  // the cache faulted in with the target's THP flag lifted
   {  // A short window, for the mmap alone.
     RaisedPriority priority;

@@ -22,6 +22,8 @@
 namespace dyni {
 namespace {
 constexpr auto kStepInterval = std::chrono::milliseconds(100);
+// A profile that hit its time bound with fewer samples decides no target unsupported.
+constexpr uint64_t kMinSamplesForUnsupported = 1000;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -530,6 +532,10 @@ std::string TargetLifecycle::hot_code_outside_executable() const {
   if (!exe) return "";  // gone, or not readable: the next steps say so
   std::lock_guard lock(mutex_);
   if (!recorder_) return "";
+  // Unsupported is for good: a profile cut short by its time bound with few
+  // samples (a burst of load) decides nothing here; the steps after say what
+  // such a profile gives.
+  if (!recorder_->stable() && recorder_->profile().total() < kMinSamplesForUnsupported) return "";
   return outside_executable(module_shares(recorder_->profile(), recorder_->symbolizer()), exe->path);
 }
 

@@ -14,7 +14,7 @@ TEST(OutsideExecutable, NamesTheHottestOtherModuleWhenTheExecutableHoldsTooLittl
                                         {exe, 0.004}},
                                        exe);
   EXPECT_EQ(why, "97 % of samples in /usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6, which dyni does not optimize "
-                 "(it optimizes the executable, which holds 0.4 %)");
+                 "(it optimizes the executable, which holds 0.40 %)");
 }
 
 TEST(OutsideExecutable, SaysNothingWhenTheExecutableHoldsEnough) {
@@ -25,7 +25,7 @@ TEST(OutsideExecutable, SaysNothingWhenTheExecutableHoldsEnough) {
 TEST(OutsideExecutable, AProfileOutsideEveryModuleSaysSo) {
   std::string why = outside_executable({}, "/usr/bin/busy");
   EXPECT_NE(why.find("no module holds more"), std::string::npos) << why;
-  EXPECT_NE(outside_executable({{"/usr/bin/busy", 0.005}}, "/usr/bin/busy").find("0.5 %"), std::string::npos);
+  EXPECT_NE(outside_executable({{"/usr/bin/busy", 0.005}}, "/usr/bin/busy").find("0.50 %"), std::string::npos);
 }
 
 }  // namespace
