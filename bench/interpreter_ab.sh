@@ -19,20 +19,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$HERE/..
 PROGRAM=${1:?usage: bench/interpreter_ab.sh python3|gawk|mawk|php|perl [PAIRS] [WINDOWS] [WINDOW_SECONDS] [BUILD_DIR]}
 PAIRS=${2:-2} WINDOWS=${3:-4} WINDOW=${4:-5} BUILD=${5:-build}
-INJECT=$SRC/$BUILD/tools/dyni-inject/dyni-inject
-[ -x "$INJECT" ] || INJECT=$BUILD/tools/dyni-inject/dyni-inject
-[ -x "$INJECT" ] || { echo "no dyni-inject under $BUILD (cmake --build $BUILD)" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || { echo "run as root (ptrace and perf_event on the interpreter)" >&2; exit 2; }
-S=$SRC/tests/programs/scripts
-case $PROGRAM in
-  python3) CMD=(/usr/bin/python3.11 -u "$S/work.py" 0) ;;
-  gawk) CMD=(/usr/bin/gawk -v rounds=0 -f "$S/work.awk") ;;
-  mawk) CMD=(/usr/bin/mawk -v rounds=0 -f "$S/work_posix.awk") ;;
-  php) CMD=(/usr/bin/php8.2 "$S/work.php" 0) ;;
-  perl) CMD=(/usr/bin/perl "$S/work.pl" 0) ;;
-  *) echo "unknown program $PROGRAM" >&2; exit 2 ;;
-esac
-[ -x "${CMD[0]}" ] || { echo "${CMD[0]} is not installed" >&2; exit 2; }
+source "$HERE/interpreter_env.sh"
 TICKS=$(getconf CLK_TCK)
 WORK=$(mktemp -d /tmp/dyni-interp-ab.XXXXXX)
 PIDS=()
