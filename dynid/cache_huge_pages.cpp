@@ -50,21 +50,12 @@ Result<bool> gone(pid_t pid, uint64_t start_time) {
   return std::unexpected(stat.error());
 }
 
-
 std::string call_error(long r) { return std::strerror(static_cast<int>(-r)); }
 std::string call_error(const Result<long>& r) { return r ? call_error(*r) : r.error().message(); }
 
 Result<long> prctl_in(WorldStop& world, pid_t tid, const SyscallSites& sites, int option, uint64_t arg2,
                       uint64_t arg3) {
   return remote_syscall(world, tid, sites, SYS_prctl, {static_cast<uint64_t>(option), arg2, arg3, 0, 0, 0});
-}
-
-// Step 4: one byte in each 2 MiB (the cache is fresh: nothing there yet).
-Status touch_each_huge_page(pid_t pid, const MappedCache& cache) {
-  const uint8_t zero = 0;
-  for (uint64_t offset = 0; offset < cache.length; offset += kHugePage)
-    if (auto r = write_cache(pid, cache, {&zero, 1}, offset); !r) return r;
-  return ok();
 }
 
 bool thp_off_on_host() {
@@ -109,9 +100,9 @@ HugeOutcome lift_around(WorldStop& world, const SyscallSites& sites, pid_t tid, 
   return out;
 }
 
-// `done_note`: what a lifted step that worked says.
 // Steps 1 to 6 around `step`, for a target whose flag reads 1; nothing for
-// the others (their first write faults a huge page in).
+// the others (their first write faults a huge page in). `done_note`: what a
+// lifted step that worked says.
 HugeOutcome with_thp_lifted(WorldStop& world, const SyscallSites& sites, const MappedCache& cache,
                             const HugeStep& step, const std::string& done_note) {
   if (!cache.huge_advised) return {"MADV_HUGEPAGE was refused: small pages", false};
@@ -174,7 +165,8 @@ std::optional<std::pair<pid_t, uint64_t>> parse_lifted_entry(const std::string& 
 HugeOutcome fault_in_huge(WorldStop& world, const SyscallSites& sites, const MappedCache& cache) {
   const pid_t pid = world.pid();
   return with_thp_lifted(world, sites, cache, [&](WorldStop&, pid_t) -> Status {
-    if (auto touched = touch_each_huge_page(pid, cache); !touched)
+    // Step 4: one byte in each 2 MiB.
+    if (auto touched = touch_cache(pid, cache, kHugePage); !touched)
       return fail("faulting the cache in failed (" + touched.error().message() + ")");
     return ok();
   }, "faulted in");

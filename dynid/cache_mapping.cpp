@@ -85,18 +85,39 @@ Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const
   return cache;
 }
 
-Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes, uint64_t offset) {
-  // Opened before the maps are read: if the target execs or exits and its
-  // pid is reused after the check below, this descriptor still names the old
-  // memory, and the write goes nowhere instead of into the new image.
-  WindowMemory memory(pid);
+namespace {
+
+// The cache's mapping as /proc/PID/maps has it now, if it is still exactly
+// the one map_cache made. Read after `memory` is opened: if the target execs
+// or exits and its pid is reused after the check, that descriptor still
+// names the old memory, and a write goes nowhere instead of into the new image.
+Result<profiler::Mapping> checked_cache_mapping(pid_t pid, const MappedCache& cache) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   const profiler::Mapping* m = mapping_at(*maps, cache.addr);
   if (!m || !is_the_cache(*m, cache))
     return fail(fmt::format("the cache mapping at {:#x} is no longer the one dyni made", cache.addr));
+  return *m;
+}
+
+}  // namespace
+
+Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes, uint64_t offset) {
+  WindowMemory memory(pid);  // opened first: see checked_cache_mapping
+  auto m = checked_cache_mapping(pid, cache);
+  if (!m) return std::unexpected(m.error());
   if (offset > cache.length) return fail("write past the cache's end");
   return memory.write_in_mapping(*m, cache.addr + offset, bytes);
+}
+
+Status touch_cache(pid_t pid, const MappedCache& cache, uint64_t stride) {
+  WindowMemory memory(pid);  // opened first: see checked_cache_mapping
+  auto m = checked_cache_mapping(pid, cache);
+  if (!m) return std::unexpected(m.error());
+  const uint8_t zero = 0;
+  for (uint64_t offset = 0; offset < cache.length; offset += stride)
+    if (auto r = memory.write_in_mapping(*m, cache.addr + offset, {&zero, 1}); !r) return r;
+  return ok();
 }
 
 namespace {

@@ -56,6 +56,10 @@ Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counte
 // map_cache made. The target may run meanwhile.
 Status write_cache(pid_t pid, const MappedCache& cache, std::span<const uint8_t> bytes, uint64_t offset = 0);
 
+// A zero byte written at every `stride` bytes of a fresh cache (nothing in
+// it yet), which faults each stride in, after one check as write_cache's.
+Status touch_cache(pid_t pid, const MappedCache& cache, uint64_t stride);
+
 // Bytes of the cache on huge pages: transparent (AnonHugePages in
 // /proc/PID/smaps for its mapping) or hugetlb (Private_Hugetlb).
 Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache);
