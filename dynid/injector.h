@@ -1,19 +1,19 @@
-// Live injection of an executable's hot code (DESIGN.md §3 step 7), in order:
-//  1. jit   the hot functions, first at a provisional address (for the
-//           size), then at the cache's real place (cache_placement.h);
-//  2. map   the cache in one short stop window (cache_mapping.h), and a
-//           counting cache's counters beside it;
-//  3. write record, return stub, code and .eh_frame while the target runs:
-//           nothing reaches the cache yet (I2);
+// Live injection of an executable's hot code (DESIGN.md §3 step 7), in order
+// (injector.cpp lists the steps; dynid/inject/ holds one file per step):
+//  1. prepare  the jit plans the hot functions, first at a provisional
+//              address (for the size), then at the cache's real place
+//              (inject/prepare.h, cache_placement.h);
+//  2. map      the cache in one short stop window (inject/map_window.h), and
+//              a counting cache's counters beside it;
+//  3. write    return stub, code and .eh_frame while the target runs:
+//              nothing reaches the cache yet (I2; inject/cache_contents.h);
 //  4. register the .eh_frame with the target's own unwinder through a
-//           function call in a clean thread (remote_call.h, clean_thread.h,
-//           I7); a target whose unwinder is not the libgcc that provides
-//           __register_frame is refused; a C program with no unwinder
-//           loaded needs none;
-//  5. patch each entry in a stop window after the live checks
-//           (patch_safety.h, I4): one 5-byte write per entry (I2); an
-//           entry that holds the jump of the counting cache this one
-//           replaces is re-pointed, in one write too.
+//              function call in a clean thread (inject/frames_registration.h,
+//              I7); then the record, last before any patch;
+//  5. patch    each entry in a stop window after the live checks
+//              (inject/patch_entries.h, patch_safety.h, I4): one 5-byte write
+//              per entry (I2); an entry that holds the jump of the counting
+//              cache this one replaces is re-pointed, in one write too.
 // Only functions with unwind information are patched. dynid's lifecycle
 // (lifecycle.h) runs it; tools and tests drive it too.
 #pragma once

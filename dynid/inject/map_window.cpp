@@ -1,0 +1,64 @@
+// Mapping the cache in one stop window, and collapsing it again after a
+// fork split its huge pages (map_window.h).
+#include "dynid/inject/map_window.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "dynid/cache_huge_pages.h"
+#include "dynid/cache_mapping.h"
+#include "dynid/inject/target_checks.h"
+#include "dynid/world_stop.h"
+
+namespace dyni::inject {
+
+Result<Mapped> map_in_window(const InjectRequest& req, const Prepared& p, Injection& out) {
+  bool lifted = false;  // the cache faulted in with the target's THP flag lifted
+  {
+    RaisedPriority priority;
+    auto w = stop_world(req.pid);
+    if (!w) return std::unexpected(w.error());
+    if (auto same = same_target(req.pid, out.start_time); !same) return std::unexpected(same.error());
+    if (auto same = executable_where_it_was(req.pid, p.exe); !same) return std::unexpected(same.error());
+    auto now = read_proc_stat("/proc", req.pid);
+    if (!now) return std::unexpected(now.error());
+    if (auto same = same_image(*now, req.image); !same) return std::unexpected(same.error());
+    auto cache = map_cache(*w, p.sites, p.place);
+    if (!cache) return std::unexpected(cache.error());
+    out.cache = *cache;
+    if (req.lift_thp) {
+      HugeOutcome faulted = fault_in_huge(*w, p.sites, out.cache);
+      out.cache.huge_note = faulted.note;
+      lifted = faulted.lifted;
+    } else {
+      out.cache.huge_note = "not lifted (asked)";
+    }
+    if (p.layout.counters_length) {
+      auto counters = map_counters(*w, p.sites, p.counters_addr, p.layout.counters_length);
+      if (!counters) {
+        out.error = "counters: " + counters.error().message();  // the cache is mapped, nothing reaches it
+        return Mapped{};
+      }
+      out.counters = *counters;
+    }
+  }
+  // Measured now, before anything is written: what a fork could split.
+  return Mapped{lifted ? huge_page_bytes(req.pid, out.cache).value_or(0) : 0};
+}
+
+void collapse_if_split(const Prepared& p, Injection& out, const Mapped& mapped) {
+  if (out.tier != CacheTier::Optimized || mapped.huge_bytes_faulted == 0) return;
+  auto huge = huge_page_bytes(out.pid, out.cache);
+  if (!huge || *huge >= mapped.huge_bytes_faulted) return;
+  RaisedPriority priority;
+  const auto start = std::chrono::steady_clock::now();
+  auto w = stop_world(out.pid);
+  if (!w || !same_target_with_record(out)) return;
+  HugeOutcome collapsed = collapse_huge(*w, p.sites, out.cache);
+  w->resume();
+  out.longest_stop = std::max(out.longest_stop, std::chrono::duration_cast<std::chrono::microseconds>(
+                                                    std::chrono::steady_clock::now() - start));
+  out.cache.huge_note += "; split while it was written (a fork shared it): " + collapsed.note;
+}
+
+}  // namespace dyni::inject

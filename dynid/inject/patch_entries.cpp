@@ -1,0 +1,166 @@
+// Patching entries, in stop windows, and putting them back (patch_entries.h).
+#include "dynid/inject/patch_entries.h"
+
+#include <algorithm>
+#include <functional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dynid/cache_scan.h"
+#include "dynid/inject/target_checks.h"
+#include "dynid/target_memory.h"
+#include "dynid/thread_unwind.h"
+#include "dynid/world_stop.h"
+#include "profiler/symbolizer.h"
+
+namespace dyni::inject {
+namespace {
+
+using namespace std::chrono_literals;
+// A window whose threads do not all stop within this (a thread in
+// uninterruptible sleep: fsync, a vfork parent) is given up and tried again
+// later: the stopped threads must not wait long.
+constexpr auto kStopTimeout = kWindowStopTimeout;
+constexpr int kPatchWindows = 5;  // windows a site may wait for, then it is skipped
+
+// What each entry must hold now to be patched: the file's bytes, or the
+// jump of the cache being replaced, which the patch then re-points in one write.
+std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches, const Replaced& replacing,
+                                const std::function<Result<std::array<uint8_t, kPatchBytes>>(uint64_t)>& live) {
+  std::vector<PatchSite> sites;
+  for (const PatchRecord& p : patches) {
+    auto old = replacing.find(p.addr);
+    auto now = old != replacing.end() ? live(p.addr) : fail("");
+    sites.push_back({p.addr, now && *now == old->second ? old->second : p.original});
+  }
+  return sites;
+}
+
+// One stop window: the sites that are safe now are written, one write each.
+// A window whose threads did not all stop in time is missed: every site waits.
+Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vector<PatchRecord>& patches,
+                                            const Replaced& replacing, WindowTiming& timing) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t); };
+  const pid_t pid = in.pid;
+  WindowTiming now;
+  RaisedPriority priority;  // outlives the WorldStop below
+  auto t0 = Clock::now();
+  auto w = WorldStop::stop(pid, kStopTimeout);
+  if (!w) return std::vector<SiteCheck>(patches.size(), {SiteVerdict::Wait, "no window: " + w.error().message()});
+  now.stop = since(t0);
+  now.threads = w->threads().size();
+  if (auto same = same_target_with_record(in); !same) return std::unexpected(same.error());
+  auto maps = profiler::read_maps(pid);  // held: no thread can map or unmap meanwhile
+  if (!maps) return std::unexpected(maps.error());
+  auto t1 = Clock::now();
+  StackReader reader(pid, frame_tables(in));
+  std::map<pid_t, ThreadStack> stacks;
+  for (const auto& [tid, t] : w->threads()) {
+    auto s = reader.unwind(tid);
+    stacks[tid] = s ? std::move(*s) : ThreadStack{{{t.regs.rip, false}}, false, s.error().message()};
+    // In a system call the kernel may move it back onto the `syscall`
+    // instruction to restart it: that PC must not be inside an entry either.
+    if (static_cast<long>(t.regs.orig_rax) >= 0) stacks[tid].frames.push_back({t.regs.rip - 2, false});
+  }
+  now.unwind = since(t1);
+  auto t2 = Clock::now();
+  WindowMemory memory(pid);
+  auto live = [&](uint64_t addr) -> Result<std::array<uint8_t, kPatchBytes>> {
+    auto bytes = memory.read(addr, kPatchBytes);
+    if (!bytes) return std::unexpected(bytes.error());
+    std::array<uint8_t, kPatchBytes> a{};
+    std::copy(bytes->begin(), bytes->end(), a.begin());
+    return a;
+  };
+  std::vector<PatchSite> sites = sites_of(patches, replacing, live);
+  std::vector<SiteCheck> checks = check_patch_sites(sites, stacks, live);
+  now.check = since(t2);
+  auto t3 = Clock::now();
+  for (std::size_t i = 0; i < patches.size(); ++i) {
+    if (checks[i].verdict != SiteVerdict::Patch) continue;
+    const profiler::Mapping* text = mapping_at(*maps, patches[i].addr);
+    // I2: one write. A write across a page boundary is two copies in the
+    // kernel, which a dying dynid could tear: such entries are left alone.
+    if (!text || !text->executable || patches[i].addr % 4096 > 4096 - kPatchBytes) {
+      checks[i] = {SiteVerdict::LeaveAlone, "entry bytes cross a page boundary or lie outside the module's code"};
+      continue;
+    }
+    if (auto r = memory.write_in_mapping(*text, patches[i].addr, patches[i].replacement); !r)
+      checks[i] = {SiteVerdict::LeaveAlone, r.error().message()};
+    else
+      ++now.writes;
+  }
+  now.write = since(t3);
+  auto t4 = Clock::now();
+  w->resume();
+  now.release = since(t4);
+  now.total = since(t0);
+  if (now.total > timing.total) timing = now;
+  return checks;
+}
+
+}  // namespace
+
+// Up to kPatchWindows windows: sites that must wait are tried again.
+Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing) {
+  for (int window = 0; window < kPatchWindows && !pending.empty(); ++window) {
+    auto checks = patch_window(out, pending, replacing, out.longest_window);
+    out.longest_stop = std::max(out.longest_stop, out.longest_window.total);
+    if (!checks) return std::unexpected(checks.error());
+    std::vector<PatchRecord> again;
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const SiteCheck& c = (*checks)[i];
+      if (c.verdict == SiteVerdict::Patch) out.patched.push_back(pending[i]);
+      if (c.verdict == SiteVerdict::LeaveAlone) out.skipped.push_back(fmt::format("{:#x}: {}", pending[i].addr, c.reason));
+      if (c.verdict == SiteVerdict::Wait) {
+        if (window + 1 == kPatchWindows) out.skipped.push_back(fmt::format("{:#x}: {}", pending[i].addr, c.reason));
+        again.push_back(pending[i]);
+      }
+    }
+    pending = std::move(again);
+    if (!pending.empty()) std::this_thread::sleep_for(50ms);
+  }
+  return ok();
+}
+
+}  // namespace dyni::inject
+
+namespace dyni {
+
+using inject::patch_all;
+using inject::same_target_with_record;
+
+Status undo_patches(const Injection& in) {
+  const pid_t pid = in.pid;
+  RaisedPriority priority;
+  auto w = stop_world(pid);
+  if (!w) return std::unexpected(w.error());
+  if (auto same = same_target_with_record(in); !same) return same;
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  for (const PatchRecord& p : in.patched) {
+    if (!holds_jump(pid, p)) continue;  // not ours any more
+    // Only where a patch can be (a record read from the target is
+    // untrusted): a file's executable code, the 5 bytes within one page.
+    const profiler::Mapping* text = mapping_at(*maps, p.addr);
+    if (!text || !text->executable || !text->file_backed() || p.addr % 4096 > 4096 - kPatchBytes) continue;
+    if (auto r = write_in_mapping(pid, *text, p.addr, p.original); !r) return r;
+  }
+  return ok();
+}
+
+Result<Injection> redo_patches(const Injection& in) {
+  if (in.tier == CacheTier::Counting) return fail("a counting cache is never patched in again");
+  Injection again;
+  again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
+  again.other_frames = in.other_frames;
+  std::vector<PatchRecord> pending;
+  for (const PatchRecord& p : in.patched)  // entries still patched need nothing
+    (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
+  if (auto r = patch_all(pending, again); !r) again.error = r.error().message();
+  return again;
+}
+
+}  // namespace dyni

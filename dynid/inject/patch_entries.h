@@ -1,0 +1,29 @@
+// Step 5 of an injection, and undo and redo: each entry patch is checked
+// live in a stop window (patch_safety.h, I4) and written in one write (I2).
+// An entry that holds the jump of the counting cache being replaced is
+// re-pointed, in one write too.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "common/result.h"
+#include "dynid/cache_record.h"
+#include "dynid/injector.h"
+#include "dynid/patch_safety.h"
+
+namespace dyni::inject {
+
+// What each entry may hold now besides the file's bytes: the jump of the
+// cache being replaced (a counting cache's), which the patch re-points.
+using Replaced = std::map<uint64_t, std::array<uint8_t, kPatchBytes>>;  // entry → the jump it may hold
+
+// Patches `pending` in up to kPatchWindows stop windows (sites that must
+// wait are tried again, 50 ms apart). What was patched goes to out.patched,
+// what was left alone, with why, to out.skipped; the longest window to
+// out.longest_window. Fails only when the target is gone or changed.
+Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing = {});
+
+}  // namespace dyni::inject

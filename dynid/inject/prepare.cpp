@@ -1,0 +1,193 @@
+// Preparing an injection: read, choose, plan, place, record (prepare.h).
+#include "dynid/inject/prepare.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <span>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "dynid/cache_scan.h"
+#include "dynid/inject/frames_registration.h"
+#include "elf/function_table.h"
+#include "jit/cache_eh_frame.h"
+
+namespace dyni::inject {
+namespace {
+
+uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+
+// The jit's plan for the hot functions with the cache at `cache_base` (link-time numbering).
+Result<jit::ModulePlan> plan_at(const Executable& exe, const InjectRequest& req, uint64_t cache_base) {
+  jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, {}, {}, 0};
+  jit::use_unwind_info(input, *exe.file);
+  input.counts = req.counts;
+  return jit::optimize_module(input, req.options);
+}
+
+Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, uint64_t blob_addr,
+                          std::vector<std::string>& skipped) {
+  Frames out;
+  for (const jit::CachedFunction& f : plan.cache.functions) {
+    auto fde = exe.fdes.find(f.original_entry);
+    if (f.unwind.empty() || fde == exe.fdes.end()) {
+      skipped.push_back(fmt::format("func_{:x}: no unwind information", f.original_entry));
+      continue;
+    }
+    out.copies.push_back(&f);
+  }
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    std::vector<jit::CopyFrames> copies;
+    for (const jit::CachedFunction* f : out.copies) copies.push_back({&f->code, &f->unwind, &exe.fdes.at(f->original_entry)});
+    auto blob = jit::write_cache_eh_frame(copies, exe.unwind, blob_addr);
+    if (blob) {
+      out.blob = std::move(*blob);
+      return out;
+    }
+    // "copy of 0x…: reason": leave that copy out and try again.
+    uint64_t bad = 0;
+    std::sscanf(blob.error().message().c_str(), "copy of %lx", &bad);
+    auto it = std::find_if(out.copies.begin(), out.copies.end(), [&](auto* f) { return f->original_entry == bad; });
+    if (it == out.copies.end()) return std::unexpected(blob.error());
+    skipped.push_back(fmt::format("func_{:x}: {}", bad, blob.error().message()));
+    out.copies.erase(it);
+  }
+  return fail("too many copies without describable frames");
+}
+
+Result<PlanWithFrames> plan_with_frames(const Executable& exe, InjectRequest req, uint64_t cache_base,
+                                        uint64_t blob_addr_of_code_end, std::vector<std::string>& skipped) {
+  for (int round = 0; round < 4; ++round) {
+    auto plan = plan_at(exe, req, cache_base);
+    if (!plan) return std::unexpected(plan.error());
+    std::vector<std::string> dropped;
+    auto frames = frames_for(*plan, exe, blob_addr_of_code_end + align_up(plan->cache.bytes.size(), 64), dropped);
+    if (!frames) return std::unexpected(frames.error());
+    if (dropped.empty()) return PlanWithFrames{std::move(*plan), std::move(*frames)};
+    std::set<uint64_t> without;
+    for (const jit::CachedFunction& f : plan->cache.functions) without.insert(f.original_entry);
+    for (const jit::CachedFunction* f : frames->copies) without.erase(f->original_entry);
+    std::erase_if(req.hot, [&](uint64_t a) { return without.count(a) > 0; });
+    skipped.insert(skipped.end(), dropped.begin(), dropped.end());
+  }
+  return fail("copies kept losing their frames");
+}
+
+Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size, const jit::CounterLayout& counters) {
+  Layout l;
+  l.code_offset = align_up(record_size(functions + 64, counters.slots) + 64, 4096);
+  l.stub_offset = l.code_offset - 16;
+  l.blob_offset = align_up(l.code_offset + code_size, 64);
+  l.table_offset = align_up(l.blob_offset + blob_size, 8);
+  l.total = l.table_offset + jit::kSearchEntryBytes * functions;
+  l.counters_length = counters.slots ? align_up(counters.bytes(), 4096) : 0;
+  return l;
+}
+
+}  // namespace
+
+Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
+  Prepared p;
+  auto symbols = profiler::Symbolizer::for_process(req.pid);
+  if (!symbols) return std::unexpected(symbols.error());
+  p.symbols = std::make_unique<profiler::Symbolizer>(std::move(*symbols));
+  auto exe = read_executable(req.pid, *p.symbols);
+  if (!exe) return std::unexpected(exe.error());
+  p.exe = std::move(*exe);
+  auto maps = profiler::read_maps(req.pid);
+  if (!maps) return std::unexpected(maps.error());
+  auto register_frame = register_frame_function(req.pid, *maps, *p.symbols);
+  if (!register_frame) return std::unexpected(register_frame.error());
+  p.register_frame = *register_frame;
+  // No unwinder in the process: a C program (python3, php). Nothing can throw
+  // through the copies then; glibc loads libgcc_s later only for backtrace()
+  // and thread cancellation, which stop at a copy's frame (a shorter
+  // backtrace; cancellation still runs the thread's cleanup buffers). A
+  // program with exception tables must have its unwinder told.
+  if (!p.register_frame && p.exe.file->find_section(".gcc_except_table"))
+    return fail("the executable has exception tables but no libgcc_s is loaded to register the cache's frames with");
+  auto sites = find_syscall_sites(req.pid);  // also refuses seccomp and shadow stacks
+  if (!sites) return std::unexpected(sites.error());
+  p.sites = *sites;
+  std::tie(p.exe.lo, p.exe.hi) = module_range(*maps, p.exe.module->path);
+  // Threads may run in caches already there (a counting cache being
+  // replaced, one ended by a new dynid): every stack proof needs their frames.
+  for (const CacheRecord& r : find_cache_records(req.pid, *maps)) p.other_frames.push_back(from_record(req.pid, 0, r).frames);
+  req.hot = unchanged_in_memory(req.pid, p.exe, req.hot,
+                                req.replacing ? std::span<const PatchRecord>(req.replacing->patched) : std::span<const PatchRecord>{},
+                                skipped);
+  auto outside_rseq = without_rseq_sections(req.pid, p.exe, req.hot, skipped);
+  if (!outside_rseq) return std::unexpected(outside_rseq.error());
+  req.hot = std::move(*outside_rseq);
+  const uint64_t bias = p.exe.module->bias;
+  // The size first (at a provisional address), then the plan at the real
+  // place. The draft only sizes the place, so it skips the verifier (a
+  // quarter of the jit's time): the plan that is injected is verified, and
+  // a copy it rejects only leaves it smaller than the draft.
+  std::vector<std::string> ignored;
+  InjectRequest sizing = req;
+  sizing.options.cache.verify = false;
+  auto draft = plan_with_frames(p.exe, sizing, jit::provisional_cache_base(*p.exe.module->functions), 0x10000000, ignored);
+  if (!draft) return std::unexpected(draft.error());
+  p.layout = layout_for(draft->plan.cache.functions.size(), draft->plan.cache.bytes.size() + 4096,
+                        draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
+  auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total + p.layout.counters_length, 0});
+  if (!place) return std::unexpected(place.error());
+  p.place = *place;
+  // A counting cache's counters at the top of the place, the code below them.
+  p.place.length -= p.layout.counters_length;
+  p.counters_addr = p.place.addr + p.place.length;
+  req.options.cache.counters_base = p.counters_addr - bias;
+  auto planned = plan_with_frames(p.exe, req, place->addr + p.layout.code_offset - bias,
+                                  place->addr + p.layout.code_offset, skipped);
+  if (!planned) return std::unexpected(planned.error());
+  p.planned = std::move(*planned);
+  const jit::CodeCache& cache = p.planned.plan.cache;
+  p.layout.blob_offset = align_up(p.layout.code_offset + cache.bytes.size(), 64);
+  p.layout.table_offset = align_up(p.layout.blob_offset + p.planned.frames.blob.size(), 8);
+  auto table = jit::eh_frame_search_table(p.planned.frames.blob, place->addr + p.layout.blob_offset,
+                                          place->addr + p.layout.table_offset);
+  if (!table) return std::unexpected(table.error());
+  p.search_table = std::move(*table);
+  if (p.layout.table_offset + p.search_table.size() > p.place.length ||
+      cache.counter_layout().bytes() > p.layout.counters_length ||
+      cache.counter_layout().stripes != draft->plan.cache.counter_layout().stripes)
+    return fail("the cache outgrew its place");
+  p.record = {p.exe.file->build_id(), bias, p.place.addr, p.place.length, p.layout.code_offset, cache.bytes.size(),
+              p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {},
+              CacheTier::Optimized, 0, 0, {}};
+  if (cache.counter_slots) {
+    p.record.tier = CacheTier::Counting;
+    p.record.counters_addr = p.counters_addr, p.record.counters_length = p.layout.counters_length;
+    for (const jit::CachedFunction& f : cache.functions)
+      for (const jit::EmittedCounter& c : f.code.counters) p.record.counter_sites.push_back({c.addr + bias, c.site.form()});
+  }
+  for (const jit::CachedFunction* f : p.planned.frames.copies) {
+    for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
+    // Its copy still runs when other copies call it; its entry stays as it is.
+    if (!f->unpatched.empty())
+      skipped.push_back(fmt::format("func_{:x}: entry left unpatched: {}", f->original_entry, f->unpatched));
+  }
+  const std::size_t record_bytes = encode_record(p.record).size();
+  // A record the scan could not read back would make the cache invisible to a new dynid.
+  if (record_bytes > kMaxRecordBytes)
+    return fail(fmt::format("the cache's record would take {} bytes, more than a new dynid reads ({}): "
+                            "too many counter sites", record_bytes, kMaxRecordBytes));
+  if (record_bytes > p.layout.stub_offset) return fail("the cache's record outgrew its page");
+  return p;
+}
+
+std::vector<CopyRange> copy_ranges(const Prepared& p) {
+  std::vector<CopyRange> out;
+  const uint64_t bias = p.exe.module->bias;
+  for (const jit::CachedFunction& f : p.planned.plan.cache.functions) {
+    const elf::Function* fn = p.exe.module->functions->find(f.original_entry);
+    out.push_back({f.code.base + bias, f.code.bytes.size(), f.original_entry + bias,
+                   fn ? elf::display_name(*fn) : fmt::format("func_{:x}", f.original_entry)});
+  }
+  return out;
+}
+
+}  // namespace dyni::inject
