@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -49,13 +50,46 @@ std::vector<uint8_t> unhex(const std::string& s) {
 
 bool inside(uint64_t offset, uint64_t size, uint64_t length) { return offset <= length && size <= length - offset; }
 
+// addr + 5 + the rel32 in bytes 1..4: where a patch's 5 bytes lead.
+uint64_t target_of(uint64_t addr, const std::array<uint8_t, 5>& bytes) {
+  int32_t rel = 0;
+  std::memcpy(&rel, bytes.data() + 1, 4);
+  return addr + 5 + static_cast<uint64_t>(static_cast<int64_t>(rel));
+}
+
 // The patch is a jmp rel32 whose target lies in the cache.
 bool jumps_into(const PatchRecord& p, uint64_t cache_addr, uint64_t cache_length) {
   if (p.replacement[0] != 0xe9) return false;
-  int32_t rel = 0;
-  std::memcpy(&rel, p.replacement.data() + 1, 4);
-  uint64_t target = p.addr + 5 + static_cast<uint64_t>(static_cast<int64_t>(rel));
+  uint64_t target = target_of(p.addr, p.replacement);
   return target >= cache_addr && target - cache_addr < cache_length;
+}
+
+// A call site's patch (I9: undo writes its `original` back) changes only
+// the displacement of a call, jmp or jcc rel32, from an entry this record
+// patches to the cache.
+bool repoints_a_call(const PatchRecord& p, const std::set<uint64_t>& entries, uint64_t cache_addr,
+                     uint64_t cache_length) {
+  const uint8_t op = p.original[0];
+  if (op != p.replacement[0] || !(op == 0xe8 || op == 0xe9 || (op & 0xf0) == 0x80)) return false;
+  uint64_t target = target_of(p.addr, p.replacement);
+  return entries.count(target_of(p.addr, p.original)) && target >= cache_addr && target - cache_addr < cache_length;
+}
+
+// Every patch is an entry's jump into the cache, or a call site re-pointed
+// from one of those entries into the cache.
+Status check_patches(const CacheRecord& rec) {
+  std::set<uint64_t> entries;
+  for (const PatchRecord& p : rec.patches) {
+    if (p.kind != PatchKind::Entry) continue;
+    if (!jumps_into(p, rec.cache_addr, rec.cache_length))
+      return fail(fmt::format("cache record: patch at {:#x} is not a jump into the cache", p.addr));
+    entries.insert(p.addr);
+  }
+  for (const PatchRecord& p : rec.patches)
+    if (p.kind == PatchKind::CallSite && !repoints_a_call(p, entries, rec.cache_addr, rec.cache_length))
+      return fail(fmt::format("cache record: call site at {:#x} is not a call re-pointed from an entry to the cache",
+                              p.addr));
+  return ok();
 }
 
 // A counting cache has its counters in a mapping of its own, beside it and
@@ -78,6 +112,11 @@ Status check_tier(CacheRecord& rec, uint64_t tier, uint32_t sites) {
 
 }  // namespace
 
+std::size_t count_of(const std::vector<PatchRecord>& patches, PatchKind kind) {
+  return static_cast<std::size_t>(
+      std::count_if(patches.begin(), patches.end(), [&](const PatchRecord& p) { return p.kind == kind; }));
+}
+
 std::size_t record_size(std::size_t patches, std::size_t counter_sites) {
   return kHeadBytes + kPatchEntryBytes * patches + kSiteEntryBytes * counter_sites + 8;
 }
@@ -90,7 +129,8 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
   auto any = [&](bool jit::CounterForm::*bit) {
     return std::any_of(r.counter_sites.begin(), r.counter_sites.end(), [&](const CounterSiteRecord& c) { return c.form.*bit; });
   };
-  put<uint32_t>(out, any(&jit::CounterForm::value) ? 5 : any(&jit::CounterForm::striped) ? 4 : 3);
+  const bool call_sites = count_of(r.patches, PatchKind::CallSite) > 0;
+  put<uint32_t>(out, call_sites ? 6 : any(&jit::CounterForm::value) ? 5 : any(&jit::CounterForm::striped) ? 4 : 3);
   put<uint32_t>(out, 0);  // total size, set below
   std::vector<uint8_t> id = unhex(r.build_id);
   out.push_back(static_cast<uint8_t>(id.size()));
@@ -106,7 +146,8 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
     put<uint64_t>(out, p.addr);
     put_bytes(out, p.original.data(), p.original.size());
     put_bytes(out, p.replacement.data(), p.replacement.size());
-    out.resize(out.size() + kPatchEntryBytes - 18, 0);
+    out.push_back(static_cast<uint8_t>(p.kind));  // 0 in every version before 6
+    out.resize(out.size() + kPatchEntryBytes - 19, 0);
   }
   for (const CounterSiteRecord& c : r.counter_sites) {
     put<uint64_t>(out, c.addr);
@@ -171,11 +212,14 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     p.addr = *r.read<uint64_t>();
     for (auto& b : p.original) b = *r.read<uint8_t>();
     for (auto& b : p.replacement) b = *r.read<uint8_t>();
-    r.skip(kPatchEntryBytes - 18);
-    if (!jumps_into(p, rec.cache_addr, rec.cache_length))
-      return fail(fmt::format("cache record: patch at {:#x} is not a jump into the cache", p.addr));
+    const uint8_t kind = *r.read<uint8_t>();
+    r.skip(kPatchEntryBytes - 19);
+    if (*version >= 6 && kind > static_cast<uint8_t>(PatchKind::CallSite))
+      return fail(fmt::format("cache record: patch at {:#x} has an unknown kind", p.addr));
+    p.kind = *version >= 6 ? static_cast<PatchKind>(kind) : PatchKind::Entry;
     rec.patches.push_back(p);
   }
+  if (auto checked = check_patches(rec); !checked) return std::unexpected(checked.error());
   for (uint32_t i = 0; i < *sites; ++i) {
     CounterSiteRecord c;
     c.addr = *r.read<uint64_t>();

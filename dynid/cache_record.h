@@ -21,11 +21,20 @@
 
 namespace dyni {
 
+// What a patch rewrites: a copied function's entry (a jmp rel32 into the
+// cache), or a direct call site left in the original code (jit/call_sites.h:
+// the same call, jmp or jcc, its displacement re-pointed at a copy).
+enum class PatchKind : uint8_t { Entry = 0, CallSite = 1 };
+
 struct PatchRecord {
-  uint64_t addr = 0;                    // run-time address of the entry bytes
+  uint64_t addr = 0;                    // run-time address of the 5 bytes
   std::array<uint8_t, 5> original{};    // put back by undo
-  std::array<uint8_t, 5> replacement{}; // jmp rel32 into the cache
+  std::array<uint8_t, 5> replacement{}; // an entry's jmp rel32, or a call site's new displacement, into the cache
+  PatchKind kind = PatchKind::Entry;
 };
+
+// How many of `patches` are of `kind`.
+std::size_t count_of(const std::vector<PatchRecord>& patches, PatchKind kind);
 
 // Counter code in a counting cache (jit/counting.h), as dynid turns it off.
 struct CounterSiteRecord {
@@ -43,9 +52,10 @@ struct CacheRecord {
   // sites; 4: a site's form byte holds CounterForm::bits (striped counters),
   // where 3 knew only 0 and 1 (so that a dynid that reads 3 never takes a
   // striped site for a shorter one: it refuses the record); 5: the value
-  // bit (value code, counting.h), which 4 refuses. Every older version is
-  // still read (2: tier Optimized, no counters).
-  static constexpr uint32_t kVersion = 5;
+  // bit (value code, counting.h), which 4 refuses; 6: a patch's kind (call
+  // sites, which 5 would take for entries). Every older version is still
+  // read (2: tier Optimized, no counters; before 6 every patch is an entry).
+  static constexpr uint32_t kVersion = 6;
   static constexpr uint32_t kOldestVersion = 2;
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;

@@ -44,6 +44,10 @@ struct InjectRequest {
   // The counting cache this one replaces: an entry that holds its jump is
   // re-pointed at the new copy in one write (else it must hold the file's bytes).
   const struct Injection* replacing = nullptr;
+  // Functions whose direct calls to copied functions are re-pointed at the
+  // copies (link-time starts, jit/call_sites.h): those that ran; the copied
+  // ones among them are passed over. An optimized cache's only. Empty: none.
+  std::vector<uint64_t> callers{};
   std::chrono::milliseconds call_timeout{2000};
   jit::JitOptions options{};
   // The image the caller profiled (ProcStat::image, 0: not checked): a

@@ -214,6 +214,7 @@ void TargetLifecycle::dynimize() {
     request.pid = pid_;
     request.image = image_;
     request.hot = exe->profile.hot_set(kHotSetShare);
+    for (const auto& [start, samples] : exe->profile.functions) request.callers.push_back(start);
     request.profile = layout;
     std::optional<jit::ModuleCounts> counts;
     if (dynimize_.counting) {
@@ -267,9 +268,10 @@ void TargetLifecycle::dynimize() {
                          fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
     return;
   }
-  std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} bytes of code at {:#x} "
-                                "({} KiB of the cache on huge pages{}{}); longest stop {:.1f} ms",
-                                injection_->patched.size(), injection_->skipped.size(), injection_->promoted_calls,
+  std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} call sites re-pointed, "
+                                "{} bytes of code at {:#x} ({} KiB of the cache on huge pages{}{}); longest stop {:.1f} ms",
+                                count_of(injection_->patched, PatchKind::Entry), injection_->skipped.size(),
+                                injection_->promoted_calls, count_of(injection_->patched, PatchKind::CallSite),
                                 injection_->code_size, injection_->code_addr, huge_page_bytes_.value_or(0) >> 10,
                                 injection_->cache.huge_note.empty() ? "" : ": ", injection_->cache.huge_note,
                                 injection_->longest_stop.count() / 1000.0);
@@ -391,8 +393,10 @@ Result<std::string> TargetLifecycle::undo() {
   }
   ++undo_count_;
   move(TargetState::Dynimized, TargetState::Undone, "dyni -undo");
-  log::info("target {} pid {}: undone: {} entries have their original bytes", name_, pid_, injection_->patched.size());
-  return fmt::format("{} (pid {}): original code restored ({} entries)", name_, pid_, injection_->patched.size());
+  const std::size_t entries = count_of(injection_->patched, PatchKind::Entry);
+  const std::size_t calls = count_of(injection_->patched, PatchKind::CallSite);
+  log::info("target {} pid {}: undone: {} entries and {} call sites have their original bytes", name_, pid_, entries, calls);
+  return fmt::format("{} (pid {}): original code restored ({} entries, {} call sites)", name_, pid_, entries, calls);
 }
 
 Result<std::string> TargetLifecycle::redo() {
@@ -413,7 +417,10 @@ Result<std::string> TargetLifecycle::redo() {
   ++redo_count_;
   if (again->longest_stop > injection_->longest_stop)
     injection_->longest_stop = again->longest_stop, injection_->longest_window = again->longest_window;
-  std::string what = fmt::format("{} of {} entries patched{}", again->patched.size(), injection_->patched.size(),
+  std::string what = fmt::format("{} of {} entries and {} of {} call sites patched{}",
+                                 count_of(again->patched, PatchKind::Entry), count_of(injection_->patched, PatchKind::Entry),
+                                 count_of(again->patched, PatchKind::CallSite),
+                                 count_of(injection_->patched, PatchKind::CallSite),
                                  again->error.empty() ? "" : " (stopped early: " + again->error + ")");
   move(TargetState::Undone, TargetState::Dynimized, "dyni -redo: " + what);
   log::info("target {} pid {}: redone: {}", name_, pid_, what);
@@ -427,7 +434,8 @@ nlohmann::json TargetLifecycle::injection_json() const {
   std::map<std::string, std::size_t> skipped = skipped_by_kind(in.skipped);
 
   return {{"adopted", adopted_},
-          {"functions_patched", in.patched.size()},
+          {"functions_patched", count_of(in.patched, PatchKind::Entry)},
+          {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
           {"functions_copied", in.copies.size()},
           {"promoted_calls", in.promoted_calls},
           {"skipped", skipped},

@@ -13,6 +13,7 @@
 #include "dynid/inject/frames_registration.h"
 #include "elf/function_table.h"
 #include "jit/cache_eh_frame.h"
+#include "jit/call_sites.h"
 
 namespace dyni::inject {
 namespace {
@@ -75,15 +76,53 @@ Result<PlanWithFrames> plan_with_frames(const Executable& exe, InjectRequest req
   return fail("copies kept losing their frames");
 }
 
-Layout layout_for(std::size_t functions, uint64_t code_size, uint64_t blob_size, const jit::CounterLayout& counters) {
+Layout layout_for(std::size_t functions, std::size_t call_sites, uint64_t code_size, uint64_t blob_size,
+                  const jit::CounterLayout& counters) {
   Layout l;
-  l.code_offset = align_up(record_size(functions + 64, counters.slots) + 64, 4096);
+  l.code_offset = align_up(record_size(functions + call_sites + 64, counters.slots) + 64, 4096);
   l.stub_offset = l.code_offset - 16;
   l.blob_offset = align_up(l.code_offset + code_size, 64);
   l.table_offset = align_up(l.blob_offset + blob_size, 8);
   l.total = l.table_offset + jit::kSearchEntryBytes * functions;
   l.counters_length = counters.slots ? align_up(counters.bytes(), 4096) : 0;
   return l;
+}
+
+// The direct call sites in `callers` left in the original code that reach
+// `copies`' entries (jit/call_sites.h), for an optimized cache alone: a
+// counting cache's copies are replaced within seconds.
+jit::CallSitePlan call_sites_for(const Executable& exe, const InjectRequest& req, const jit::ModulePlan& plan,
+                                 std::span<const jit::CachedFunction* const> copies) {
+  if (plan.cache.counter_slots || req.callers.empty()) return {};
+  std::map<uint64_t, uint64_t> entry_jumps;  // original entry → where its patch jumps
+  for (const jit::CachedFunction* f : copies)
+    for (const jit::EntryPatch& e : f->patch.entries)
+      if (e.addr == f->original_entry) entry_jumps[e.addr] = jit::rel32_target(e.addr, e.replacement);
+  std::vector<elf::Function> callers;
+  for (uint64_t start : req.callers)
+    if (const elf::Function* f = exe.module->functions->find(start); f && f->addr == start) callers.push_back(*f);
+  return jit::plan_call_sites(*exe.image, callers, entry_jumps);
+}
+
+std::vector<const jit::CachedFunction*> all_copies(const jit::ModulePlan& plan) {
+  std::vector<const jit::CachedFunction*> out;
+  for (const jit::CachedFunction& f : plan.cache.functions) out.push_back(&f);
+  return out;
+}
+
+// The record's patches: every entry of the copies that have frames, then the
+// call sites that reach them.
+void record_patches(Prepared& p, const jit::CallSitePlan& call_sites, std::vector<std::string>& skipped) {
+  const uint64_t bias = p.exe.module->bias;
+  for (const jit::CachedFunction* f : p.planned.frames.copies) {
+    for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
+    // Its copy still runs when other copies call it; its entry stays as it is.
+    if (!f->unpatched.empty())
+      skipped.push_back(fmt::format("func_{:x}: entry left unpatched: {}", f->original_entry, f->unpatched));
+  }
+  for (const jit::CallSitePatch& c : call_sites.patches)
+    p.record.patches.push_back({c.addr + bias, c.original, c.replacement, PatchKind::CallSite});
+  skipped.insert(skipped.end(), call_sites.skipped.begin(), call_sites.skipped.end());
 }
 
 }  // namespace
@@ -131,7 +170,8 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   sizing.options.cache.verify = false;
   auto draft = plan_with_frames(p.exe, sizing, jit::provisional_cache_base(*p.exe.module->functions), 0x10000000, ignored);
   if (!draft) return std::unexpected(draft.error());
-  p.layout = layout_for(draft->plan.cache.functions.size(), draft->plan.cache.bytes.size() + 4096,
+  const std::size_t draft_call_sites = call_sites_for(p.exe, req, draft->plan, all_copies(draft->plan)).patches.size();
+  p.layout = layout_for(draft->plan.cache.functions.size(), draft_call_sites, draft->plan.cache.bytes.size() + 4096,
                         draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
   auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total + p.layout.counters_length, 0});
   if (!place) return std::unexpected(place.error());
@@ -164,12 +204,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
     for (const jit::CachedFunction& f : cache.functions)
       for (const jit::EmittedCounter& c : f.code.counters) p.record.counter_sites.push_back({c.addr + bias, c.site.form()});
   }
-  for (const jit::CachedFunction* f : p.planned.frames.copies) {
-    for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
-    // Its copy still runs when other copies call it; its entry stays as it is.
-    if (!f->unpatched.empty())
-      skipped.push_back(fmt::format("func_{:x}: entry left unpatched: {}", f->original_entry, f->unpatched));
-  }
+  record_patches(p, call_sites_for(p.exe, req, p.planned.plan, p.planned.frames.copies), skipped);
   const std::size_t record_bytes = encode_record(p.record).size();
   // A record the scan could not read back would make the cache invisible to a new dynid.
   if (record_bytes > kMaxRecordBytes)

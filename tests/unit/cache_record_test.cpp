@@ -236,5 +236,64 @@ TEST(CacheRecord, AnOlderVersionIsStillRead) {
   EXPECT_NE(refused.error().message().find("version"), std::string::npos);
 }
 
+// A call at `site` to the entry `entry`, re-pointed at `to` (jit/call_sites.h).
+PatchRecord call_site(uint64_t site, uint64_t entry, uint64_t to, uint8_t op = 0xe8) {
+  PatchRecord p;
+  p.addr = site;
+  p.kind = PatchKind::CallSite;
+  p.original[0] = p.replacement[0] = op;
+  int32_t old_rel = static_cast<int32_t>(static_cast<int64_t>(entry - (site + 5)));
+  int32_t new_rel = static_cast<int32_t>(static_cast<int64_t>(to - (site + 5)));
+  std::memcpy(p.original.data() + 1, &old_rel, 4);
+  std::memcpy(p.replacement.data() + 1, &new_rel, 4);
+  return p;
+}
+
+TEST(CacheRecord, CallSitesRoundTripAsVersion6) {
+  CacheRecord r = sample();
+  r.patches.push_back(call_site(0x55d3a1400000, r.patches[4].addr, kCache + 4096 + 4 * 64));
+  r.patches.push_back(call_site(0x55d3a1400101, r.patches[9].addr, kCache + 4096 + 9 * 64, 0x84));  // a jcc's 2nd byte
+  std::vector<uint8_t> bytes = encode_record(r);
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, 6u);
+  auto back = decode_record(bytes, kCache, kLength);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(count_of(back->patches, PatchKind::Entry), 50u);
+  ASSERT_EQ(count_of(back->patches, PatchKind::CallSite), 2u);
+  EXPECT_EQ(back->patches[51].addr, r.patches[51].addr);
+  EXPECT_EQ(back->patches[51].original, r.patches[51].original);
+  EXPECT_EQ(back->patches[51].replacement, r.patches[51].replacement);
+  // Without call sites a record stays at the lowest version that holds it.
+  std::vector<uint8_t> plain = encode_record(sample());
+  std::memcpy(&version, plain.data() + 8, 4);
+  EXPECT_LT(version, 6u);
+}
+
+// Undo writes a call site's original bytes back: a record may only name a
+// call, jmp or jcc whose original target is one of its entries and whose new
+// one lies in the cache, with the same opcode byte.
+TEST(CacheRecord, RefusesForgedCallSites) {
+  const CacheRecord good = sample();
+  const uint64_t entry = good.patches[4].addr, copy = kCache + 4096 + 4 * 64;
+  std::vector<PatchRecord> forged = {
+      call_site(0x55d3a1400000, entry + 1, copy),                 // from no entry of the record
+      call_site(0x55d3a1400000, entry, 0x7f0000000000),           // to outside the cache
+      call_site(0x55d3a1400000, entry, copy, 0x90),               // not a call, jmp or jcc
+  };
+  PatchRecord changed_op = call_site(0x55d3a1400000, entry, copy);
+  changed_op.replacement[0] = 0xe9;  // a call made a jmp
+  forged.push_back(changed_op);
+  for (const PatchRecord& p : forged) {
+    CacheRecord r = good;
+    r.patches.push_back(p);
+    auto back = decode_record(encode_record(r), kCache, kLength);
+    EXPECT_FALSE(back) << "call site with op " << int(p.replacement[0]);
+  }
+  CacheRecord ok = good;
+  ok.patches.push_back(call_site(0x55d3a1400000, entry, copy, 0xe9));
+  EXPECT_TRUE(decode_record(encode_record(ok), kCache, kLength));
+}
+
 }  // namespace
 }  // namespace dyni

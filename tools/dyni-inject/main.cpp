@@ -222,6 +222,11 @@ int main(int argc, char** argv) {
   // DYNI_PROMOTE=0: no indirect call promoted (jit/promotion.h), for measuring that lever.
   if (const char* promote = std::getenv("DYNI_PROMOTE"); promote && std::string(promote) == "0")
     request.options.cache.promote_calls = false;
+  // Direct calls from the sampled functions left in the original code go
+  // straight to the copies, as dynid does; DYNI_CALL_SITES=0: through the
+  // entries' jumps, for measuring that lever (jit/call_sites.h).
+  if (const char* v = std::getenv("DYNI_CALL_SITES"); !v || std::string(v) != "0")
+    for (const auto& [start, samples] : mp.functions) request.callers.push_back(start);
   // DYNI_LIFT_THP=0: small pages in a target that turned THP off, for measuring huge pages.
   if (const char* lift = std::getenv("DYNI_LIFT_THP"); lift && std::string(lift) == "0") request.lift_thp = false;
   jit::ModuleCounts counts;
@@ -243,10 +248,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dyni-inject: %s\n", injected.error().message().c_str());
     return 1;
   }
-  std::printf("%s: %llu samples; %zu hot functions; %zu entries patched, %zu skipped; cache %#llx, %llu bytes of code;"
-              " longest patch window %lld us; %.2f s\n",
+  std::printf("%s: %llu samples; %zu hot functions; %zu entries patched, %zu call sites re-pointed, %zu skipped; "
+              "cache %#llx, %llu bytes of code; longest patch window %lld us; %.2f s\n",
               mp.module.c_str(), static_cast<unsigned long long>(mp.total_samples), request.hot.size(),
-              injected->patched.size(), injected->skipped.size(), static_cast<unsigned long long>(injected->code_addr),
+              count_of(injected->patched, PatchKind::Entry), count_of(injected->patched, PatchKind::CallSite),
+              injected->skipped.size(), static_cast<unsigned long long>(injected->code_addr),
               static_cast<unsigned long long>(injected->code_size),
               static_cast<long long>(injected->longest_stop.count()), seconds);
   const WindowTiming& w = injected->longest_window;
