@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -85,10 +87,19 @@ Status check_patches(const CacheRecord& rec) {
       return fail(fmt::format("cache record: patch at {:#x} is not a jump into the cache", p.addr));
     entries.insert(p.addr);
   }
-  for (const PatchRecord& p : rec.patches)
+  std::map<uint64_t, PatchKind> at;  // no call site shares a byte with another patch
+  for (const PatchRecord& p : rec.patches) {
     if (p.kind == PatchKind::CallSite && !repoints_a_call(p, entries, rec.cache_addr, rec.cache_length))
       return fail(fmt::format("cache record: call site at {:#x} is not a call re-pointed from an entry to the cache",
                               p.addr));
+    auto next = at.lower_bound(p.addr);
+    bool overlaps = (next != at.end() && next->first < p.addr + 5 && (p.kind == PatchKind::CallSite ||
+                                                                        next->second == PatchKind::CallSite)) ||
+                    (next != at.begin() && std::prev(next)->first + 5 > p.addr &&
+                     (p.kind == PatchKind::CallSite || std::prev(next)->second == PatchKind::CallSite));
+    if (overlaps) return fail(fmt::format("cache record: call site at {:#x} overlaps another patch", p.addr));
+    at.emplace(p.addr, p.kind);
+  }
   return ok();
 }
 

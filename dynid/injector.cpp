@@ -6,7 +6,8 @@
 //   register frames      the target's unwinder learns the copies (I7)
 //   write_record         last before any patch: the cache is now complete
 //   collapse_if_split    huge pages a fork split, collapsed again
-//   patch_all            every entry, in stop windows after the live checks (I4)
+//   patch_in_order       every entry, then every call site to a copy, in stop
+//                        windows after the live checks (I4)
 // undo and redo (patch_entries.cpp) and the counters (counters.cpp) live
 // beside them.
 #include "dynid/injector.h"
@@ -116,7 +117,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
     return out;
   }
   collapse_if_split(*p, out, *mapped);
-  if (auto r = patch_all(p->record.patches, out, replaced_jumps(req)); !r) out.error = r.error().message();
+  if (auto r = patch_in_order(p->record.patches, out, replaced_jumps(req)); !r) out.error = r.error().message();
   return out;
 }
 

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -15,32 +14,34 @@
 namespace dyni::jit {
 namespace {
 
-// Where the 5 rewritten bytes of `in` begin: the instruction itself for
-// `call`/`jmp rel32`, its second byte for `jcc rel32`; -1 for any other
-// form (a prefix, rel8, an indirect call).
-int rewritten_offset(const Instruction& in) {
-  if (in.prefix_count != 0 || !in.has_target) return -1;
-  if (in.length == 5 && (in.bytes[0] == 0xe8 || in.bytes[0] == 0xe9)) return 0;
-  if (in.length == 6 && in.bytes[0] == 0x0f && (in.bytes[1] & 0xf0) == 0x80) return 1;
-  return -1;
+// A `call rel32` or `jmp rel32` with no prefix.
+bool is_site_form(const Instruction& in) {
+  return in.prefix_count == 0 && in.has_target && in.length == kCallSiteBytes &&
+         (in.bytes[0] == 0xe8 || in.bytes[0] == 0xe9);
 }
 
-// The function's instructions, when its whole range decodes as one run.
+// The function's instructions, when its whole range decodes as one run
+// (decode_function refuses a byte that does not decode and a last
+// instruction that runs past the end) and every direct branch into the range
+// lands on one of them.
 Result<std::vector<Instruction>> decode_whole(const elf::Function& f, const ModuleImage& image) {
   auto bytes = image.read(f.addr, f.size);
   if (!bytes) return std::unexpected(bytes.error());
   auto code = decode_function(*bytes, f.addr);
   if (!code) return std::unexpected(code.error());
-  uint64_t end = code->empty() ? f.addr : code->back().addr + code->back().length;
-  if (end != f.addr + f.size) return fail("its instructions do not end at its end");
+  std::set<uint64_t> starts;
+  for (const Instruction& in : *code) starts.insert(in.addr);
+  for (const Instruction& in : *code)
+    if (in.has_target && in.target >= f.addr && in.target < f.addr + f.size && !starts.count(in.target))
+      return fail(fmt::format("the branch at {:#x} lands inside an instruction", in.addr));
   return code;
 }
 
-// `in`'s rewritten bytes, displaced to `to`; nothing when rel32 cannot reach it.
-std::optional<CallSitePatch> displaced(const Instruction& in, int offset, uint64_t to) {
+// `in`, displaced to `to`; nothing when rel32 cannot reach it.
+std::optional<CallSitePatch> displaced(const Instruction& in, uint64_t to) {
   CallSitePatch p;
-  p.addr = in.addr + static_cast<uint64_t>(offset);
-  std::copy_n(in.bytes.begin() + offset, kCallSiteBytes, p.original.begin());
+  p.addr = in.addr;
+  std::copy_n(in.bytes.begin(), kCallSiteBytes, p.original.begin());
   const int64_t rel = static_cast<int64_t>(to - (in.addr + in.length));
   if (rel < std::numeric_limits<int32_t>::min() || rel > std::numeric_limits<int32_t>::max()) return std::nullopt;
   const int32_t rel32 = static_cast<int32_t>(rel);
@@ -49,11 +50,10 @@ std::optional<CallSitePatch> displaced(const Instruction& in, int offset, uint64
   return p;
 }
 
-// The site's 5 bytes overlap some copied entry's first 5 bytes (which the
-// entry patch rewrites).
-bool overlaps_an_entry(uint64_t addr, const std::map<uint64_t, uint64_t>& copies) {
-  auto it = copies.lower_bound(addr >= kCallSiteBytes ? addr - kCallSiteBytes + 1 : 0);
-  return it != copies.end() && it->first < addr + kCallSiteBytes;
+// The site's 5 bytes overlap an entry patch's 5 bytes.
+bool overlaps_a_patch(uint64_t addr, const std::set<uint64_t>& patch_bytes) {
+  auto it = patch_bytes.lower_bound(addr >= kCallSiteBytes ? addr - kCallSiteBytes + 1 : 0);
+  return it != patch_bytes.end() && *it < addr + kCallSiteBytes;
 }
 
 }  // namespace
@@ -65,25 +65,23 @@ uint64_t rel32_target(uint64_t addr, std::span<const uint8_t, kCallSiteBytes> by
 }
 
 CallSitePlan plan_call_sites(const ModuleImage& image, std::span<const elf::Function> callers,
-                             const std::map<uint64_t, uint64_t>& copies) {
+                             const CopiedCode& copied) {
   CallSitePlan plan;
   std::set<uint64_t> seen;
   for (const elf::Function& f : callers) {
-    const uint64_t start = f.addr;
-    if (copies.count(start) || !seen.insert(start).second) continue;
+    if (copied.functions.count(f.addr) || !seen.insert(f.addr).second) continue;
     auto code = decode_whole(f, image);
     if (!code) {
-      plan.skipped.push_back(fmt::format("func_{:x}: call sites not scanned: {}", start, code.error().message()));
+      plan.unscanned.push_back(fmt::format("func_{:x}: {}", f.addr, code.error().message()));
       continue;
     }
     ++plan.callers_scanned;
     for (const Instruction& in : *code) {
-      const int offset = rewritten_offset(in);
-      auto copy = offset < 0 ? copies.end() : copies.find(in.target);
-      if (copy == copies.end()) continue;
-      auto p = displaced(in, offset, copy->second);
-      if (!p || overlaps_an_entry(p->addr, copies)) continue;
-      p->caller = start, p->callee = copy->first;
+      auto copy = is_site_form(in) ? copied.entries.find(in.target) : copied.entries.end();
+      if (copy == copied.entries.end() || overlaps_a_patch(in.addr, copied.patch_bytes)) continue;
+      auto p = displaced(in, copy->second);
+      if (!p) continue;
+      p->caller = f.addr, p->callee = copy->first;
       plan.patches.push_back(*p);
     }
   }

@@ -5,21 +5,26 @@
 // page. Its displacement re-pointed at the copy saves that hop. Pure: it
 // reads the module's bytes.
 //
-// A site is rewritten as 5 bytes: a `call`/`jmp rel32` whole (E8/E9 and its
-// displacement), or a `jcc rel32` from its second opcode byte (0F 8x: the 8x
-// and the displacement). Its first byte is the same in both, so a thread
-// whose PC is at the instruction runs the old or the new one whole, never a
-// mix (the caller writes it in a stop window). Only displacements change.
+// A site is a `call rel32` or `jmp rel32` (E8/E9 and its displacement), 5
+// bytes rewritten whole in one write; its first byte never changes, so a
+// thread whose PC is at the instruction runs the old or the new one whole
+// (the caller writes it in a stop window). A `jcc rel32` tail call is left
+// alone: its first byte would stay out of the live check of the 5 bytes.
 //
-// Invariant: a caller is scanned only when its whole range decodes as one
-// run of instructions that ends exactly at its end (no data in code, no bad
-// bound, I5); a site is planned only when its target is a copied function's
-// entry, so the original displacement names an entry the same cache patches.
+// Invariants:
+//  - a caller is scanned only when its whole range decodes as one run of
+//    instructions and no direct branch of it lands inside one of them (no
+//    data in code, no bad bound, I5);
+//  - a site's target is the entry of a copied function whose entry patch is
+//    at its first byte, so the original displacement names an entry the
+//    same cache patches, and the new one leads where that patch leads;
+//  - no site's 5 bytes overlap any entry patch of the cache.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,7 +37,7 @@ namespace dyni::jit {
 constexpr std::size_t kCallSiteBytes = 5;
 
 struct CallSitePatch {
-  uint64_t addr = 0;  // link-time address of the 5 bytes rewritten
+  uint64_t addr = 0;  // link-time address of the call or jmp
   std::array<uint8_t, kCallSiteBytes> original{};     // the file's
   std::array<uint8_t, kCallSiteBytes> replacement{};  // the same instruction, displaced to the copy
   uint64_t caller = 0;  // start of the function that holds it
@@ -41,17 +46,22 @@ struct CallSitePatch {
 
 struct CallSitePlan {
   std::vector<CallSitePatch> patches;  // by address
-  std::vector<std::string> skipped;    // "func_<hex>: why" for callers not scanned
+  std::vector<std::string> unscanned;  // "func_<hex>: why" for callers whose code is not understood
   std::size_t callers_scanned = 0;
 };
 
-// The sites in `callers` (functions of `image`; those that are themselves
-// copied are passed over) whose rel32 target is a key of `copies` (original
-// entry → where its entry jump leads, link-time), displaced to that address.
-// Sites that cannot reach it in rel32, or whose bytes overlap a copied
-// entry's first 5 bytes, are left alone.
+// What the cache copies, as the call sites see it.
+struct CopiedCode {
+  std::map<uint64_t, uint64_t> entries;  // original entry patched at its first byte → where its patch jumps
+  std::set<uint64_t> functions;          // every copied function's start: never a caller
+  std::set<uint64_t> patch_bytes;        // the first byte of every entry patch (5 bytes each)
+};
+
+// The sites in `callers` (functions of `image`) whose rel32 target is a key
+// of `copied.entries`, displaced to that key's value. Sites that cannot
+// reach it in rel32 are left alone.
 CallSitePlan plan_call_sites(const ModuleImage& image, std::span<const elf::Function> callers,
-                             const std::map<uint64_t, uint64_t>& copies);
+                             const CopiedCode& copied);
 
 // The target of the 5 rewritten bytes at `addr` (a site's or an entry jump's
 // `replacement` or `original`): addr + 5 + rel32, whatever the first byte.

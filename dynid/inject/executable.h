@@ -46,8 +46,9 @@ Status executable_where_it_was(pid_t pid, const Executable& prepared);
 // The hot functions whose code in the target is still the file's: a copy is
 // made from the file, so a function changed in memory (a uprobe, a
 // breakpoint, another patcher) is left alone, whole. Bytes dyni wrote itself
-// (`ours`: the entry jumps of the counting cache being replaced) count as
-// the file's where the live bytes are still dyni's.
+// (`ours`: the patches of the caches the target holds, entries and call
+// sites, and of the counting cache being replaced) count as the file's where
+// the live bytes are still dyni's.
 std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, const std::vector<uint64_t>& hot,
                                           std::span<const PatchRecord> ours, std::vector<std::string>& skipped);
 

@@ -12,6 +12,7 @@
 #include "dynid/target_memory.h"
 #include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
+#include "jit/call_sites.h"
 #include "profiler/symbolizer.h"
 
 namespace dyni::inject {
@@ -23,6 +24,9 @@ using namespace std::chrono_literals;
 // later: the stopped threads must not wait long.
 constexpr auto kStopTimeout = kWindowStopTimeout;
 constexpr int kPatchWindows = 5;  // windows a site may wait for, then it is skipped
+// Call sites come in windows of their own, after the entries, so that a
+// target with thousands of them never stops long (I3).
+constexpr std::size_t kCallSitesPerWindow = 256;
 
 // What each entry must hold now to be patched: the file's bytes, or the
 // jump of the cache being replaced, which the patch then re-points in one write.
@@ -35,6 +39,19 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches, const R
     sites.push_back({p.addr, now && *now == old->second ? old->second : p.original});
   }
   return sites;
+}
+
+// A call site is written only while its callee's entry holds dyni's jump
+// (in.patched has it, and the live bytes say so): else the call would go
+// round whatever holds that entry now, a breakpoint or a uprobe.
+bool callee_entry_is_ours(const PatchRecord& site, const Injection& in,
+                          const std::function<Result<std::array<uint8_t, kPatchBytes>>(uint64_t)>& live) {
+  const uint64_t entry = jit::rel32_target(site.addr, site.original);
+  auto it = std::find_if(in.patched.begin(), in.patched.end(),
+                         [&](const PatchRecord& p) { return p.kind == PatchKind::Entry && p.addr == entry; });
+  if (it == in.patched.end()) return false;
+  auto now = live(entry);
+  return now && *now == it->replacement;
 }
 
 // One stop window: the sites that are safe now are written, one write each.
@@ -76,6 +93,10 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   };
   std::vector<PatchSite> sites = sites_of(patches, replacing, live);
   std::vector<SiteCheck> checks = check_patch_sites(sites, stacks, live);
+  for (std::size_t i = 0; i < patches.size(); ++i)
+    if (patches[i].kind == PatchKind::CallSite && checks[i].verdict == SiteVerdict::Patch &&
+        !callee_entry_is_ours(patches[i], in, live))
+      checks[i] = {SiteVerdict::LeaveAlone, "its callee's entry does not hold dyni's jump"};
   now.check = since(t2);
   auto t3 = Clock::now();
   for (std::size_t i = 0; i < patches.size(); ++i) {
@@ -125,11 +146,23 @@ Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replace
   return ok();
 }
 
+Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, const Replaced& replacing) {
+  std::vector<PatchRecord> entries, sites;
+  for (const PatchRecord& p : patches) (p.kind == PatchKind::Entry ? entries : sites).push_back(p);
+  if (auto r = patch_all(std::move(entries), out, replacing); !r) return r;
+  for (std::size_t at = 0; at < sites.size(); at += kCallSitesPerWindow) {
+    auto from = sites.begin() + static_cast<std::ptrdiff_t>(at);
+    std::vector<PatchRecord> chunk(from, from + static_cast<std::ptrdiff_t>(std::min(kCallSitesPerWindow, sites.size() - at)));
+    if (auto r = patch_all(std::move(chunk), out); !r) return r;
+  }
+  return ok();
+}
+
 }  // namespace dyni::inject
 
 namespace dyni {
 
-using inject::patch_all;
+using inject::patch_in_order;
 using inject::same_target_with_record;
 
 Status undo_patches(const Injection& in) {
@@ -140,7 +173,13 @@ Status undo_patches(const Injection& in) {
   if (auto same = same_target_with_record(in); !same) return same;
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
-  for (const PatchRecord& p : in.patched) {
+  // Call sites first: none then leads past an entry that holds the file's bytes again.
+  std::vector<const PatchRecord*> order;
+  for (PatchKind kind : {PatchKind::CallSite, PatchKind::Entry})
+    for (const PatchRecord& p : in.patched)
+      if (p.kind == kind) order.push_back(&p);
+  for (const PatchRecord* patch : order) {
+    const PatchRecord& p = *patch;
     if (!holds_jump(pid, p)) continue;  // not ours any more
     // Only where a patch can be (a record read from the target is
     // untrusted): a file's executable code, the 5 bytes within one page.
@@ -157,9 +196,9 @@ Result<Injection> redo_patches(const Injection& in) {
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   again.other_frames = in.other_frames;
   std::vector<PatchRecord> pending;
-  for (const PatchRecord& p : in.patched)  // entries still patched need nothing
+  for (const PatchRecord& p : in.patched)  // entries and call sites still patched need nothing
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
-  if (auto r = patch_all(pending, again); !r) again.error = r.error().message();
+  if (auto r = patch_in_order(pending, again); !r) again.error = r.error().message();
   return again;
 }
 

@@ -1,5 +1,6 @@
-// Step 5 of an injection, and undo and redo: each entry patch is checked
-// live in a stop window (patch_safety.h, I4) and written in one write (I2).
+// Step 5 of an injection, and undo and redo: each entry patch, then each
+// call site, is checked live in a stop window (patch_safety.h, I4) and
+// written in one write (I2). Undo puts call sites back before entries.
 // An entry that holds the jump of the counting cache being replaced is
 // re-pointed, in one write too.
 #pragma once
@@ -25,5 +26,10 @@ using Replaced = std::map<uint64_t, std::array<uint8_t, kPatchBytes>>;  // entry
 // what was left alone, with why, to out.skipped; the longest window to
 // out.longest_window. Fails only when the target is gone or changed.
 Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing = {});
+
+// Entries first (patch_all), then call sites (jit/call_sites.h) in windows
+// of their own, a bounded number each: a call site is written only while
+// its callee's entry holds dyni's jump.
+Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, const Replaced& replacing = {});
 
 }  // namespace dyni::inject

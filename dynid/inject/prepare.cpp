@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "dynid/cache_scan.h"
 #include "dynid/inject/frames_registration.h"
 #include "elf/function_table.h"
@@ -94,14 +95,22 @@ Layout layout_for(std::size_t functions, std::size_t call_sites, uint64_t code_s
 jit::CallSitePlan call_sites_for(const Executable& exe, const InjectRequest& req, const jit::ModulePlan& plan,
                                  std::span<const jit::CachedFunction* const> copies) {
   if (plan.cache.counter_slots || req.callers.empty()) return {};
-  std::map<uint64_t, uint64_t> entry_jumps;  // original entry → where its patch jumps
+  jit::CopiedCode copied;
+  for (const jit::CachedFunction& f : plan.cache.functions) {
+    copied.functions.insert(f.original_entry);
+    for (const jit::EntryPatch& e : f.patch.entries) copied.patch_bytes.insert(e.addr);
+  }
+  // Only entries patched at their first byte (not an endbr64 function's, 4
+  // bytes in): a site's original target is then the entry patch's address.
   for (const jit::CachedFunction* f : copies)
     for (const jit::EntryPatch& e : f->patch.entries)
-      if (e.addr == f->original_entry) entry_jumps[e.addr] = jit::rel32_target(e.addr, e.replacement);
+      if (e.addr == f->original_entry) copied.entries[e.addr] = jit::rel32_target(e.addr, e.replacement);
   std::vector<elf::Function> callers;
   for (uint64_t start : req.callers)
     if (const elf::Function* f = exe.module->functions->find(start); f && f->addr == start) callers.push_back(*f);
-  return jit::plan_call_sites(*exe.image, callers, entry_jumps);
+  jit::CallSitePlan sites = jit::plan_call_sites(*exe.image, callers, copied);
+  for (const std::string& why : sites.unscanned) log::debug("call sites: not scanned: {}", why);
+  return sites;
 }
 
 std::vector<const jit::CachedFunction*> all_copies(const jit::ModulePlan& plan) {
@@ -122,7 +131,6 @@ void record_patches(Prepared& p, const jit::CallSitePlan& call_sites, std::vecto
   }
   for (const jit::CallSitePatch& c : call_sites.patches)
     p.record.patches.push_back({c.addr + bias, c.original, c.replacement, PatchKind::CallSite});
-  skipped.insert(skipped.end(), call_sites.skipped.begin(), call_sites.skipped.end());
 }
 
 }  // namespace
@@ -153,10 +161,16 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   std::tie(p.exe.lo, p.exe.hi) = module_range(*maps, p.exe.module->path);
   // Threads may run in caches already there (a counting cache being
   // replaced, one ended by a new dynid): every stack proof needs their frames.
-  for (const CacheRecord& r : find_cache_records(req.pid, *maps)) p.other_frames.push_back(from_record(req.pid, 0, r).frames);
-  req.hot = unchanged_in_memory(req.pid, p.exe, req.hot,
-                                req.replacing ? std::span<const PatchRecord>(req.replacing->patched) : std::span<const PatchRecord>{},
-                                skipped);
+  // Their patches are dyni's own bytes: a function whose call sites (or
+  // entry) one of them rewrote is still the file's code (the copy is made
+  // from the file; its patch is checked live before it is written).
+  std::vector<PatchRecord> ours;
+  for (const CacheRecord& r : find_cache_records(req.pid, *maps)) {
+    p.other_frames.push_back(from_record(req.pid, 0, r).frames);
+    ours.insert(ours.end(), r.patches.begin(), r.patches.end());
+  }
+  if (req.replacing) ours.insert(ours.end(), req.replacing->patched.begin(), req.replacing->patched.end());
+  req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, ours, skipped);
   auto outside_rseq = without_rseq_sections(req.pid, p.exe, req.hot, skipped);
   if (!outside_rseq) return std::unexpected(outside_rseq.error());
   req.hot = std::move(*outside_rseq);
@@ -209,7 +223,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   // A record the scan could not read back would make the cache invisible to a new dynid.
   if (record_bytes > kMaxRecordBytes)
     return fail(fmt::format("the cache's record would take {} bytes, more than a new dynid reads ({}): "
-                            "too many counter sites", record_bytes, kMaxRecordBytes));
+                            "too many patches or counter sites", record_bytes, kMaxRecordBytes));
   if (record_bytes > p.layout.stub_offset) return fail("the cache's record outgrew its page");
   return p;
 }

@@ -280,6 +280,7 @@ TEST(CacheRecord, RefusesForgedCallSites) {
       call_site(0x55d3a1400000, entry + 1, copy),                 // from no entry of the record
       call_site(0x55d3a1400000, entry, 0x7f0000000000),           // to outside the cache
       call_site(0x55d3a1400000, entry, copy, 0x90),               // not a call, jmp or jcc
+      call_site(entry + 2, entry, copy),                          // over an entry's jump
   };
   PatchRecord changed_op = call_site(0x55d3a1400000, entry, copy);
   changed_op.replacement[0] = 0xe9;  // a call made a jmp
