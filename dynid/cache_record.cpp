@@ -67,12 +67,12 @@ bool jumps_into(const PatchRecord& p, uint64_t cache_addr, uint64_t cache_length
 }
 
 // A call site's patch (I9: undo writes its `original` back) changes only
-// the displacement of a call, jmp or jcc rel32, from an entry this record
-// patches to the cache.
+// the displacement of a call or jmp rel32, from an entry this record patches
+// to the cache.
 bool repoints_a_call(const PatchRecord& p, const std::set<uint64_t>& entries, uint64_t cache_addr,
                      uint64_t cache_length) {
   const uint8_t op = p.original[0];
-  if (op != p.replacement[0] || !(op == 0xe8 || op == 0xe9 || (op & 0xf0) == 0x80)) return false;
+  if (op != p.replacement[0] || !(op == 0xe8 || op == 0xe9)) return false;
   uint64_t target = target_of(p.addr, p.replacement);
   return entries.count(target_of(p.addr, p.original)) && target >= cache_addr && target - cache_addr < cache_length;
 }

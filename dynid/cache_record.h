@@ -23,7 +23,7 @@ namespace dyni {
 
 // What a patch rewrites: a copied function's entry (a jmp rel32 into the
 // cache), or a direct call site left in the original code (jit/call_sites.h:
-// the same call, jmp or jcc, its displacement re-pointed at a copy).
+// the same call or jmp, its displacement re-pointed at a copy).
 enum class PatchKind : uint8_t { Entry = 0, CallSite = 1 };
 
 struct PatchRecord {

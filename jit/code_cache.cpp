@@ -86,7 +86,7 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
   std::set<uint64_t> packed;
   for (const HotCode& f : functions) packed.insert(f.cfg->start);
   for (const HotCode& f : functions) {
-    at = align_up(at, kFunctionAlignment);
+    at = align_up(at, std::max(options.function_alignment, kFunctionAlignment));
     cache.redirects.to[f.cfg->start] = at;
     cache.functions.push_back({f.cfg->start, {at, {}, {}, 0, {}, {}, {}, 0, 0, {}}, {f.cfg->start, {}}, "", {}, {}, {}});
     CachedFunction& copy = cache.functions.back();

@@ -22,6 +22,12 @@ PatchRecord jump_to(uint64_t from, uint64_t to) {
   return p;
 }
 
+uint32_t version_of(const std::vector<uint8_t>& record) {
+  uint32_t version = 0;
+  std::memcpy(&version, record.data() + 8, 4);
+  return version;
+}
+
 CacheRecord sample() {
   CacheRecord r;
   r.build_id = "8c2f1a0b9e77d1c4aa0e6f3b5d21c09e1f2a3b4c";
@@ -201,9 +207,7 @@ TEST(CacheRecord, ValueSitesNeedVersion5) {
   r.counter_sites[7].form = {false, false, true};
   r.counter_sites[8].form = {true, false, true};
   std::vector<uint8_t> written = encode_record(r);
-  uint32_t version = 0;
-  std::memcpy(&version, written.data() + 8, 4);
-  EXPECT_EQ(version, 5u);
+  EXPECT_EQ(version_of(written), 5u);
   auto back = decode_record(written, kCache, kLength);
   ASSERT_TRUE(back) << back.error().message();
   EXPECT_EQ(back->counter_sites[7].form, (jit::CounterForm{false, false, true}));
@@ -252,11 +256,9 @@ PatchRecord call_site(uint64_t site, uint64_t entry, uint64_t to, uint8_t op = 0
 TEST(CacheRecord, CallSitesRoundTripAsVersion6) {
   CacheRecord r = sample();
   r.patches.push_back(call_site(0x55d3a1400000, r.patches[4].addr, kCache + 4096 + 4 * 64));
-  r.patches.push_back(call_site(0x55d3a1400101, r.patches[9].addr, kCache + 4096 + 9 * 64, 0x84));  // a jcc's 2nd byte
+  r.patches.push_back(call_site(0x55d3a1400101, r.patches[9].addr, kCache + 4096 + 9 * 64, 0xe9));  // a tail call
   std::vector<uint8_t> bytes = encode_record(r);
-  uint32_t version = 0;
-  std::memcpy(&version, bytes.data() + 8, 4);
-  EXPECT_EQ(version, 6u);
+  EXPECT_EQ(version_of(bytes), 6u);
   auto back = decode_record(bytes, kCache, kLength);
   ASSERT_TRUE(back) << back.error().message();
   EXPECT_EQ(count_of(back->patches, PatchKind::Entry), 50u);
@@ -265,21 +267,20 @@ TEST(CacheRecord, CallSitesRoundTripAsVersion6) {
   EXPECT_EQ(back->patches[51].original, r.patches[51].original);
   EXPECT_EQ(back->patches[51].replacement, r.patches[51].replacement);
   // Without call sites a record stays at the lowest version that holds it.
-  std::vector<uint8_t> plain = encode_record(sample());
-  std::memcpy(&version, plain.data() + 8, 4);
-  EXPECT_LT(version, 6u);
+  EXPECT_LT(version_of(encode_record(sample())), 6u);
 }
 
 // Undo writes a call site's original bytes back: a record may only name a
-// call, jmp or jcc whose original target is one of its entries and whose new
-// one lies in the cache, with the same opcode byte.
+// call or jmp rel32 whose original target is one of its entries and whose
+// new one lies in the cache, with the same opcode byte.
 TEST(CacheRecord, RefusesForgedCallSites) {
   const CacheRecord good = sample();
   const uint64_t entry = good.patches[4].addr, copy = kCache + 4096 + 4 * 64;
   std::vector<PatchRecord> forged = {
       call_site(0x55d3a1400000, entry + 1, copy),                 // from no entry of the record
       call_site(0x55d3a1400000, entry, 0x7f0000000000),           // to outside the cache
-      call_site(0x55d3a1400000, entry, copy, 0x90),               // not a call, jmp or jcc
+      call_site(0x55d3a1400000, entry, copy, 0x90),               // not a call or jmp
+      call_site(0x55d3a1400001, entry, copy, 0x85),               // a jcc's second byte: never written
       call_site(entry + 2, entry, copy),                          // over an entry's jump
   };
   PatchRecord changed_op = call_site(0x55d3a1400000, entry, copy);

@@ -219,6 +219,9 @@ int main(int argc, char** argv) {
   // DYNI_NEAR_BRANCHES=1: every branch of the copies rel32 (jit::CacheOptions).
   if (const char* near = std::getenv("DYNI_NEAR_BRANCHES"); near && std::string(near) == "1")
     request.options.cache.short_branches = false;
+  // DYNI_FUNCTION_ALIGN=16|32: copies start on that boundary (64 by default).
+  if (const char* align = std::getenv("DYNI_FUNCTION_ALIGN"))
+    request.options.cache.function_alignment = static_cast<uint64_t>(std::atoi(align));
   // DYNI_PROMOTE=0: no indirect call promoted (jit/promotion.h), for measuring that lever.
   if (const char* promote = std::getenv("DYNI_PROMOTE"); promote && std::string(promote) == "0")
     request.options.cache.promote_calls = false;
