@@ -56,6 +56,20 @@ bool overlaps_a_patch(uint64_t addr, const std::set<uint64_t>& patch_bytes) {
   return it != patch_bytes.end() && *it < addr + kCallSiteBytes;
 }
 
+// Callers may overlap (a function table keeps nested entries): the same
+// site found twice is kept once; two sites that share bytes without being
+// the same disagree on where an instruction starts, and both go.
+CallSitePlan without_overlaps(CallSitePlan plan) {
+  std::vector<CallSitePatch> unique;
+  for (const CallSitePatch& p : plan.patches)
+    if (unique.empty() || unique.back().addr != p.addr || unique.back().original != p.original) unique.push_back(p);
+  auto overlap = [&](std::size_t a, std::size_t b) { return unique[a].addr + kCallSiteBytes > unique[b].addr; };
+  plan.patches.clear();
+  for (std::size_t i = 0; i < unique.size(); ++i)
+    if (!(i > 0 && overlap(i - 1, i)) && !(i + 1 < unique.size() && overlap(i, i + 1))) plan.patches.push_back(unique[i]);
+  return plan;
+}
+
 }  // namespace
 
 uint64_t rel32_target(uint64_t addr, std::span<const uint8_t, kCallSiteBytes> bytes) {
@@ -86,7 +100,7 @@ CallSitePlan plan_call_sites(const ModuleImage& image, std::span<const elf::Func
     }
   }
   std::sort(plan.patches.begin(), plan.patches.end(), [](const auto& a, const auto& b) { return a.addr < b.addr; });
-  return plan;
+  return without_overlaps(std::move(plan));
 }
 
 }  // namespace dyni::jit

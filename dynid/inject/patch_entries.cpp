@@ -44,14 +44,22 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches, const R
 // A call site is written only while its callee's entry holds dyni's jump
 // (in.patched has it, and the live bytes say so): else the call would go
 // round whatever holds that entry now, a breakpoint or a uprobe.
-bool callee_entry_is_ours(const PatchRecord& site, const Injection& in,
+using EntryJumps = std::map<uint64_t, const PatchRecord*>;  // the entries patched, by address
+
+EntryJumps entry_jumps(const Injection& in) {
+  EntryJumps out;
+  for (const PatchRecord& p : in.patched)
+    if (p.kind == PatchKind::Entry) out[p.addr] = &p;
+  return out;
+}
+
+bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries,
                           const std::function<Result<std::array<uint8_t, kPatchBytes>>(uint64_t)>& live) {
   const uint64_t entry = jit::rel32_target(site.addr, site.original);
-  auto it = std::find_if(in.patched.begin(), in.patched.end(),
-                         [&](const PatchRecord& p) { return p.kind == PatchKind::Entry && p.addr == entry; });
-  if (it == in.patched.end()) return false;
+  auto it = entries.find(entry);
+  if (it == entries.end()) return false;
   auto now = live(entry);
-  return now && *now == it->replacement;
+  return now && *now == it->second->replacement;
 }
 
 // One stop window: the sites that are safe now are written, one write each.
@@ -93,9 +101,10 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   };
   std::vector<PatchSite> sites = sites_of(patches, replacing, live);
   std::vector<SiteCheck> checks = check_patch_sites(sites, stacks, live);
+  const EntryJumps entries = entry_jumps(in);
   for (std::size_t i = 0; i < patches.size(); ++i)
     if (patches[i].kind == PatchKind::CallSite && checks[i].verdict == SiteVerdict::Patch &&
-        !callee_entry_is_ours(patches[i], in, live))
+        !callee_entry_is_ours(patches[i], entries, live))
       checks[i] = {SiteVerdict::LeaveAlone, "its callee's entry does not hold dyni's jump"};
   now.check = since(t2);
   auto t3 = Clock::now();

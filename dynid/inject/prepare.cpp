@@ -92,12 +92,14 @@ Layout layout_for(std::size_t functions, std::size_t call_sites, uint64_t code_s
 // The direct call sites in `callers` left in the original code that reach
 // `copies`' entries (jit/call_sites.h), for an optimized cache alone: a
 // counting cache's copies are replaced within seconds.
+// `upper_bound`: copied functions are scanned as callers too (the draft's
+// count, which sizes the record: a copy the final plan rejects becomes a caller).
 jit::CallSitePlan call_sites_for(const Executable& exe, const InjectRequest& req, const jit::ModulePlan& plan,
-                                 std::span<const jit::CachedFunction* const> copies) {
+                                 std::span<const jit::CachedFunction* const> copies, bool upper_bound = false) {
   if (plan.cache.counter_slots || req.callers.empty()) return {};
   jit::CopiedCode copied;
   for (const jit::CachedFunction& f : plan.cache.functions) {
-    copied.functions.insert(f.original_entry);
+    if (!upper_bound) copied.functions.insert(f.original_entry);
     for (const jit::EntryPatch& e : f.patch.entries) copied.patch_bytes.insert(e.addr);
   }
   // Only entries patched at their first byte (not an endbr64 function's, 4
@@ -178,13 +180,14 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   // The size first (at a provisional address), then the plan at the real
   // place. The draft only sizes the place, so it skips the verifier (a
   // quarter of the jit's time): the plan that is injected is verified, and
-  // a copy it rejects only leaves it smaller than the draft.
+  // a copy it rejects only leaves its code smaller than the draft (its call
+  // sites are counted in the draft as if every copy could be rejected).
   std::vector<std::string> ignored;
   InjectRequest sizing = req;
   sizing.options.cache.verify = false;
   auto draft = plan_with_frames(p.exe, sizing, jit::provisional_cache_base(*p.exe.module->functions), 0x10000000, ignored);
   if (!draft) return std::unexpected(draft.error());
-  const std::size_t draft_call_sites = call_sites_for(p.exe, req, draft->plan, all_copies(draft->plan)).patches.size();
+  const std::size_t draft_call_sites = call_sites_for(p.exe, req, draft->plan, all_copies(draft->plan), true).patches.size();
   p.layout = layout_for(draft->plan.cache.functions.size(), draft_call_sites, draft->plan.cache.bytes.size() + 4096,
                         draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
   auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total + p.layout.counters_length, 0});
@@ -225,6 +228,10 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
     return fail(fmt::format("the cache's record would take {} bytes, more than a new dynid reads ({}): "
                             "too many patches or counter sites", record_bytes, kMaxRecordBytes));
   if (record_bytes > p.layout.stub_offset) return fail("the cache's record outgrew its page");
+  // What a new dynid will check of it (cache_record.h: patches into the
+  // cache, call sites from its entries, none overlapping), checked first.
+  if (auto back = decode_record(encode_record(p.record), p.place.addr, p.place.length); !back)
+    return fail("the cache's record would not read back: " + back.error().message());
   return p;
 }
 

@@ -168,5 +168,14 @@ TEST(CallSites, ASiteOverlappingAnEntryPatchIsLeftAlone) {
   EXPECT_EQ(plan.patches.size(), 2u);
 }
 
+// A function table keeps nested entries: a caller inside another is
+// scanned twice, and its sites are kept once.
+TEST(CallSites, ANestedCallerGivesEachSiteOnce) {
+  auto m = assembled();
+  std::vector<elf::Function> twice = {m->function("cold", "data"), m->function("s_call", "data")};
+  CallSitePlan plan = plan_call_sites(m->image, twice, copies_of(*m));
+  EXPECT_EQ(plan.patches.size(), 3u);
+}
+
 }  // namespace
 }  // namespace dyni::jit

@@ -220,8 +220,14 @@ int main(int argc, char** argv) {
   if (const char* near = std::getenv("DYNI_NEAR_BRANCHES"); near && std::string(near) == "1")
     request.options.cache.short_branches = false;
   // DYNI_FUNCTION_ALIGN=16|32: copies start on that boundary (64 by default).
-  if (const char* align = std::getenv("DYNI_FUNCTION_ALIGN"))
-    request.options.cache.function_alignment = static_cast<uint64_t>(std::atoi(align));
+  if (const char* align = std::getenv("DYNI_FUNCTION_ALIGN")) {
+    const int a = std::atoi(align);
+    if (a != 16 && a != 32 && a != 64 && a != 128) {
+      std::fprintf(stderr, "dyni-inject: DYNI_FUNCTION_ALIGN must be 16, 32, 64 or 128, not '%s'\n", align);
+      return 2;
+    }
+    request.options.cache.function_alignment = static_cast<uint64_t>(a);
+  }
   // DYNI_PROMOTE=0: no indirect call promoted (jit/promotion.h), for measuring that lever.
   if (const char* promote = std::getenv("DYNI_PROMOTE"); promote && std::string(promote) == "0")
     request.options.cache.promote_calls = false;
