@@ -3,14 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
-#include <map>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "elf/byte_reader.h"
+#include "jit/call_sites.h"
 
 namespace dyni {
 namespace {
@@ -52,17 +51,10 @@ std::vector<uint8_t> unhex(const std::string& s) {
 
 bool inside(uint64_t offset, uint64_t size, uint64_t length) { return offset <= length && size <= length - offset; }
 
-// addr + 5 + the rel32 in bytes 1..4: where a patch's 5 bytes lead.
-uint64_t target_of(uint64_t addr, const std::array<uint8_t, 5>& bytes) {
-  int32_t rel = 0;
-  std::memcpy(&rel, bytes.data() + 1, 4);
-  return addr + 5 + static_cast<uint64_t>(static_cast<int64_t>(rel));
-}
-
 // The patch is a jmp rel32 whose target lies in the cache.
 bool jumps_into(const PatchRecord& p, uint64_t cache_addr, uint64_t cache_length) {
   if (p.replacement[0] != 0xe9) return false;
-  uint64_t target = target_of(p.addr, p.replacement);
+  uint64_t target = jit::rel32_target(p.addr, p.replacement);
   return target >= cache_addr && target - cache_addr < cache_length;
 }
 
@@ -73,8 +65,8 @@ bool repoints_a_call(const PatchRecord& p, const std::set<uint64_t>& entries, ui
                      uint64_t cache_length) {
   const uint8_t op = p.original[0];
   if (op != p.replacement[0] || !(op == 0xe8 || op == 0xe9)) return false;
-  uint64_t target = target_of(p.addr, p.replacement);
-  return entries.count(target_of(p.addr, p.original)) && target >= cache_addr && target - cache_addr < cache_length;
+  uint64_t target = jit::rel32_target(p.addr, p.replacement);
+  return entries.count(jit::rel32_target(p.addr, p.original)) && target >= cache_addr && target - cache_addr < cache_length;
 }
 
 // Every patch is an entry's jump into the cache, or a call site re-pointed
@@ -87,18 +79,21 @@ Status check_patches(const CacheRecord& rec) {
       return fail(fmt::format("cache record: patch at {:#x} is not a jump into the cache", p.addr));
     entries.insert(p.addr);
   }
-  std::map<uint64_t, PatchKind> at;  // no call site shares a byte with another patch
-  for (const PatchRecord& p : rec.patches) {
+  for (const PatchRecord& p : rec.patches)
     if (p.kind == PatchKind::CallSite && !repoints_a_call(p, entries, rec.cache_addr, rec.cache_length))
       return fail(fmt::format("cache record: call site at {:#x} is not a call re-pointed from an entry to the cache",
                               p.addr));
-    auto next = at.lower_bound(p.addr);
-    bool overlaps = (next != at.end() && next->first < p.addr + 5 && (p.kind == PatchKind::CallSite ||
-                                                                        next->second == PatchKind::CallSite)) ||
-                    (next != at.begin() && std::prev(next)->first + 5 > p.addr &&
-                     (p.kind == PatchKind::CallSite || std::prev(next)->second == PatchKind::CallSite));
-    if (overlaps) return fail(fmt::format("cache record: call site at {:#x} overlaps another patch", p.addr));
-    at.emplace(p.addr, p.kind);
+  // No call site shares a byte with another patch. Patches are 5 bytes
+  // each: one that overlaps a later one overlaps every patch between them,
+  // so neighbours by address suffice.
+  std::vector<const PatchRecord*> by_addr;
+  for (const PatchRecord& p : rec.patches) by_addr.push_back(&p);
+  std::sort(by_addr.begin(), by_addr.end(), [](const auto* a, const auto* b) { return a->addr < b->addr; });
+  for (std::size_t i = 1; i < by_addr.size(); ++i) {
+    const PatchRecord &a = *by_addr[i - 1], &b = *by_addr[i];
+    if (a.addr + 5 > b.addr && (a.kind == PatchKind::CallSite || b.kind == PatchKind::CallSite))
+      return fail(fmt::format("cache record: call site at {:#x} overlaps another patch",
+                              a.kind == PatchKind::CallSite ? a.addr : b.addr));
   }
   return ok();
 }

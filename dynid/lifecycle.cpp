@@ -155,7 +155,7 @@ bool TargetLifecycle::adopt_existing_cache() {
     if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
-  std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of {} entries patched",
+  std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of its {} patches (entries and call sites) live",
                                 best->cache_addr, best_live, best->patches.size());
   log::info("target {} pid {}: {}", name_, pid_, why);
   settle_adoption(to, why);
@@ -350,7 +350,7 @@ void TargetLifecycle::settle_after_failure(TargetState from, const std::string& 
     move(from, TargetState::Failed, reason);
     return;
   }
-  std::string why = fmt::format("partly: {} entries patched after an error: {}; dyni -undo restores them", live, reason);
+  std::string why = fmt::format("partly: {} patches (entries and call sites) live after an error: {}; dyni -undo restores them", live, reason);
   log::warn("target {} pid {}: {}", name_, pid_, why);
   move(from, TargetState::Dynimized, why);
 }

@@ -72,12 +72,6 @@ CallSitePlan without_overlaps(CallSitePlan plan) {
 
 }  // namespace
 
-uint64_t rel32_target(uint64_t addr, std::span<const uint8_t, kCallSiteBytes> bytes) {
-  int32_t rel = 0;
-  std::memcpy(&rel, bytes.data() + 1, 4);
-  return addr + kCallSiteBytes + static_cast<uint64_t>(static_cast<int64_t>(rel));
-}
-
 CallSitePlan plan_call_sites(const ModuleImage& image, std::span<const elf::Function> callers,
                              const CopiedCode& copied) {
   CallSitePlan plan;

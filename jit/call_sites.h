@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <set>
 #include <span>
@@ -65,6 +66,11 @@ CallSitePlan plan_call_sites(const ModuleImage& image, std::span<const elf::Func
 
 // The target of the 5 rewritten bytes at `addr` (a site's or an entry jump's
 // `replacement` or `original`): addr + 5 + rel32, whatever the first byte.
-uint64_t rel32_target(uint64_t addr, std::span<const uint8_t, kCallSiteBytes> bytes);
+// Inline: dynid's record checks use it without the jit's library.
+inline uint64_t rel32_target(uint64_t addr, std::span<const uint8_t, kCallSiteBytes> bytes) {
+  int32_t rel = 0;
+  std::memcpy(&rel, bytes.data() + 1, 4);
+  return addr + kCallSiteBytes + static_cast<uint64_t>(static_cast<int64_t>(rel));
+}
 
 }  // namespace dyni::jit
