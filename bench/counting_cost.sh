@@ -12,7 +12,7 @@
 # leaves the server dynimized: restart it (bench/mariadb.sh stop, start)
 # before the next run.
 #
-#   bench/counting_cost.sh [COUNT_SECONDS=5] [BUILD_DIR=build]
+#   [THREADS=2] bench/counting_cost.sh [COUNT_SECONDS=5] [BUILD_DIR=build]
 # Needs a private mariadbd (bench/mariadb.sh start && bench/mariadb.sh prepare).
 set -euo pipefail
 COUNT=${1:-5}
@@ -25,7 +25,7 @@ cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }  # the server's utime + sti
 now() { date +%s.%N; }
 
 sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$PORT" --mysql-user=sbtest \
-  --mysql-password=sbtest --mysql-db=sbtest --tables=4 --table-size=100000 --threads=2 --time=$((COUNT + 80)) run \
+  --mysql-password=sbtest --mysql-db=sbtest --tables=4 --table-size=100000 --threads="${THREADS:-2}" --time=$((COUNT + 80)) run \
   >/dev/null 2>&1 &
 SB=$!
 sleep 15  # a freshly started server warms up for about that long

@@ -147,6 +147,8 @@ const std::map<std::string, Setter>& option_setters() {
        [](Config& c, const std::string& v) { return parse_int(v, 0, 600, c.counting_min_seconds); }},
       {"counting_max_seconds",
        [](Config& c, const std::string& v) { return parse_int(v, 1, 600, c.counting_max_seconds); }},
+      {"counting_duty_percent",
+       [](Config& c, const std::string& v) { return parse_int(v, 10, 100, c.counting_duty_percent); }},
   };
   return setters;
 }

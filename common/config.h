@@ -33,6 +33,9 @@ struct Config {
   bool counting = true;
   int counting_min_seconds = 1;  // before the counts may be called stable (the ceiling wins)
   int counting_max_seconds = 5;
+  // The share of the counting phase the counting copies run; the rest, in
+  // pauses between bursts, the original code (issue 19: cost while counting).
+  int counting_duty_percent = 50;
 
   // [license]
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key

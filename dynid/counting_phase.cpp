@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -58,13 +59,22 @@ Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest reques
 
 CountingPhase::~CountingPhase() { end(); }
 
-Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds minimum, std::chrono::seconds ceiling,
-                                               const std::function<bool()>& stopping) {
+std::chrono::milliseconds CountingPhase::pause_for(int duty_percent) {
+  duty_percent = std::clamp(duty_percent, 1, 100);
+  return kReadInterval * (100 - duty_percent) / duty_percent;
+}
+
+Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::function<bool()>& stopping) {
   const auto t0 = Clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    duty_percent_ = std::clamp(bounds.duty_percent, 1, 100);
+    on_since_ = t0;
+  }
   std::vector<uint64_t> previous;
   int stable_reads = 0;
   for (;;) {
-    std::this_thread::sleep_for(kReadInterval);
+    std::this_thread::sleep_for(kReadInterval);  // a burst of counting
     {
       std::lock_guard lock(mutex_);
       if (stopped_) return fail("stopped by dyni -undo");
@@ -82,7 +92,7 @@ Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds minimum, std
     if (took >= kSlowRead)
       log::warn("counting cache at {:#x} of pid {}: reading the counters took {} ms", counting_.cache.addr,
                 counting_.pid, took.count());
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (stopped_) return fail("stopped by dyni -undo");
     if (!counts) {
       end_locked();
@@ -95,13 +105,71 @@ Result<jit::ModuleCounts> CountingPhase::count(std::chrono::seconds minimum, std
     last_distance_ = distance(previous, now);
     stable_reads = last_distance_ < kStableDistance ? stable_reads + 1 : 0;
     previous = std::move(now);
-    stable_ = stable_reads >= 2 && Clock::now() - t0 >= minimum;
-    if (stable_ || Clock::now() - t0 >= ceiling) {
-      counts->seconds = seconds_;
+    stable_ = stable_reads >= 2 && Clock::now() - t0 >= bounds.minimum;
+    if (stable_ || Clock::now() - t0 >= bounds.ceiling) {
+      // The optimized cache is built on the original code, not on counting copies.
+      pause_locked();
+      counts->seconds = counting_seconds_;
       phase_ = stable_ ? "counted: stable" : "counted: ceiling reached";
       return counts;
     }
+    if (duty_percent_ == 100) continue;
+    pause_locked();
+    lock.unlock();
+    if (!wait_paused(pause_for(duty_percent_), stopping)) {
+      lock.lock();
+      if (stopped_) return fail("stopped by dyni -undo");
+      end_locked();
+      return fail("dynid is stopping");
+    }
+    lock.lock();
+    if (stopped_) return fail("stopped by dyni -undo");
+    resume_locked();
   }
+}
+
+// undo_patches writes only where the counting jump still is. When the
+// window is missed the entries stay on the counting copies: no pause.
+void CountingPhase::pause_locked() {
+  if (paused_ || ended_) return;
+  if (auto undone = undo_patches(counting_); !undone) {
+    log::debug("counting cache at {:#x} of pid {}: no pause: {}", counting_.cache.addr, counting_.pid,
+               undone.error().message());
+    return;
+  }
+  paused_ = true;
+  ++pauses_;
+  stop_clock();
+}
+
+void CountingPhase::stop_clock() {
+  if (!clock_running_) return;
+  counting_seconds_ += std::chrono::duration<double>(Clock::now() - on_since_).count();
+  clock_running_ = false;
+}
+
+// Never after end_locked() or stop(): an ended counting cache never comes back.
+void CountingPhase::resume_locked() {
+  if (!paused_ || ended_ || stopped_) return;
+  auto again = resume_counting(counting_);
+  entries_resumed_ = again ? again->patched.size() : 0;
+  if (!again || !again->error.empty() || entries_resumed_ < counting_.patched.size())
+    log::debug("counting cache at {:#x} of pid {}: {} of {} entries patched in again{}{}", counting_.cache.addr,
+               counting_.pid, entries_resumed_, counting_.patched.size(), again ? "" : ": ",
+               again ? again->error : again.error().message());
+  paused_ = false;
+  on_since_ = Clock::now();
+  clock_running_ = true;
+}
+
+bool CountingPhase::wait_paused(std::chrono::milliseconds how_long, const std::function<bool()>& stopping) {
+  constexpr std::chrono::milliseconds kStep{50};
+  const auto until = Clock::now() + how_long;
+  while (Clock::now() < until) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(kStep, until - Clock::now()));
+    if (stopping() || stopped_) return false;
+  }
+  return true;
 }
 
 bool CountingPhase::begin_switch() {
@@ -122,6 +190,7 @@ bool CountingPhase::end() {
 bool CountingPhase::end_locked() {
   if (ended_) return true;
   switching_ = false;
+  stop_clock();
   std::string why;
   if (auto undone = undo_patches(counting_); !undone) why = "entries: " + undone.error().message();
   auto off = counters_off(counting_);
@@ -176,6 +245,10 @@ nlohmann::json CountingPhase::to_json() const {
 nlohmann::json CountingPhase::current_json() const {
   return {{"phase", phase_},
           {"seconds", seconds_},
+          {"counting_seconds", counting_seconds_},
+          {"duty_percent", duty_percent_},
+          {"paused", paused_},
+          {"pauses", pauses_},
           {"functions", counting_.counted.size()},
           {"entries_patched", counting_.patched.size()},
           {"counter_sites", counting_.counter_sites.size()},

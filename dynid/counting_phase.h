@@ -6,10 +6,16 @@
 //   count   its counters are read every kReadInterval until the counts are
 //           stable (the distribution of the counts moves less than
 //           kStableDistance between two reads, twice in a row, after the
-//           minimum) or the ceiling passes
+//           minimum) or the ceiling passes. Below a duty of 100 %, counting
+//           runs in bursts: after each read the entries go back to the
+//           file's bytes for a pause (the original code runs at full
+//           speed) and are patched in again with the first injection's
+//           live checks. Once counted, the entries go back to the file's
+//           bytes while the optimized cache is built
 //   switch  the optimized cache, laid out by the counts, is injected by the
 //           caller with InjectRequest::replacing = injection(): each entry
-//           re-pointed from its counting copy in one write
+//           re-pointed in one write, from its counting copy where a pause
+//           could not put it back
 //   end     entries still on counting copies go back to the file's bytes,
 //           and every counter site is turned off in place, so that no
 //           thread keeps counting in a loop it entered while counting
@@ -44,11 +50,19 @@ class CountingPhase {
   static Result<std::unique_ptr<CountingPhase>> start(InjectRequest request);
   ~CountingPhase();  // ends the phase if nobody did
 
+  // How long the phase may last (its wall time: pauses count), and the
+  // share of it the counting copies run.
+  struct Bounds {
+    std::chrono::seconds minimum{1}, ceiling{5};
+    int duty_percent = 100;  // 100: no pauses
+  };
+  // The pause after a burst of kReadInterval, for `duty_percent` (1..100).
+  static std::chrono::milliseconds pause_for(int duty_percent);
+
   // Counts until stable (not before `minimum`), the ceiling, `stopping()`
   // (dynid is stopping), or stop(): the counts, or why there are none (the
   // phase is then ended).
-  Result<jit::ModuleCounts> count(std::chrono::seconds minimum, std::chrono::seconds ceiling,
-                                  const std::function<bool()>& stopping);
+  Result<jit::ModuleCounts> count(const Bounds& bounds, const std::function<bool()>& stopping);
 
   // From now until end() the optimized cache replaces this one: stop()
   // refuses meanwhile. False when the phase was stopped already.
@@ -73,6 +87,11 @@ class CountingPhase {
  private:
   explicit CountingPhase(Injection counting) : counting_(std::move(counting)) {}
   bool end_locked();
+  void pause_locked();   // the entries back to the file's bytes: no thread enters counting copies
+  void resume_locked();  // patched in again, where the live checks allow
+  void stop_clock();     // counting_seconds_ takes the time since on_since_
+  // Sleeps `how_long` in short steps; false when stopped or stopping meanwhile.
+  bool wait_paused(std::chrono::milliseconds how_long, const std::function<bool()>& stopping);
 
   nlohmann::json current_json() const;  // under mutex_
   mutable std::mutex last_json_mutex_;   // the last answer of to_json, for when mutex_ is held
@@ -84,6 +103,12 @@ class CountingPhase {
   bool switching_ = false, ended_ = false;
   std::string phase_ = "counting", end_error_;
   double seconds_ = 0, last_distance_ = -1;
+  int duty_percent_ = 100;
+  bool paused_ = false;
+  std::chrono::steady_clock::time_point on_since_ = std::chrono::steady_clock::now();
+  bool clock_running_ = true;
+  double counting_seconds_ = 0;  // while entries led to the counting copies
+  std::size_t pauses_ = 0, entries_resumed_ = 0;
   bool stable_ = false;
   std::size_t sites_off_ = 0;
   uint64_t total_ = 0;  // every counter summed, at the last read

@@ -147,6 +147,11 @@ Status undo_patches(const Injection& injection);
 // was skipped, with reasons; `error` when it stopped early (some entries
 // may be patched).
 Result<Injection> redo_patches(const Injection& injection);
+// The same for a counting cache paused by its own phase (counting_phase.h:
+// its entries put back between bursts of counting). Only the dynid running
+// that phase calls it, before the phase ends: a counting cache found in a
+// target, or ended, is never patched in again (redo_patches refuses it).
+Result<Injection> resume_counting(const Injection& counting);
 
 // The Injection a cache's record describes (a cache found in the target by
 // cache_scan.h): undo and redo work from it alone.

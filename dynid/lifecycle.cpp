@@ -290,13 +290,16 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
     std::lock_guard lock(counting_mutex_);
     counting_ = std::move(*phase);
   }
-  log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites; at most {} s", name_, pid_,
-            counting->injection().patched.size(), counting->injection().counter_sites.size(),
-            dynimize_.counting_max.count());
-  auto counts = counting->count(dynimize_.counting_min, dynimize_.counting_max, [this] { return stop_.load(); });
+  log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites; at most {} s, counting {} % "
+            "of the time",
+            name_, pid_, counting->injection().patched.size(), counting->injection().counter_sites.size(),
+            dynimize_.counting_max.count(), dynimize_.counting_duty_percent);
+  CountingPhase::Bounds bounds{dynimize_.counting_min, dynimize_.counting_max, dynimize_.counting_duty_percent};
+  auto counts = counting->count(bounds, [this] { return stop_.load(); });
   if (!counts) return counts;
-  log::info("target {} pid {}: counted for {:.1f} s: {}", name_, pid_, counts->seconds,
-            counting->to_json()["phase"].get<std::string>());
+  nlohmann::json state = counting->to_json();
+  log::info("target {} pid {}: counted for {:.1f} s in a phase of {:.1f} s ({} pauses): {}", name_, pid_,
+            counts->seconds, state.value("seconds", 0.0), state.value("pauses", 0), state.value("phase", ""));
   // The latest counts of each listed name, for dyni-scan --counts (one file a name: bounded).
   std::string file = name_;
   std::replace(file.begin(), file.end(), '/', '_');

@@ -199,8 +199,11 @@ Status undo_patches(const Injection& in) {
   return ok();
 }
 
-Result<Injection> redo_patches(const Injection& in) {
-  if (in.tier == CacheTier::Counting) return fail("a counting cache is never patched in again");
+namespace {
+
+// Patches `in`'s entries and call sites again where the live bytes are the
+// file's, with the first injection's live checks; those still patched count.
+Injection patch_again(const Injection& in) {
   Injection again;
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   again.other_frames = in.other_frames;
@@ -209,6 +212,18 @@ Result<Injection> redo_patches(const Injection& in) {
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
   if (auto r = patch_in_order(pending, again); !r) again.error = r.error().message();
   return again;
+}
+
+}  // namespace
+
+Result<Injection> redo_patches(const Injection& in) {
+  if (in.tier == CacheTier::Counting) return fail("a counting cache is never patched in again");
+  return patch_again(in);
+}
+
+Result<Injection> resume_counting(const Injection& counting) {
+  if (counting.tier != CacheTier::Counting) return fail("not a counting cache");
+  return patch_again(counting);
 }
 
 }  // namespace dyni

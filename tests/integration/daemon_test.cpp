@@ -543,6 +543,50 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
+// Counting in bursts (counting_duty_percent below 100): the entries lead to
+// the counting copies and back to the file's bytes in turn, the phase says
+// so, and the counts (from the bursts alone) still lay the code out. The
+// target checks every result it computes.
+TEST_F(Daemon, CountingRunsInBurstsWithTheOriginalCodeBetween) {
+  const std::string options = std::string(kFastOptions) +
+                              "profile_min_samples = 500\nprofile_max_seconds = 10\n"
+                              "counting_min_seconds = 4\ncounting_max_seconds = 8\ncounting_duty_percent = 50\n";
+  start({"dyni-hot-bst"}, options);
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-bst");
+  pid_t hot = host.spawn({exe, "120", "2"});
+  ASSERT_TRUE(host.wait_for([&](const nlohmann::json& j) {
+    for (const auto& t : j.value("targets", nlohmann::json::array()))
+      if (t["pid"] == hot && t.value("counting", nlohmann::json()).is_object())
+        return t["counting"].value("phase", "") == "counting";
+    return false;
+  }, 40s)) << host.state_of(hot) << host.log();
+  // Both states seen within the phase's 4 s at least: counting, and paused.
+  bool seen_original = false, seen_counting = false;
+  for (auto until = std::chrono::steady_clock::now() + 3s;
+       std::chrono::steady_clock::now() < until && !(seen_original && seen_counting);
+       std::this_thread::sleep_for(20ms))
+    (text_equals_file(hot, exe) ? seen_original : seen_counting) = true;
+  EXPECT_TRUE(seen_counting) << "the counting copies never patched in";
+  EXPECT_TRUE(seen_original) << "no pause between bursts";
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  nlohmann::json counting = target_json(host, hot)["counting"];
+  EXPECT_EQ(counting.value("duty_percent", 0), 50) << counting.dump();
+  EXPECT_GE(counting.value("pauses", 0), 3) << counting.dump();
+  EXPECT_GE(counting.value("seconds", 0.0), 4.0) << counting.dump();
+  EXPECT_LT(counting.value("counting_seconds", 99.0), 0.8 * counting.value("seconds", 0.0))
+      << "the counting copies ran about half the phase: " << counting.dump();
+  EXPECT_GT(counting.value("counting_seconds", 0.0), 1.0) << counting.dump();
+  EXPECT_EQ(counting.value("phase", ""), "ended") << counting.dump();
+  nlohmann::json d = target_json(host, hot)["dynimized"];
+  EXPECT_NE(d.value("layout", "").find("by counts"), std::string::npos) << d.dump();
+  EXPECT_FALSE(text_equals_file(hot, exe));
+  EXPECT_EQ(caches_in(hot, CacheTier::Counting), 1u);
+  kill(hot, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
+}
+
 // The counting phase, stopped by the operator: -undo while the target
 // counts (it is dynimizing) puts every original byte back and ends the phase
 // (counters off); -redo says there is nothing to redo; the target runs on
@@ -552,7 +596,8 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
 TEST_F(Daemon, UndoAndStopDuringCountingPutTheOriginalCodeBack) {
   const std::string options = std::string(kFastOptions) +
                               "profile_min_samples = 500\nprofile_max_seconds = 10\n"
-                              "counting_min_seconds = 30\ncounting_max_seconds = 60\n";
+                              "counting_min_seconds = 30\ncounting_max_seconds = 60\n"
+                              "counting_duty_percent = 100\n";  // no pauses: the copies stay patched in
   start({"dyni-hot-cnt"}, options);
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-cnt");
   pid_t hot = host.spawn({exe, "120", "2"});

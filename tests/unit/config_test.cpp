@@ -42,6 +42,16 @@ TEST(Config, DefaultsWhenOptionsAbsent) {
   EXPECT_EQ(c->busy_threshold_percent, 50);
   EXPECT_EQ(c->busy_window_ms, 3000);
   EXPECT_EQ(c->license_public_key, "");
+  EXPECT_EQ(c->counting_duty_percent, 50);
+}
+
+TEST(Config, CountingDutyIsAShareOfTheTime) {
+  auto c = parse_config("[exeList]\n[options]\ncounting_duty_percent = 100\n", "t");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->counting_duty_percent, 100);
+  EXPECT_EQ(error_of("[exeList]\n[options]\ncounting_duty_percent = 5\n"), "test.conf:3: '5' out of range [10, 100]");
+  EXPECT_EQ(error_of("[exeList]\n[options]\ncounting_duty_percent = 101\n"),
+            "test.conf:3: '101' out of range [10, 100]");
 }
 
 TEST(Config, ShippedFileParsesAndListsCommonServers) {
