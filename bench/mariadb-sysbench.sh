@@ -28,6 +28,8 @@
 #    run as a second server on a copy of the datadir (its own port and
 #    socket), and alternated with the original in ABBA groups of its own;
 # 4. prints one table, then the same as JSON (also written to --json FILE).
+# DYNI_BENCH_OPTIONS: lines added to the private dynid's [options], for
+# measuring one lever (e.g. $'counting_duty_percent = 100').
 # Ratios are dynimized/original. CPU is mariadbd's: user time is the part dyni
 # changes (the kernel's share, loopback TCP, is the same code either way).
 set -euo pipefail
@@ -108,6 +110,7 @@ cat > "$WORK/dyni.conf" <<CONF
 $MARIADBD
 [options]
 log_file = $WORK/dynid.log
+${DYNI_BENCH_OPTIONS:-}
 [license]
 $([ -n "$public_key" ] && echo "public_key = $public_key")
 CONF

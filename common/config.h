@@ -35,7 +35,7 @@ struct Config {
   int counting_max_seconds = 5;
   // The share of the counting phase the counting copies run; the rest, in
   // pauses between bursts, the original code (issue 19: cost while counting).
-  int counting_duty_percent = 50;
+  int counting_duty_percent = 33;
 
   // [license]
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key

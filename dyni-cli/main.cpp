@@ -116,9 +116,10 @@ int print_profile(const protocol::Response& response, bool json) {
       std::cout << "jit plan failed: " << jit.value("error", "?") << "\n";
     else
       std::cout << fmt::format("jit plan: {} functions ({:.1f}% of sampled CPU), {} KiB of cache, {} entries to patch"
-                               " (not injected yet)\n",
+                               " ({})\n",
                                jit.value("functions", 0), jit.value("sampled_cpu_accepted_percent", 0.0),
-                               jit.value("cache_bytes", 0) / 1024, jit.value("entries_patched", 0));
+                               jit.value("cache_bytes", 0) / 1024, jit.value("entries_patched", 0),
+                               jit.value("injected", false) ? "injected" : "not injected yet");
   }
   if (p.contains("layout_by_counts")) {
     std::cout << "what the counts say (99 % of the executed instructions):\n";

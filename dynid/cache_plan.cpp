@@ -13,9 +13,8 @@
 #include "jit/pipeline.h"
 
 namespace dyni {
-namespace {
 
-nlohmann::json summary(const jit::ModulePlan& plan, const std::string& module, double seconds) {
+nlohmann::json plan_summary(const jit::ModulePlan& plan, const std::string& module, double seconds) {
   std::map<std::string, std::size_t> rejected;
   for (const jit::Rejection& r : plan.rejected) rejected[jit::reason_kind(r.reason)]++;
   std::size_t patched = 0;
@@ -30,8 +29,6 @@ nlohmann::json summary(const jit::ModulePlan& plan, const std::string& module, d
           {"rejected", rejected},
           {"seconds", seconds}};
 }
-
-}  // namespace
 
 Result<ExecutableProfile> executable_profile(pid_t pid, const profiler::Recorder& recorder) {
   auto exe = read_exe("/proc", pid);
@@ -89,7 +86,7 @@ Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& reco
   jit::use_unwind_info(input, *file);
   auto plan = jit::optimize_module(input);  // the verifier stays on
   if (!plan) return std::unexpected(plan.error());
-  return summary(*plan, exe->path,
+  return plan_summary(*plan, exe->path,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/result.h"
 #include "jit/module_profile.h"
+#include "jit/pipeline.h"
 #include "profiler/recorder.h"
 
 namespace dyni {
@@ -49,8 +50,14 @@ std::vector<std::pair<std::string, double>> module_shares(const profiler::Profil
 // at least kMinExecutableShare. Pure; unit-tested.
 std::string outside_executable(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path);
 
+// A plan's summary for -profile and the log: functions, bytes, sampled CPU
+// accepted, rejections by reason, the jit's seconds.
+nlohmann::json plan_summary(const jit::ModulePlan& plan, const std::string& module, double seconds);
+
 // Plans the cache for `pid`'s executable from `recorder`'s profile and returns
-// a summary: functions, bytes, sampled CPU accepted, rejections by reason.
+// its summary. Only where nothing is injected (dynimize = false): an
+// injection reports its own plan (Injection::plan), so the jit is not run
+// twice on a loaded host.
 Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder);
 
 }  // namespace dyni

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "dynid/cache_plan.h"
 #include "dynid/inject/cache_contents.h"
 #include "dynid/inject/executable.h"
 #include "dynid/inject/frames_registration.h"
@@ -100,8 +101,11 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   if (!stat) return std::unexpected(stat.error());
   out.start_time = stat->start_time;
   if (auto same = same_image(*stat, req.image); !same) return std::unexpected(same.error());
+  const auto t0 = std::chrono::steady_clock::now();
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
+  out.plan = plan_summary(p->planned.plan, p->exe.module->path,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (auto worth = worth_injecting(req, *p, out.skipped); !worth) return std::unexpected(worth.error());
   auto mapped = map_in_window(req, *p, out);
   if (!mapped) return std::unexpected(mapped.error());

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/cache_record.h"
@@ -95,6 +97,7 @@ struct Injection {
   std::string build_id, module;
   uint64_t module_bias = 0;  // value sites count run-time targets: less this, link-time ones
   std::vector<CopyRange> copies;
+  nlohmann::json plan;  // the jit's plan, summarized (cache_plan.h plan_summary)
   std::size_t promoted_calls = 0;  // indirect calls promoted to guarded direct calls (jit/promotion.h)
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;

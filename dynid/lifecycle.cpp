@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "common/log.h"
 #include "common/paths.h"
@@ -50,6 +51,21 @@ std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts) {
   for (const auto& [entry, c] : counts.functions)
     if (std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; })) out.push_back(entry);
   return out;
+}
+
+// The share of the hot set's samples in functions `in` copied, in percent.
+// A plan laid out by counts was given no samples: its own share says nothing.
+double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& in) {
+  std::set<uint64_t> copied;
+  for (const CopyRange& c : in.copies) copied.insert(c.original_entry - in.module_bias);
+  uint64_t hot = 0, got = 0;
+  for (uint64_t start : profile.hot_set(kHotSetShare)) {
+    auto f = profile.functions.find(start);
+    uint64_t samples = f == profile.functions.end() ? 0 : f->second.samples;
+    hot += samples;
+    if (copied.contains(start)) got += samples;
+  }
+  return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
 }
 
 }  // namespace
@@ -111,13 +127,12 @@ void TargetLifecycle::run_pipeline() {
   }
   // Not moved on (license gone, target replaced): nothing more to do.
   if (!move(TargetState::Profiling, TargetState::Dynimizing, "hot set found")) return;
-  plan_cache();
-  if (stop_) return;
   if (!dynimize_.dynimize) {
+    plan_cache();
     log::info("target {} pid {}: dynimize = false in the config: the plan is not injected", name_, pid_);
     return;
   }
-  dynimize();
+  dynimize();  // reports the plan it injected (-profile's "jit")
 }
 
 // A target that holds a cache with a record for its executable was dynimized
@@ -202,6 +217,7 @@ void TargetLifecycle::dynimize() {
     recorder = recorder_.get();
   }
   Result<Injection> injected = fail("not injected");
+  double share_copied = 0;
   try {
     auto exe = executable_profile(pid_, *recorder);
     if (!exe) {
@@ -241,6 +257,7 @@ void TargetLifecycle::dynimize() {
       if (counted) request.replacing = &counting_->injection();
     }
     injected = inject_executable(request);
+    if (injected) share_copied = sampled_share_copied(exe->profile, *injected);
     end_counting();  // what the optimized cache did not re-point goes back; counters off
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
@@ -258,6 +275,12 @@ void TargetLifecycle::dynimize() {
   if (error.empty() && injected->patched.empty())
     error = "no entry could be patched" + first_reason(injected->skipped);
   Injection& kept = *injected;
+  if (!kept.plan.is_null()) {
+    std::lock_guard lock(mutex_);
+    plan_ = kept.plan;
+    plan_["injected"] = true;
+    plan_["sampled_cpu_accepted_percent"] = share_copied;
+  }
   {
     std::lock_guard lock(injection_mutex_);
     injection_ = std::move(kept);

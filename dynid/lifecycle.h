@@ -47,7 +47,7 @@ struct DynimizeOptions {
   bool counting = true;  // [options] counting
   std::chrono::seconds counting_min{1};  // [options] counting_min_seconds
   std::chrono::seconds counting_max{5};  // [options] counting_max_seconds
-  int counting_duty_percent = 50;         // [options] counting_duty_percent
+  int counting_duty_percent = 33;         // [options] counting_duty_percent
 };
 
 class TargetLifecycle {

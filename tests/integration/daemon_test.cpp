@@ -503,6 +503,15 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_EQ(by_counts["original"]["instructions"], by_counts["laid_out"]["instructions"]) << "the same counts";
   EXPECT_GT(by_counts["original"]["ext_tsp"].get<double>(), 0.0);
   EXPECT_NE(host.dyni({"-profile=" + std::to_string(hot)}).out.find("what the counts say"), std::string::npos);
+  // The plan reported is the one injected: the jit did not plan the hot set
+  // a second time just for the report.
+  nlohmann::json plan =
+      nlohmann::json::parse(host.dyni({"-profile=" + std::to_string(hot), "-json"}).out)["profile"]["jit"];
+  EXPECT_EQ(plan.value("injected", false), true) << plan.dump();
+  EXPECT_EQ(plan.value("functions", 0), d["functions_copied"].get<int>()) << plan.dump();
+  EXPECT_GE(plan.value("sampled_cpu_accepted_percent", 0.0), 90.0) << plan.dump();
+  EXPECT_EQ(host.log().find("(not injected yet)"), std::string::npos) << host.log();
+  EXPECT_NE(host.dyni({"-profile=" + std::to_string(hot)}).out.find("entries to patch (injected)"), std::string::npos);
 
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.err;

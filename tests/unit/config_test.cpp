@@ -42,7 +42,7 @@ TEST(Config, DefaultsWhenOptionsAbsent) {
   EXPECT_EQ(c->busy_threshold_percent, 50);
   EXPECT_EQ(c->busy_window_ms, 3000);
   EXPECT_EQ(c->license_public_key, "");
-  EXPECT_EQ(c->counting_duty_percent, 50);
+  EXPECT_EQ(c->counting_duty_percent, 33);
 }
 
 TEST(Config, CountingDutyIsAShareOfTheTime) {
