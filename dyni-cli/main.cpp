@@ -119,7 +119,9 @@ int print_profile(const protocol::Response& response, bool json) {
                                " ({})\n",
                                jit.value("functions", 0), jit.value("sampled_cpu_accepted_percent", 0.0),
                                jit.value("cache_bytes", 0) / 1024, jit.value("entries_patched", 0),
-                               jit.value("injected", false) ? "injected" : "not injected yet");
+                               jit.value("tier", "") == "counting" ? "counting copies, injected"
+                               : jit.value("injected", false)      ? "injected"
+                                                                   : "not injected yet");
   }
   if (p.contains("layout_by_counts")) {
     std::cout << "what the counts say (99 % of the executed instructions):\n";

@@ -66,11 +66,13 @@ std::chrono::milliseconds CountingPhase::pause_for(int duty_percent) {
 
 Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::function<bool()>& stopping) {
   const auto t0 = Clock::now();
+  const auto elapsed = [&] { return Clock::now() - t0; };
   {
     std::lock_guard lock(mutex_);
     duty_percent_ = std::clamp(bounds.duty_percent, 1, 100);
     on_since_ = t0;
   }
+  bool bursts = bounds.duty_percent < 100;  // off for good once a pause or a resume is missed
   std::vector<uint64_t> previous;
   int stable_reads = 0;
   for (;;) {
@@ -82,6 +84,9 @@ Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::
         end_locked();
         return fail("dynid is stopping");
       }
+      // In bursts the pause starts before the read: a slow read (below)
+      // does not lengthen the burst.
+      if (bursts && !pause_locked()) bursts = false;
     }
     // Outside the lock, which -status needs: reading the target's memory
     // waits for its mmap lock, which the target's own threads may hold for
@@ -98,25 +103,28 @@ Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::
       end_locked();
       return fail("counters unreadable: " + counts.error().message());
     }
-    seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+    seconds_ = std::chrono::duration<double>(elapsed()).count();
     std::vector<uint64_t> now = flatten(*counts);
     total_ = 0;
     for (uint64_t v : now) total_ += v;
     last_distance_ = distance(previous, now);
     stable_reads = last_distance_ < kStableDistance ? stable_reads + 1 : 0;
     previous = std::move(now);
-    stable_ = stable_reads >= 2 && Clock::now() - t0 >= bounds.minimum;
-    if (stable_ || Clock::now() - t0 >= bounds.ceiling) {
+    stable_ = stable_reads >= 2 && elapsed() >= bounds.minimum;
+    // A burst that would end past the ceiling is not begun.
+    const auto next_burst_ends = elapsed() + (bursts ? pause_for(duty_percent_) : std::chrono::milliseconds(0)) + kReadInterval;
+    if (stable_ || elapsed() >= bounds.ceiling || (bursts && next_burst_ends > bounds.ceiling)) {
       // The optimized cache is built on the original code, not on counting copies.
       pause_locked();
+      stop_clock();
       counts->seconds = counting_seconds_;
       phase_ = stable_ ? "counted: stable" : "counted: ceiling reached";
       return counts;
     }
-    if (duty_percent_ == 100) continue;
-    pause_locked();
+    if (!bursts) continue;
     lock.unlock();
-    if (!wait_paused(pause_for(duty_percent_), stopping)) {
+    const auto pause_left = std::max(std::chrono::milliseconds(0), pause_for(duty_percent_) - took);
+    if (!wait_paused(pause_left, stopping)) {
       lock.lock();
       if (stopped_) return fail("stopped by dyni -undo");
       end_locked();
@@ -124,22 +132,35 @@ Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::
     }
     lock.lock();
     if (stopped_) return fail("stopped by dyni -undo");
-    resume_locked();
+    if (stopping()) {
+      end_locked();
+      return fail("dynid is stopping");
+    }
+    if (!resume_locked()) {  // nothing leads to the counting copies: these counts are all there will be
+      bursts = false;
+      counts->seconds = counting_seconds_;
+      phase_ = "counted: counting could not resume";
+      return counts;
+    }
   }
 }
 
 // undo_patches writes only where the counting jump still is. When the
 // window is missed the entries stay on the counting copies: no pause.
-void CountingPhase::pause_locked() {
-  if (paused_ || ended_) return;
-  if (auto undone = undo_patches(counting_); !undone) {
-    log::debug("counting cache at {:#x} of pid {}: no pause: {}", counting_.cache.addr, counting_.pid,
-               undone.error().message());
-    return;
+bool CountingPhase::pause_locked() {
+  if (paused_ || ended_) return true;
+  const auto t0 = Clock::now();
+  auto undone = undo_patches(counting_, /*one_window=*/true);
+  longest_pause_ = std::max(longest_pause_, Clock::now() - t0);
+  if (!undone) {
+    log::info("counting cache at {:#x} of pid {}: no pause ({}): counting goes on without pauses",
+              counting_.cache.addr, counting_.pid, undone.error().message());
+    return false;
   }
   paused_ = true;
   ++pauses_;
   stop_clock();
+  return true;
 }
 
 void CountingPhase::stop_clock() {
@@ -148,18 +169,23 @@ void CountingPhase::stop_clock() {
   clock_running_ = false;
 }
 
-// Never after end_locked() or stop(): an ended counting cache never comes back.
-void CountingPhase::resume_locked() {
-  if (!paused_ || ended_ || stopped_) return;
+// Never after end_locked() or stop(): an ended counting cache never comes
+// back. In one window: entries that must wait stay on the file's bytes.
+bool CountingPhase::resume_locked() {
+  if (!paused_ || ended_ || stopped_) return false;
+  const auto t0 = Clock::now();
   auto again = resume_counting(counting_);
+  longest_resume_ = std::max(longest_resume_, Clock::now() - t0);
   entries_resumed_ = again ? again->patched.size() : 0;
   if (!again || !again->error.empty() || entries_resumed_ < counting_.patched.size())
-    log::debug("counting cache at {:#x} of pid {}: {} of {} entries patched in again{}{}", counting_.cache.addr,
-               counting_.pid, entries_resumed_, counting_.patched.size(), again ? "" : ": ",
-               again ? again->error : again.error().message());
+    log::info("counting cache at {:#x} of pid {}: {} of {} entries patched in again{}{}", counting_.cache.addr,
+              counting_.pid, entries_resumed_, counting_.patched.size(), again ? "" : ": ",
+              again ? again->error : again.error().message());
+  if (entries_resumed_ == 0) return false;  // still paused, the clock stopped
   paused_ = false;
   on_since_ = Clock::now();
   clock_running_ = true;
+  return true;
 }
 
 bool CountingPhase::wait_paused(std::chrono::milliseconds how_long, const std::function<bool()>& stopping) {
@@ -167,7 +193,7 @@ bool CountingPhase::wait_paused(std::chrono::milliseconds how_long, const std::f
   const auto until = Clock::now() + how_long;
   while (Clock::now() < until) {
     std::this_thread::sleep_for(std::min<Clock::duration>(kStep, until - Clock::now()));
-    if (stopping() || stopped_) return false;
+    if (stopping()) return false;  // not stopped_: a failed stop() sets it for a moment
   }
   return true;
 }
@@ -249,6 +275,9 @@ nlohmann::json CountingPhase::current_json() const {
           {"duty_percent", duty_percent_},
           {"paused", paused_},
           {"pauses", pauses_},
+          {"entries_resumed", entries_resumed_},
+          {"longest_pause_ms", std::chrono::duration<double, std::milli>(longest_pause_).count()},
+          {"longest_resume_ms", std::chrono::duration<double, std::milli>(longest_resume_).count()},
           {"functions", counting_.counted.size()},
           {"entries_patched", counting_.patched.size()},
           {"counter_sites", counting_.counter_sites.size()},

@@ -87,10 +87,15 @@ class CountingPhase {
  private:
   explicit CountingPhase(Injection counting) : counting_(std::move(counting)) {}
   bool end_locked();
-  void pause_locked();   // the entries back to the file's bytes: no thread enters counting copies
-  void resume_locked();  // patched in again, where the live checks allow
+  // The entries back to the file's bytes (no thread enters counting copies
+  // then), in one window; false when it was missed.
+  bool pause_locked();
+  // Patched in again where the live checks allow, in one window; false when
+  // none was (still paused).
+  bool resume_locked();
   void stop_clock();     // counting_seconds_ takes the time since on_since_
-  // Sleeps `how_long` in short steps; false when stopped or stopping meanwhile.
+  // Sleeps `how_long` in short steps; false when dynid is stopping meanwhile
+  // (a stop() meanwhile is seen under the lock afterwards).
   bool wait_paused(std::chrono::milliseconds how_long, const std::function<bool()>& stopping);
 
   nlohmann::json current_json() const;  // under mutex_
@@ -109,6 +114,7 @@ class CountingPhase {
   bool clock_running_ = true;
   double counting_seconds_ = 0;  // while entries led to the counting copies
   std::size_t pauses_ = 0, entries_resumed_ = 0;
+  std::chrono::steady_clock::duration longest_pause_{}, longest_resume_{};  // wall time, windows included
   bool stable_ = false;
   std::size_t sites_off_ = 0;
   uint64_t total_ = 0;  // every counter summed, at the last read

@@ -143,7 +143,10 @@ Result<std::size_t> counters_off(const Injection& counting);
 
 // Puts back the original bytes of every patched entry whose live bytes are
 // still dyni's jump, in one stop window. The cache stays mapped (I8).
-Status undo_patches(const Injection& injection);
+// `one_window`: the stop is tried once, not five times 200 ms apart, and
+// not at all when no entry holds dyni's jump (a counting phase's pauses,
+// which may be skipped).
+Status undo_patches(const Injection& injection, bool one_window = false);
 // Writes dyni's jump again where the live bytes are the original ones, after
 // the same live checks as the first time (A/B benchmarks on one process);
 // entries still patched count as patched. Returns what is patched and what
@@ -151,9 +154,10 @@ Status undo_patches(const Injection& injection);
 // may be patched).
 Result<Injection> redo_patches(const Injection& injection);
 // The same for a counting cache paused by its own phase (counting_phase.h:
-// its entries put back between bursts of counting). Only the dynid running
-// that phase calls it, before the phase ends: a counting cache found in a
-// target, or ended, is never patched in again (redo_patches refuses it).
+// its entries put back between bursts of counting), in one window: entries
+// that must wait stay paused. Only the dynid running that phase calls it,
+// before the phase ends: a counting cache found in a target, or ended, is
+// never patched in again (redo_patches refuses it).
 Result<Injection> resume_counting(const Injection& counting);
 
 // The Injection a cache's record describes (a cache found in the target by

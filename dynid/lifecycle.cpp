@@ -313,6 +313,12 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
     std::lock_guard lock(counting_mutex_);
     counting_ = std::move(*phase);
   }
+  if (!counting->injection().plan.is_null()) {  // -profile's plan until the optimized one replaces it
+    std::lock_guard lock(mutex_);
+    plan_ = counting->injection().plan;
+    plan_["injected"] = true;
+    plan_["tier"] = "counting";
+  }
   log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites; at most {} s, counting {} % "
             "of the time",
             name_, pid_, counting->injection().patched.size(), counting->injection().counter_sites.size(),

@@ -23,7 +23,6 @@ using namespace std::chrono_literals;
 // uninterruptible sleep: fsync, a vfork parent) is given up and tried again
 // later: the stopped threads must not wait long.
 constexpr auto kStopTimeout = kWindowStopTimeout;
-constexpr int kPatchWindows = 5;  // windows a site may wait for, then it is skipped
 // Call sites come in windows of their own, after the entries, so that a
 // target with thousands of them never stops long (I3).
 constexpr std::size_t kCallSitesPerWindow = 256;
@@ -133,9 +132,9 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
 
 }  // namespace
 
-// Up to kPatchWindows windows: sites that must wait are tried again.
-Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing) {
-  for (int window = 0; window < kPatchWindows && !pending.empty(); ++window) {
+// Up to `windows` windows: sites that must wait are tried again.
+Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing, int windows) {
+  for (int window = 0; window < windows && !pending.empty(); ++window) {
     auto checks = patch_window(out, pending, replacing, out.longest_window);
     out.longest_stop = std::max(out.longest_stop, out.longest_window.total);
     if (!checks) return std::unexpected(checks.error());
@@ -145,7 +144,7 @@ Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replace
       if (c.verdict == SiteVerdict::Patch) out.patched.push_back(pending[i]);
       if (c.verdict == SiteVerdict::LeaveAlone) out.skipped.push_back(fmt::format("{:#x}: {}", pending[i].addr, c.reason));
       if (c.verdict == SiteVerdict::Wait) {
-        if (window + 1 == kPatchWindows) out.skipped.push_back(fmt::format("{:#x}: {}", pending[i].addr, c.reason));
+        if (window + 1 == windows) out.skipped.push_back(fmt::format("{:#x}: {}", pending[i].addr, c.reason));
         again.push_back(pending[i]);
       }
     }
@@ -155,14 +154,15 @@ Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replace
   return ok();
 }
 
-Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, const Replaced& replacing) {
+Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, const Replaced& replacing,
+                      int windows) {
   std::vector<PatchRecord> entries, sites;
   for (const PatchRecord& p : patches) (p.kind == PatchKind::Entry ? entries : sites).push_back(p);
-  if (auto r = patch_all(std::move(entries), out, replacing); !r) return r;
+  if (auto r = patch_all(std::move(entries), out, replacing, windows); !r) return r;
   for (std::size_t at = 0; at < sites.size(); at += kCallSitesPerWindow) {
     auto from = sites.begin() + static_cast<std::ptrdiff_t>(at);
     std::vector<PatchRecord> chunk(from, from + static_cast<std::ptrdiff_t>(std::min(kCallSitesPerWindow, sites.size() - at)));
-    if (auto r = patch_all(std::move(chunk), out); !r) return r;
+    if (auto r = patch_all(std::move(chunk), out, {}, windows); !r) return r;
   }
   return ok();
 }
@@ -174,10 +174,14 @@ namespace dyni {
 using inject::patch_in_order;
 using inject::same_target_with_record;
 
-Status undo_patches(const Injection& in) {
+Status undo_patches(const Injection& in, bool one_window) {
   const pid_t pid = in.pid;
+  // Only dynid writes dyni's jumps: none there now, none there in the window.
+  if (one_window && std::none_of(in.patched.begin(), in.patched.end(),
+                                 [&](const PatchRecord& p) { return holds_jump(pid, p); }))
+    return ok();
   RaisedPriority priority;
-  auto w = stop_world(pid);
+  auto w = one_window ? WorldStop::stop(pid, kWindowStopTimeout) : stop_world(pid);
   if (!w) return std::unexpected(w.error());
   if (auto same = same_target_with_record(in); !same) return same;
   auto maps = profiler::read_maps(pid);
@@ -203,14 +207,14 @@ namespace {
 
 // Patches `in`'s entries and call sites again where the live bytes are the
 // file's, with the first injection's live checks; those still patched count.
-Injection patch_again(const Injection& in) {
+Injection patch_again(const Injection& in, int windows) {
   Injection again;
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   again.other_frames = in.other_frames;
   std::vector<PatchRecord> pending;
   for (const PatchRecord& p : in.patched)  // entries and call sites still patched need nothing
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
-  if (auto r = patch_in_order(pending, again); !r) again.error = r.error().message();
+  if (auto r = patch_in_order(pending, again, {}, windows); !r) again.error = r.error().message();
   return again;
 }
 
@@ -218,12 +222,12 @@ Injection patch_again(const Injection& in) {
 
 Result<Injection> redo_patches(const Injection& in) {
   if (in.tier == CacheTier::Counting) return fail("a counting cache is never patched in again");
-  return patch_again(in);
+  return patch_again(in, inject::kPatchWindows);
 }
 
 Result<Injection> resume_counting(const Injection& counting) {
   if (counting.tier != CacheTier::Counting) return fail("not a counting cache");
-  return patch_again(counting);
+  return patch_again(counting, 1);
 }
 
 }  // namespace dyni

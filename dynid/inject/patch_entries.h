@@ -21,15 +21,18 @@ namespace dyni::inject {
 // cache being replaced (a counting cache's), which the patch re-points.
 using Replaced = std::map<uint64_t, std::array<uint8_t, kPatchBytes>>;  // entry → the jump it may hold
 
-// Patches `pending` in up to kPatchWindows stop windows (sites that must
-// wait are tried again, 50 ms apart). What was patched goes to out.patched,
-// what was left alone, with why, to out.skipped; the longest window to
+// Patches `pending` in up to `windows` stop windows (sites that must wait
+// are tried again, 50 ms apart). What was patched goes to out.patched, what
+// was left alone, with why, to out.skipped; the longest window to
 // out.longest_window. Fails only when the target is gone or changed.
-Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing = {});
+inline constexpr int kPatchWindows = 5;
+Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing = {},
+                 int windows = kPatchWindows);
 
 // Entries first (patch_all), then call sites (jit/call_sites.h) in windows
 // of their own, a bounded number each: a call site is written only while
 // its callee's entry holds dyni's jump.
-Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, const Replaced& replacing = {});
+Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, const Replaced& replacing = {},
+                      int windows = kPatchWindows);
 
 }  // namespace dyni::inject

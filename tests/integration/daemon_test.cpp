@@ -585,11 +585,46 @@ TEST_F(Daemon, CountingRunsInBurstsWithTheOriginalCodeBetween) {
   EXPECT_LT(counting.value("counting_seconds", 99.0), 0.8 * counting.value("seconds", 0.0))
       << "the counting copies ran about half the phase: " << counting.dump();
   EXPECT_GT(counting.value("counting_seconds", 0.0), 1.0) << counting.dump();
+  EXPECT_GT(counting.value("entries_resumed", 0), 0) << counting.dump();
+  EXPECT_GT(counting.value("longest_resume_ms", 0.0), 0.0) << counting.dump();
   EXPECT_EQ(counting.value("phase", ""), "ended") << counting.dump();
   nlohmann::json d = target_json(host, hot)["dynimized"];
   EXPECT_NE(d.value("layout", "").find("by counts"), std::string::npos) << d.dump();
   EXPECT_FALSE(text_equals_file(hot, exe));
   EXPECT_EQ(caches_in(hot, CacheTier::Counting), 1u);
+  kill(hot, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
+}
+
+// -undo during a pause between bursts (duty 10 %: pauses of 4.5 s): the
+// target is undone on its original code, and the counting copies are never
+// patched in again by the phase, which ends.
+TEST_F(Daemon, UndoDuringACountingPauseEndsThePhaseForGood) {
+  const std::string options = std::string(kFastOptions) +
+                              "profile_min_samples = 500\nprofile_max_seconds = 10\n"
+                              "counting_min_seconds = 30\ncounting_max_seconds = 60\ncounting_duty_percent = 10\n";
+  start({"dyni-hot-pau"}, options);
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-pau");
+  pid_t hot = host.spawn({exe, "120", "2"});
+  ASSERT_TRUE(host.wait_for([&](const nlohmann::json& j) {
+    for (const auto& t : j.value("targets", nlohmann::json::array()))
+      if (t["pid"] == hot && t.value("counting", nlohmann::json()).is_object())
+        return t["counting"].value("paused", false) && t["counting"].value("pauses", 0) >= 1;
+    return false;
+  }, 60s)) << host.state_of(hot) << host.log();
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_NE(undo.out.find("counting stopped, original code restored"), std::string::npos) << undo.out;
+  EXPECT_EQ(host.state_of(hot), "undone");
+  for (int i = 0; i < 30; ++i, std::this_thread::sleep_for(100ms))  // past where the pause would have ended
+    ASSERT_TRUE(text_equals_file(hot, exe)) << "the counting copies came back after -undo";
+  nlohmann::json counting = target_json(host, hot)["counting"];
+  EXPECT_EQ(counting.value("phase", ""), "stopped by dyni -undo") << counting.dump();
+  EXPECT_GE(counting.value("counter_sites_off", 0) + 8, counting.value("counter_sites", 0)) << counting.dump();
+  EXPECT_GT(counting.value("longest_pause_ms", 0.0), 0.0) << counting.dump();
+  EXPECT_EQ(caches_in(hot), 0u) << "no optimized cache was made";
   kill(hot, SIGTERM);
   int status = 0;
   ASSERT_EQ(waitpid(hot, &status, 0), hot);
