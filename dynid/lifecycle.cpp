@@ -258,7 +258,8 @@ void TargetLifecycle::dynimize() {
     }
     injected = inject_executable(request);
     if (injected) share_copied = sampled_share_copied(exe->profile, *injected);
-    end_counting();  // what the optimized cache did not re-point goes back; counters off
+    end_counting();
+    if (counts) save_counts(*counts);  // what the optimized cache did not re-point goes back; counters off
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
     end_counting();  // never left counting: its entries back, its counters off
@@ -329,13 +330,19 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
   nlohmann::json state = counting->to_json();
   log::info("target {} pid {}: counted for {:.1f} s in a phase of {:.1f} s ({} pauses): {}", name_, pid_,
             counts->seconds, state.value("seconds", 0.0), state.value("pauses", 0), state.value("phase", ""));
-  // The latest counts of each listed name, for dyni-scan --counts (one file a name: bounded).
+  return counts;
+}
+
+// The latest counts of each listed name, for dyni-scan --counts (one file a
+// name: bounded). After the switch: writing them took 1-2 s on a loaded host.
+void TargetLifecycle::save_counts(const jit::ModuleCounts& counts) {
+  std::lock_guard lock(counting_mutex_);
+  if (!counting_) return;
   std::string file = name_;
   std::replace(file.begin(), file.end(), '/', '_');
-  counting->save_counts(*counts, paths::state_dir() + "/counts/" + file + ".json");
-  if (auto j = counting->to_json(); !j["counts_file_error"].get<std::string>().empty())
+  counting_->save_counts(counts, paths::state_dir() + "/counts/" + file + ".json");
+  if (auto j = counting_->to_json(); !j["counts_file_error"].get<std::string>().empty())
     log::warn("target {} pid {}: counts not saved: {}", name_, pid_, j["counts_file_error"].get<std::string>());
-  return counts;
 }
 
 // Ends the counting phase, if any, retrying a few windows apart: a thread in

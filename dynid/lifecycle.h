@@ -97,6 +97,7 @@ class TargetLifecycle {
   void settle_after_failure(TargetState from, const std::string& reason);
   void dynimize();
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
+  void save_counts(const jit::ModuleCounts& counts);
   void end_counting();
   std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);
