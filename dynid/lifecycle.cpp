@@ -17,6 +17,7 @@
 #include "dynid/cache_plan.h"
 #include "dynid/cache_scan.h"
 #include "dynid/counting_phase.h"
+#include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
 #include "elf/elf_file.h"
 
@@ -276,6 +277,7 @@ void TargetLifecycle::dynimize() {
   if (error.empty() && injected->patched.empty())
     error = "no entry could be patched" + first_reason(injected->skipped);
   Injection& kept = *injected;
+  if (!kept.copies.empty()) note_perf_map(kept.copies);
   if (!kept.plan.is_null()) {
     std::lock_guard lock(mutex_);
     plan_ = kept.plan;
@@ -314,6 +316,7 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
     std::lock_guard lock(counting_mutex_);
     counting_ = std::move(*phase);
   }
+  note_perf_map(counting->injection().copies);
   if (!counting->injection().plan.is_null()) {  // -profile's plan until the optimized one replaces it
     std::lock_guard lock(mutex_);
     plan_ = counting->injection().plan;
@@ -331,6 +334,15 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
   log::info("target {} pid {}: counted for {:.1f} s in a phase of {:.1f} s ({} pauses): {}", name_, pid_,
             counts->seconds, state.value("seconds", 0.0), state.value("pauses", 0), state.value("phase", ""));
   return counts;
+}
+
+// perf's map of these copies (perf_map.h): -status -json says where, or why not.
+void TargetLifecycle::note_perf_map(const std::vector<CopyRange>& copies) {
+  auto written = write_perf_map(pid_, start_time_, copies);
+  if (!written) log::warn("target {} pid {}: perf map: {}", name_, pid_, written.error().message());
+  std::lock_guard lock(injection_mutex_);
+  perf_map_ = written ? *written : "";
+  perf_map_error_ = written ? "" : written.error().message();
 }
 
 // The latest counts of each listed name, for dyni-scan --counts (one file a
@@ -489,6 +501,8 @@ nlohmann::json TargetLifecycle::injection_json() const {
                      {"unmapped", false},
                      {"kept_because", kCacheKeptBecause}}},
           {"frames_registered", in.frames_registered},
+          {"perf_map", perf_map_.empty() ? nlohmann::json(nullptr) : nlohmann::json(perf_map_)},
+          {"perf_map_error", perf_map_error_},
           {"layout", layout_},
           {"longest_stop_ms", in.longest_stop.count() / 1000.0},
           {"longest_patch_window", {{"threads", in.longest_window.threads},

@@ -98,6 +98,7 @@ class TargetLifecycle {
   void dynimize();
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
   void save_counts(const jit::ModuleCounts& counts);
+  void note_perf_map(const std::vector<CopyRange>& copies);
   void end_counting();
   std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);
@@ -111,6 +112,7 @@ class TargetLifecycle {
   pid_t pid_;
   uint64_t start_time_;
   std::string layout_;  // how the copies' blocks were laid out (injection_json)
+  std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
   uint64_t image_;
   std::string name_;
   TargetTable& table_;

@@ -3,12 +3,15 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "common/errno_text.h"
 #include "common/file_io.h"
 #include "dynid/cache_scan.h"
 #include "jit/module_counts.h"
@@ -692,6 +695,72 @@ TEST_F(Daemon, UndoAndStopDuringCountingPutTheOriginalCodeBack) {
 // A CPU-bound program with one thread that never makes a system call: the
 // cache's frames are registered through that thread, stopped in its own
 // code; its results stay right.
+// perf's map (dynid/perf_map.h): a target's /tmp/perf-PID.map names its
+// copies "<function> [dyni]" at their addresses in dyni's caches; a map left
+// by a dead process with the same pid is replaced; a symlink planted at the
+// name is never followed (the file it points to stays as it was).
+TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
+  start({"dyni-hot-map"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-map");
+  pid_t planted = host.spawn({exe, "60", "0"});
+  const std::string planted_map = "/tmp/perf-" + std::to_string(planted) + ".map";
+  const std::string victim = host.dir() + "/victim";
+  ASSERT_TRUE(write_file_atomic(victim, "victim\n", 0644));
+  ::unlink(planted_map.c_str());
+  ASSERT_EQ(::symlink(victim.c_str(), planted_map.c_str()), 0) << errno_text();
+  pid_t stale = host.spawn({exe, "60", "0"});
+  const std::string stale_map = "/tmp/perf-" + std::to_string(stale) + ".map";
+  ::unlink(stale_map.c_str());
+  ASSERT_TRUE(write_file_atomic(stale_map, "1000 10 a dead process's function\n", 0644));
+  struct timespec an_hour_ago[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, stale_map.c_str(), an_hour_ago, 0), 0);
+  struct Remove {
+    std::vector<std::string> paths;
+    ~Remove() { for (const auto& p : paths) ::unlink(p.c_str()); }
+  } remove{{planted_map, stale_map}};
+  ASSERT_TRUE(host.wait_for_state(planted, "dynimized", 40s)) << host.state_of(planted) << host.log();
+  ASSERT_TRUE(host.wait_for_state(stale, "dynimized", 40s)) << host.state_of(stale) << host.log();
+
+  nlohmann::json d = target_json(host, planted)["dynimized"];
+  EXPECT_TRUE(d["perf_map"].is_null()) << d.dump();
+  EXPECT_NE(d.value("perf_map_error", ""), "") << d.dump();
+  auto victim_now = read_file(victim, 4096);
+  ASSERT_TRUE(victim_now);
+  EXPECT_EQ(*victim_now, "victim\n") << "dynid wrote through a symlink";
+
+  d = target_json(host, stale)["dynimized"];
+  EXPECT_EQ(d.value("perf_map", ""), stale_map) << d.dump();
+  auto map = read_file(stale_map, 1 << 20);
+  ASSERT_TRUE(map) << map.error().message();
+  EXPECT_EQ(map->find("a dead process's function"), std::string::npos) << "the dead process's map was kept";
+  EXPECT_NE(map->find("hot_work"), std::string::npos) << *map;
+  // Every line a copy in one of the target's anonymous executable mappings (dyni's caches).
+  auto maps = profiler::read_maps(stale);
+  ASSERT_TRUE(maps);
+  std::istringstream lines(*map);
+  std::string line;
+  int copies = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    uint64_t start = 0, size = 0;
+    fields >> std::hex >> start >> size;
+    EXPECT_TRUE(line.size() > 7 && line.substr(line.size() - 7) == " [dyni]") << line;
+    bool in_cache = false;
+    for (const auto& m : *maps) in_cache |= m.path.empty() && m.executable && start >= m.start && start + size <= m.end;
+    EXPECT_TRUE(in_cache) << line;
+    ++copies;
+  }
+  EXPECT_GE(copies, 15) << *map;
+  struct stat st{};
+  ASSERT_EQ(::stat(stale_map.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, ::geteuid()) << "owned as the target would own it";
+  for (pid_t p : {planted, stale}) {
+    kill(p, SIGTERM);
+    int status = 0;
+    waitpid(p, &status, 0);
+  }
+}
+
 TEST_F(Daemon, AProgramWhoseOnlyThreadIsBusyIsDynimized) {
   start({"dyni-hot-one"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-one");
