@@ -2,12 +2,15 @@
 #include "dynid/perf_map.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -32,30 +35,112 @@ std::vector<uint64_t> status_field(pid_t pid, const std::string& name) {
 }
 
 // When the process started, in seconds since the epoch (boot time + its start in ticks).
-Result<double> started_at(uint64_t start_time) {
+double started_at(uint64_t start_time) {
   std::ifstream in("/proc/stat");
   std::string key;
   uint64_t btime = 0;
   while (in >> key)
     if (key == "btime" && in >> btime) break;
-  if (!btime) return fail("no btime in /proc/stat");
   return static_cast<double>(btime) + static_cast<double>(start_time) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-// Checks an open map: a regular file with one link, owned by `uid`.
-Status plain_file_of(int fd, uid_t uid) {
+bool same_process(pid_t pid, uint64_t start_time) {
+  auto s = read_proc_stat("/proc", pid);
+  return s && s->start_time == start_time;
+}
+
+// The calling thread's filesystem uid and gid are the target's while it
+// lives: the kernel then checks every step (the sticky /tmp, who may unlink
+// what) as for a JIT in the target, and files it creates are the target's.
+// setfsuid is per thread (the raw system calls; glibc does not broadcast them).
+class TargetFsIds {
+ public:
+  TargetFsIds(uid_t uid, gid_t gid) {
+    ::syscall(SYS_setfsgid, gid);
+    ::syscall(SYS_setfsuid, uid);
+  }
+  ~TargetFsIds() {
+    ::syscall(SYS_setfsuid, 0);
+    ::syscall(SYS_setfsgid, 0);
+  }
+  TargetFsIds(const TargetFsIds&) = delete;
+  TargetFsIds& operator=(const TargetFsIds&) = delete;
+};
+
+// `path` below the target's root `root`, resolved inside it: no symlink at
+// any step, no jump out of that root, no magic link.
+int open_in_root(int root, const std::string& path, uint64_t flags, uint64_t mode) {
+  open_how how{};
+  how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
+  how.mode = mode;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
+}
+
+// Whether process `pid` holds the file (dev, ino) open; true when that
+// cannot be told (its fds unreadable): the file is then left alone.
+bool held_open_by(pid_t pid, dev_t dev, ino_t ino) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    struct stat st{};
+    if (::stat(e.path().c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino) return true;
+  }
+  return static_cast<bool>(ec);
+}
+
+// An existing map, opened to append only when it is a plain file of the
+// target's owner that the target does not hold open (a JIT in it writing
+// its own map at its own offset would overwrite dyni's lines, or cut one):
+// looked at through an O_PATH descriptor first (no device or FIFO is ever
+// opened), then reopened through it. -1: a dead process's map, to be made anew.
+Result<int> open_existing(pid_t pid, int root, const std::string& path, uid_t uid, double started) {
+  int at = open_in_root(root, path, O_PATH, 0);
+  if (at < 0) return fail(errno_text());
   struct stat st{};
-  if (::fstat(fd, &st) != 0) return fail("fstat: " + errno_text());
-  if (!S_ISREG(st.st_mode)) return fail("not a regular file");
-  if (st.st_nlink != 1) return fail("it has other links");
-  if (st.st_uid != uid) return fail(fmt::format("owned by uid {}, not the target's {}", st.st_uid, uid));
+  std::string why;
+  if (::fstat(at, &st) != 0) why = "fstat: " + errno_text();
+  else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+  else if (st.st_nlink != 1) why = "it has other links";
+  else if (st.st_uid != uid) why = fmt::format("owned by uid {}, not the target's {}", st.st_uid, uid);
+  else if (held_open_by(pid, st.st_dev, st.st_ino)) why = "the target's own JIT keeps this map (it holds it open)";
+  if (!why.empty()) {
+    ::close(at);
+    return fail(why);
+  }
+  // Older than the process: a dead process's with the same pid. Removed (as
+  // the target's owner, who may) and made anew by the caller.
+  if (static_cast<double>(st.st_mtim.tv_sec) < started - 2) {
+    ::close(at);
+    return -1;
+  }
+  int fd = ::open(fmt::format("/proc/self/fd/{}", at).c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  const int err = errno;
+  ::close(at);
+  if (fd < 0) return fail(errno_text(err));
+  return fd;
+}
+
+Status write_whole(int fd, const std::string& text) {
+  for (std::size_t at = 0; at < text.size();) {  // one write of whole lines, but for a short one
+    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("write: " + errno_text());
+    at += static_cast<std::size_t>(n);
+  }
   return ok();
+}
+
+// Whatever a symbol holds, one line of the map: no control byte.
+std::string printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
 }
 
 }  // namespace
 
 std::string perf_map_line(const CopyRange& c) {
-  return fmt::format("{:x} {:x} {} [dyni]\n", c.cache_addr, c.size, c.name);
+  return fmt::format("{:x} {:x} {} [dyni]\n", c.cache_addr, c.size, printable(c.name));
 }
 
 Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::vector<CopyRange>& copies) {
@@ -65,48 +150,41 @@ Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::ve
   const uid_t uid = static_cast<uid_t>(uids[1]);  // effective, as a JIT in it would create files
   const gid_t gid = static_cast<gid_t>(gids[1]);
   const uint64_t nspid = nspids.empty() ? static_cast<uint64_t>(pid) : nspids.back();  // perf names it so
-  const std::string name = fmt::format("perf-{}.map", nspid);
-  // Its /tmp, in its mount namespace (a unit's PrivateTmp= included).
-  int dir = ::open(fmt::format("/proc/{}/root/tmp", pid).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return fail("its /tmp: " + errno_text());
-  auto close_dir = [&] { ::close(dir); };
-  auto started = started_at(start_time);
-  if (!started) {
-    close_dir();
-    return std::unexpected(started.error());
+  const std::string path = fmt::format("tmp/perf-{}.map", nspid);
+  // Its root, in its mount namespace (a unit's PrivateTmp= included); the
+  // same process before and after (a pid reused meanwhile is another's).
+  int root = ::open(fmt::format("/proc/{}/root", pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return fail("its root: " + errno_text());
+  if (!same_process(pid, start_time)) {
+    ::close(root);
+    return fail("the process is gone");
   }
-  // A map older than the process is a dead one's with the same pid.
-  struct stat old{};
-  if (::fstatat(dir, name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(old.st_mode) &&
-      static_cast<double>(old.st_mtim.tv_sec) + old.st_mtim.tv_nsec / 1e9 < *started - 1)
-    (void)::unlinkat(dir, name.c_str(), 0);
-  bool created = true;
-  int fd = ::openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) {
-    created = false;
-    fd = ::openat(dir, name.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const double started = started_at(start_time);
+  Result<int> fd = fail("");
+  {
+    TargetFsIds as_target(uid, gid);
+    fd = open_in_root(root, path, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY | O_NONBLOCK, 0644);
+    if (*fd < 0 && errno == EEXIST) {
+      fd = open_existing(pid, root, path, uid, started);
+      if (fd && *fd < 0) {  // a dead process's: made anew
+        int dir = open_in_root(root, "tmp", O_PATH | O_DIRECTORY, 0);
+        if (dir >= 0 && ::unlinkat(dir, path.substr(4).c_str(), 0) == 0)
+          fd = open_in_root(root, path, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY | O_NONBLOCK, 0644);
+        else
+          fd = fail("a dead process's map could not be removed: " + errno_text());
+        if (dir >= 0) ::close(dir);
+      }
+    }
+    if (fd && *fd < 0) fd = fail(errno_text());
   }
-  const int open_errno = errno;
-  close_dir();
-  if (fd < 0) return fail(fmt::format("/tmp/{}: {}", name, errno_text(open_errno)));
-  Status usable = created ? (::fchown(fd, uid, gid) == 0 ? ok() : fail("fchown: " + errno_text())) : ok();
-  if (usable) usable = plain_file_of(fd, uid);
-  if (!usable) {
-    ::close(fd);
-    return fail(fmt::format("/tmp/{} left alone: {}", name, usable.error().message()));
-  }
+  ::close(root);
+  if (!fd) return fail(fmt::format("/{} left alone: {}", path, fd.error().message()));
   std::string text;
   for (const CopyRange& c : copies) text += perf_map_line(c);
-  Status written = ok();
-  for (std::size_t at = 0; written && at < text.size();) {  // one write, whole lines, but for a short one
-    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) written = fail("write: " + errno_text());
-    else at += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  if (!written) return fail(fmt::format("/tmp/{}: {}", name, written.error().message()));
-  return "/tmp/" + name;
+  Status written = write_whole(*fd, text);
+  ::close(*fd);
+  if (!written) return fail(fmt::format("/{}: {}", path, written.error().message()));
+  return "/" + path;
 }
 
 }  // namespace dyni

@@ -4,16 +4,24 @@
 // dynimized target shows the functions and not [unknown].
 //
 // The file lies at a predictable name in a world-writable directory, and
-// dynid is root; so it is opened relative to the target's /tmp, never
-// through a symlink (O_NOFOLLOW), never a FIFO or device (a regular file,
-// one link, checked on the open descriptor), and either created
-// exclusively and given to the target's owner, as a JIT in the target would
-// own it, or appended to when the target's owner already has one written
-// since the target started (its own JIT's map, which is kept: perf reads
-// both). A map older than the target is a dead process's with the same
-// pid: it is removed first, so it never names this process's code. The map
-// is left when the process exits (perf reads it at report time) and stays
-// true after -undo: the caches stay mapped (I8).
+// dynid is root. So:
+// - the target's root is opened through /proc/PID/root, and tmp/perf-N.map
+//   resolved inside it (openat2 RESOLVE_IN_ROOT, no symlink at any step, no
+//   magic link), with the thread's filesystem uid and gid the target's: the
+//   kernel checks each step as for a JIT in the target, and a file created
+//   is the target's. The process is checked to be the same (pid and start
+//   time) around the open of its root.
+// - a map is created exclusively (O_EXCL, O_NOCTTY, O_NONBLOCK). One that
+//   exists is looked at through an O_PATH descriptor first (no device or
+//   FIFO is ever opened): it is appended to only when it is a regular file
+//   with one link, of the target's owner, not held open by the target (dyni
+//   appends to its own map of this process). A map the target holds open is
+//   its own JIT's, which writes at its own offset: it is left alone, and
+//   -status says so. A map older than the target is a dead process's with
+//   the same pid: it is removed (as the target's owner) and made anew.
+// - function names lose their control bytes: one line a copy.
+// The map is left when the process exits (perf reads it at report time) and
+// stays true after -undo: the caches stay mapped (I8).
 #pragma once
 
 #include <sys/types.h>

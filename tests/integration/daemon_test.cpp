@@ -692,13 +692,11 @@ TEST_F(Daemon, UndoAndStopDuringCountingPutTheOriginalCodeBack) {
   }
 }
 
-// A CPU-bound program with one thread that never makes a system call: the
-// cache's frames are registered through that thread, stopped in its own
-// code; its results stay right.
 // perf's map (dynid/perf_map.h): a target's /tmp/perf-PID.map names its
 // copies "<function> [dyni]" at their addresses in dyni's caches; a map left
 // by a dead process with the same pid is replaced; a symlink planted at the
-// name is never followed (the file it points to stays as it was).
+// name is never followed (the file it points to stays as it was), and a FIFO
+// there is never opened.
 TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   start({"dyni-hot-map"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-map");
@@ -708,6 +706,10 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   ASSERT_TRUE(write_file_atomic(victim, "victim\n", 0644));
   ::unlink(planted_map.c_str());
   ASSERT_EQ(::symlink(victim.c_str(), planted_map.c_str()), 0) << errno_text();
+  pid_t fifo = host.spawn({exe, "60", "0"});
+  const std::string fifo_map = "/tmp/perf-" + std::to_string(fifo) + ".map";
+  ::unlink(fifo_map.c_str());
+  ASSERT_EQ(::mkfifo(fifo_map.c_str(), 0666), 0) << errno_text();
   pid_t stale = host.spawn({exe, "60", "0"});
   const std::string stale_map = "/tmp/perf-" + std::to_string(stale) + ".map";
   ::unlink(stale_map.c_str());
@@ -717,9 +719,13 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   struct Remove {
     std::vector<std::string> paths;
     ~Remove() { for (const auto& p : paths) ::unlink(p.c_str()); }
-  } remove{{planted_map, stale_map}};
+  } remove{{planted_map, stale_map, fifo_map}};
   ASSERT_TRUE(host.wait_for_state(planted, "dynimized", 40s)) << host.state_of(planted) << host.log();
   ASSERT_TRUE(host.wait_for_state(stale, "dynimized", 40s)) << host.state_of(stale) << host.log();
+  ASSERT_TRUE(host.wait_for_state(fifo, "dynimized", 40s)) << "a FIFO at the map's name must not hold dynid up: "
+                                                           << host.state_of(fifo) << host.log();
+  EXPECT_NE(target_json(host, fifo)["dynimized"].value("perf_map_error", "").find("not a regular file"),
+            std::string::npos) << target_json(host, fifo).dump();
 
   nlohmann::json d = target_json(host, planted)["dynimized"];
   EXPECT_TRUE(d["perf_map"].is_null()) << d.dump();
@@ -754,13 +760,44 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   struct stat st{};
   ASSERT_EQ(::stat(stale_map.c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, ::geteuid()) << "owned as the target would own it";
-  for (pid_t p : {planted, stale}) {
+  for (pid_t p : {planted, stale, fifo}) {
     kill(p, SIGTERM);
     int status = 0;
     waitpid(p, &status, 0);
   }
 }
 
+// perf's map goes where perf looks for the process: a target in a mount
+// namespace of its own, with a /tmp of its own (as PrivateTmp= gives a
+// unit), gets it in that /tmp, and the host's /tmp stays without one.
+TEST_F(Daemon, PerfMapGoesToTheTargetsOwnTmp) {
+  if (system("unshare --mount true 2>/dev/null") != 0)
+    GTEST_SKIP() << "cannot create mount namespaces here (unshare --mount failed)";
+  start({"dyni-hot-ns"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-ns");
+  // The program lies under the host's /tmp: it is reached through /mnt/d
+  // once a fresh tmpfs hides that /tmp.
+  pid_t hot = host.spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                          "mount -t tmpfs tmpfs /mnt && mkdir /mnt/d && mount --bind " + host.dir() +
+                              " /mnt/d && mount -t tmpfs tmpfs /tmp && exec /mnt/d/dyni-hot-ns 60 0"});
+  const std::string map = "/tmp/perf-" + std::to_string(hot) + ".map";
+  ::unlink(map.c_str());
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  nlohmann::json d = target_json(host, hot)["dynimized"];
+  EXPECT_EQ(d.value("perf_map", ""), map) << d.dump();
+  auto inside = read_file("/proc/" + std::to_string(hot) + "/root" + map, 1 << 20);
+  ASSERT_TRUE(inside) << inside.error().message();
+  EXPECT_NE(inside->find(" [dyni]\n"), std::string::npos) << *inside;
+  struct stat st{};
+  EXPECT_NE(::stat(map.c_str(), &st), 0) << "the map went to the host's /tmp";
+  kill(hot, SIGTERM);
+  int status = 0;
+  waitpid(hot, &status, 0);
+}
+
+// A CPU-bound program with one thread that never makes a system call: the
+// cache's frames are registered through that thread, stopped in its own
+// code; its results stay right.
 TEST_F(Daemon, AProgramWhoseOnlyThreadIsBusyIsDynimized) {
   start({"dyni-hot-one"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-one");
