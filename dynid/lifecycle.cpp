@@ -259,8 +259,8 @@ void TargetLifecycle::dynimize() {
     }
     injected = inject_executable(request);
     if (injected) share_copied = sampled_share_copied(exe->profile, *injected);
-    end_counting();
-    if (counts) save_counts(*counts);  // what the optimized cache did not re-point goes back; counters off
+    end_counting();  // what the optimized cache did not re-point goes back; counters off
+    if (counts) save_counts(*counts);
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
     end_counting();  // never left counting: its entries back, its counters off

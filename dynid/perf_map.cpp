@@ -15,22 +15,17 @@
 #include <sstream>
 
 #include "common/errno_text.h"
+#include "common/file_io.h"
 #include "dynid/proc_reader.h"
 
 namespace dyni {
 namespace {
 
-// A field of /proc/PID/status ("Uid:", "NSpid:"): its values.
-std::vector<uint64_t> status_field(pid_t pid, const std::string& name) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string line;
+// The numbers of a field of /proc/PID/status ("Uid:", "NSpid:").
+std::vector<uint64_t> numbers(const std::string& field) {
+  std::istringstream values(field);
   std::vector<uint64_t> out;
-  while (std::getline(in, line))
-    if (line.rfind(name, 0) == 0) {
-      std::istringstream values(line.substr(name.size()));
-      uint64_t v = 0;
-      while (values >> v) out.push_back(v);
-    }
+  for (uint64_t v = 0; values >> v;) out.push_back(v);
   return out;
 }
 
@@ -144,8 +139,10 @@ std::string perf_map_line(const CopyRange& c) {
 }
 
 Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::vector<CopyRange>& copies) {
-  std::vector<uint64_t> uids = status_field(pid, "Uid:"), gids = status_field(pid, "Gid:");
-  std::vector<uint64_t> nspids = status_field(pid, "NSpid:");
+  auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
+  if (!status) return fail("its status: " + status.error().message());
+  std::vector<uint64_t> uids = numbers(status_field(*status, "\nUid:")), gids = numbers(status_field(*status, "\nGid:"));
+  std::vector<uint64_t> nspids = numbers(status_field(*status, "\nNSpid:"));
   if (uids.size() < 2 || gids.size() < 2) return fail("its owner is unknown");
   const uid_t uid = static_cast<uid_t>(uids[1]);  // effective, as a JIT in it would create files
   const gid_t gid = static_cast<gid_t>(gids[1]);

@@ -89,4 +89,11 @@ std::string read_mount_namespace(const std::string& proc_root, pid_t pid) {
 
 std::vector<pid_t> list_pids(const std::string& proc_root) { return list_numeric_entries(proc_root); }
 
+std::string status_field(const std::string& status, std::string_view name) {
+  std::size_t at = status.find(name);
+  if (at == std::string::npos) return "";
+  std::size_t eol = status.find('\n', at);
+  return status.substr(at + name.size(), eol == std::string::npos ? std::string::npos : eol - at - name.size());
+}
+
 }  // namespace dyni

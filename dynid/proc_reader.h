@@ -6,11 +6,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
 
 namespace dyni {
+
+// The rest of the line after `name` (say "TracerPid:") in the text of a
+// /proc/.../status file, or "" when there is none.
+std::string status_field(const std::string& status, std::string_view name);
 
 // Fields of /proc/PID/stat that dynid uses.
 struct ProcStat {

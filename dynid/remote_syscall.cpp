@@ -1,4 +1,5 @@
 // A system call run in a held thread, safe against dynid dying mid-call.
+#include "dynid/proc_reader.h"
 #include "dynid/remote_syscall.h"
 
 #include <elf.h>
@@ -94,14 +95,9 @@ std::string refusal_from_status(pid_t pid) {
   for (pid_t tid : list_numeric_entries(fmt::format("/proc/{}/task", pid))) {
     auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
     if (!status) continue;
-    auto field = [&](std::string_view name) {
-      std::size_t at = status->find(name);
-      if (at == std::string::npos) return std::string();
-      std::size_t eol = status->find('\n', at);
-      return status->substr(at + name.size(), eol == std::string::npos ? std::string::npos : eol - at - name.size());
-    };
-    if (field("x86_Thread_features:").find("shstk") != std::string::npos) return "the target uses shadow stacks";
-    std::string seccomp = field("Seccomp:");
+    if (status_field(*status, "x86_Thread_features:").find("shstk") != std::string::npos)
+      return "the target uses shadow stacks";
+    std::string seccomp = status_field(*status, "Seccomp:");
     std::size_t digit = seccomp.find_first_not_of(" \t");
     if (digit != std::string::npos && seccomp[digit] != '0')
       return fmt::format("thread {} runs under seccomp (mode {}): an injected system call could kill the target", tid,

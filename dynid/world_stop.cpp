@@ -36,12 +36,8 @@ enum class SeizeRefusal { OursAlready, Exiting, Other };
 SeizeRefusal why_refused(pid_t pid, pid_t tid) {
   auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
   if (!status) return SeizeRefusal::Exiting;  // gone by now
-  auto field = [&](const char* name) {
-    std::size_t at = status->find(name);
-    return at == std::string::npos ? std::string() : status->substr(at + std::strlen(name));
-  };
-  if (std::atoi(field("TracerPid:").c_str()) == ::getpid()) return SeizeRefusal::OursAlready;
-  std::string state = field("State:");
+  if (std::atoi(status_field(*status, "TracerPid:").c_str()) == ::getpid()) return SeizeRefusal::OursAlready;
+  std::string state = status_field(*status, "State:");
   std::size_t letter = state.find_first_not_of(" \t");
   if (letter != std::string::npos && (state[letter] == 'Z' || state[letter] == 'X')) return SeizeRefusal::Exiting;
   return SeizeRefusal::Other;
