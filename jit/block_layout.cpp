@@ -203,10 +203,36 @@ BlockLayout original_layout(const FunctionCfg& cfg) {
   return l;
 }
 
-BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_some) {
+void mark_loop_tops(const std::vector<EdgeCount>& edges, const std::vector<uint64_t>& block_counts,
+                    unsigned alignment, BlockLayout& layout) {
+  if (!alignment) return;
+  std::vector<std::size_t> position(block_counts.size(), SIZE_MAX);
+  for (std::size_t k = 0; k < layout.order.size(); ++k) position[layout.order[k]] = k;
+  std::vector<double> back(block_counts.size(), 0);  // edges from a block at or after the target
+  for (const EdgeCount& e : edges)
+    if (position[e.from] != SIZE_MAX && position[e.to] != SIZE_MAX && position[e.from] >= position[e.to])
+      back[e.to] += e.weight;
+  layout.loop_top.assign(block_counts.size(), false);
+  layout.loop_alignment = alignment;
+  for (std::size_t b = 0; b < block_counts.size(); ++b) {
+    const double entered = static_cast<double>(block_counts[b]) - back[b];
+    // The entry block starts the copy, which is already aligned.
+    layout.loop_top[b] = position[b] != 0 && position[b] != SIZE_MAX && back[b] >= kLoopTopMinimum &&
+                         back[b] >= 2 * std::max(entered, 1.0);
+  }
+}
+
+// The stress layout (LayoutOptions::shuffle_seed): `alignment` marks a
+// random third of the blocks after the first as loop tops.
+BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_some, unsigned alignment) {
   std::mt19937_64 rng(seed ^ cfg.start);
   BlockLayout l = original_layout(cfg);
   std::shuffle(l.order.begin() + 1, l.order.end(), rng);
+  if (alignment) {
+    l.loop_alignment = alignment;
+    l.loop_top.assign(cfg.blocks.size(), false);
+    for (std::size_t k = 1; k < l.order.size(); ++k) l.loop_top[l.order[k]] = rng() % 3 == 0;
+  }
   if (!leave_some) return l;
   std::vector<std::size_t> kept = {0};
   for (std::size_t k = 1; k < l.order.size(); ++k) {
@@ -220,7 +246,8 @@ BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_so
 BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>& counts,
                           const LayoutOptions& options, const std::vector<EdgeCount>* measured) {
   if (options.shuffle_seed)
-    return shuffled_layout(cfg, options.shuffle_seed, options.cold == ColdBlocks::LeaveInOriginal);
+    return shuffled_layout(cfg, options.shuffle_seed, options.cold == ColdBlocks::LeaveInOriginal,
+                           options.loop_alignment);
   std::vector<double> frequency = block_frequencies(cfg, counts);
   bool use_measured = measured && std::any_of(measured->begin(), measured->end(), [](auto& e) { return e.weight > 0; });
   std::vector<EdgeCount> edges = use_measured ? *measured : infer_edges(cfg, frequency);
@@ -263,6 +290,7 @@ BlockLayout layout_by_counts(const FunctionCfg& cfg, const FunctionCounts& count
       l.order.push_back(b);
       l.copied[b] = true;
     }
+  mark_loop_tops(counts.edges, counts.blocks, options.loop_alignment, l);
   return l;
 }
 

@@ -37,12 +37,29 @@ struct LayoutOptions {
   // (entry first), and with LeaveInOriginal a random quarter of the blocks
   // left behind, so every bridging path of the emitter runs on real code.
   uint64_t shuffle_seed = 0;
+  // Loop tops on this boundary (16, 32 or 64 bytes; 0: none): the first
+  // block of a hot loop in the layout starts a fetch block, as a compiler's
+  // `.p2align` puts it. By counts only (layout_by_counts); the stress
+  // layout marks random blocks, so every padding path of the emitter runs.
+  unsigned loop_alignment = 0;
 };
 
 struct BlockLayout {
   std::vector<std::size_t> order;  // copied blocks in cache order; the entry block first
   std::vector<bool> copied;        // per block of the CFG
+  // Per block (empty: none): a loop top, whose copy the emitter puts on a
+  // `loop_alignment` boundary (emitter.h, Translation::Padding).
+  std::vector<bool> loop_top;
+  unsigned loop_alignment = 0;
 };
+
+// A loop top: a block that a later block of `layout` (or itself) jumps back
+// to at least twice as often as it is entered otherwise, in a loop that ran
+// (the backward edges' count, at least kLoopTopMinimum). Marks them in
+// `layout` for `alignment` (0: none).
+constexpr uint64_t kLoopTopMinimum = 64;
+void mark_loop_tops(const std::vector<EdgeCount>& edges, const std::vector<uint64_t>& block_counts,
+                    unsigned alignment, BlockLayout& layout);
 
 // Blocks by exact counts (counting.h): ext-TSP on the measured edges, hot
 // chains first; blocks that ran too rarely to chain follow; a block that
@@ -60,7 +77,7 @@ BlockLayout layout_blocks(const FunctionCfg& cfg, const std::vector<BlockCount>&
                           const LayoutOptions& options = {}, const std::vector<EdgeCount>* measured = nullptr);
 
 // The stress layout of LayoutOptions::shuffle_seed.
-BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_some);
+BlockLayout shuffled_layout(const FunctionCfg& cfg, uint64_t seed, bool leave_some, unsigned alignment = 0);
 
 // The ext-TSP score of `order` (higher is better): every edge scores its
 // weight if it falls through, a tenth of it scaled down by distance for a

@@ -2,8 +2,10 @@
 // addresses, then relocate each piece against the final addresses.
 #include "jit/emitter.h"
 
+#include <Zydis/Zydis.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -20,6 +22,7 @@ namespace {
 constexpr std::size_t kJmpRel32 = 5;
 constexpr uint64_t kNoBlock = UINT64_MAX;  // after the last block: nothing follows
 constexpr uint8_t kTablePadding = 0xcc;    // int3 before a rebuilt table: never run
+constexpr uint8_t kPaddingInt3 = 0xcc;     // padding no code runs into
 
 struct Piece {
   Translation kind;
@@ -32,7 +35,52 @@ struct Piece {
   const CounterSite* counter = nullptr;   // BlockCounter / EdgeCounter / ValueCounter (`in`: its call)
   uint64_t promote_to = 0;                // Promoted: the target whose copy it calls
   bool stub = false;                      // Promoted: the stub after the code (`in`: its call)
+  bool nops = false;                      // Padding: the code before runs into it (else int3s)
 };
+
+// Where an image lands: a dropped jmp's copy is where its target's copy
+// follows, past the padding before that target (a loop top).
+uint64_t image_offset(const std::vector<Piece>& pieces, std::size_t i, uint64_t at) {
+  if (!pieces[i].dropped) return at;
+  for (std::size_t k = i + 1; k < pieces.size() && pieces[k].kind == Translation::Padding; ++k) at += pieces[k].length;
+  return at;
+}
+
+// The code before piece `i` runs into it. Only what is proven not to (an
+// added jmp, a ret, a jmp or an indirect jmp copied) lets padding be int3s.
+bool runs_into(const std::vector<Piece>& pieces, std::size_t i) {
+  if (i == 0) return true;
+  const Piece& p = pieces[i - 1];
+  if (p.dropped) return true;  // its target follows
+  if (p.kind == Translation::Jump) return false;
+  if (p.kind == Translation::Copied) return p.in->falls_through();
+  return true;
+}
+
+// Padding that puts `addr` on an `alignment` boundary: at most
+// kMaxLoopPadding bytes, else to the next 16-byte boundary.
+uint64_t padding_length(uint64_t addr, unsigned alignment) {
+  uint64_t pad = (alignment - addr % alignment) % alignment;
+  return pad <= kMaxLoopPadding ? pad : (16 - addr % 16) % 16;
+}
+
+// The nops of `length` bytes of executed padding, one Padding entry each.
+std::vector<uint64_t> nop_lengths(uint64_t length) {
+  std::vector<uint64_t> out;
+  for (; length > 0; length -= out.back()) out.push_back(std::min(length, kLongestNop));
+  return out;
+}
+
+Result<std::vector<uint8_t>> padding_bytes(const Piece& p) {
+  if (!p.nops) return std::vector<uint8_t>(p.length, kPaddingInt3);
+  std::vector<uint8_t> out(p.length);
+  uint64_t at = 0;
+  for (uint64_t n : nop_lengths(p.length)) {
+    if (ZYAN_FAILED(ZydisEncoderNopFill(out.data() + at, n))) return fail("emitter: no nop of that length");
+    at += n;
+  }
+  return out;
+}
 
 // The original instruction a piece is the image of, as a branch target: a
 // block counter or value code stands for the instruction it runs before.
@@ -97,6 +145,7 @@ class Planner {
     std::vector<Piece> pieces;
     for (std::size_t k = 0; k < layout_.order.size(); ++k) {
       const Block& b = cfg_.blocks[layout_.order[k]];
+      if (k > 0 && loop_top(layout_.order[k])) pieces.push_back({Translation::Padding, nullptr, b.start, 0});
       uint64_t next = k + 1 < layout_.order.size() ? cfg_.blocks[layout_.order[k + 1]].start : kNoBlock;
       for (std::size_t i = b.first; i + 1 < b.first + b.count; ++i) {
         add_counters_before(cfg_.instructions[i], pieces);
@@ -107,6 +156,7 @@ class Planner {
     }
     add_stubs(pieces);
     if (shortest_ == BranchWidth::Short) shorten_branches(pieces);
+    else pad(pieces);
     return pieces;
   }
 
@@ -127,7 +177,7 @@ class Planner {
   // function (its copy may then be near), else none.
   std::optional<uint64_t> internal_destination(const Piece& p) const {
     uint64_t to = 0;
-    if (p.counter) return std::nullopt;
+    if (p.counter || p.kind == Translation::Padding) return std::nullopt;
     if (p.kind == Translation::Jump) to = p.continue_at;
     else if (p.kind == Translation::Inverted) to = p.in->end();
     else if (!p.dropped && !p.table && p.in->has_target && can_be_short(*p.in)) to = p.in->target;
@@ -140,20 +190,22 @@ class Planner {
   // copy is within reach (emit_function aims them as it does: the copy of
   // the target, where a dropped jmp's copy is where its target's follows).
   // All start short; each out of reach is widened to rel32, until none is.
-  // Widening only lengthens pieces, so no distance ever shrinks: a branch
-  // widened stays out of reach, and the loop ends.
+  // Padding changes with the offsets, but each branch widens at most once,
+  // so the loop still ends; its last round padded and measured with the
+  // final widths.
   void shorten_branches(std::vector<Piece>& pieces) const {
     std::vector<std::optional<uint64_t>> to(pieces.size());
     for (std::size_t i = 0; i < pieces.size(); ++i)
       if ((to[i] = internal_destination(pieces[i]))) set_width(pieces[i], BranchWidth::Short);
     for (bool widened = true; widened;) {
       widened = false;
+      pad(pieces);
       std::map<uint64_t, uint64_t> copy_at;  // original instruction → its copy's offset
       std::vector<uint64_t> at(pieces.size());
       uint64_t offset = 0;
       for (std::size_t i = 0; i < pieces.size(); ++i) {
         at[i] = offset;
-        if (auto original = image_of(pieces[i])) copy_at.emplace(*original, offset);
+        if (auto original = image_of(pieces[i])) copy_at.emplace(*original, image_offset(pieces, i, offset));
         offset += pieces[i].length;
       }
       for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -162,6 +214,23 @@ class Planner {
         if (target == copy_at.end() || !fits_rel8(at[i] + pieces[i].length, target->second))
           set_width(pieces[i], BranchWidth::Near), widened = true;
       }
+    }
+  }
+
+  bool loop_top(std::size_t block) const {
+    return layout_.loop_alignment && block < layout_.loop_top.size() && layout_.loop_top[block];
+  }
+
+  // Each loop top's padding for the offsets the pieces have now (the
+  // copy's base is aligned to at least the loop alignment: code_cache.h).
+  void pad(std::vector<Piece>& pieces) const {
+    uint64_t offset = 0;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      if (pieces[i].kind == Translation::Padding) {
+        pieces[i].nops = runs_into(pieces, i);
+        pieces[i].length = padding_length(base_ + offset, layout_.loop_alignment);
+      }
+      offset += pieces[i].length;
     }
   }
 
@@ -336,10 +405,14 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   std::map<uint64_t, uint64_t> stub_at;  // promoted call → its stub
   uint64_t at = base;
   EmittedCode code{base, {}, {}, 0, {}, {}, {}, counting.slots_base, counting.table, {}};
-  for (const Piece& p : pieces) {
-    // A dropped jmp's image is where its target's copy follows.
-    if (auto original = image_of(p)) copy_of.emplace(*original, at);
-    if (p.counter) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    if (auto original = image_of(p)) copy_of.emplace(*original, image_offset(pieces, i, at));
+    if (p.kind == Translation::Padding) {
+      uint64_t offset = 0;
+      for (uint64_t n : p.nops ? nop_lengths(p.length) : std::vector<uint64_t>{p.length})
+        if (n) code.translation.push_back({at + offset, p.continue_at, p.kind}), offset += n;
+    } else if (p.counter) {
       uint64_t original = p.kind == Translation::EdgeCounter ? p.counter->at : p.counter->before;
       for (const CounterStep& s : counter_steps(p.counter->form(), p.in))
         code.translation.push_back({at + s.offset, original, p.kind, s.stack_shift});
@@ -368,7 +441,9 @@ Result<EmittedCode> emit_function(const FunctionCfg& cfg, const BlockLayout& lay
   for (const Piece& p : pieces) {
     if (p.dropped) continue;
     Result<std::vector<uint8_t>> bytes;
-    if (p.counter) {
+    if (p.kind == Translation::Padding) {
+      bytes = padding_bytes(p);
+    } else if (p.counter) {
       uint64_t slot = counting.slots_base + kCounterSlotSize * p.counter->slot;
       auto c = counter_code(here, slot, p.counter->form(), counting.table, p.in);
       if (!c) return std::unexpected(c.error());

@@ -43,6 +43,11 @@ enum class Translation : uint8_t {
   EdgeCounter,   // runs as the conditional branch at original_addr falls through (its frame)
   ValueCounter,  // value code: runs just before the indirect call or jmp at original_addr, as BlockCounter
   Promoted,      // the guarded direct call that stands for the indirect call at original_addr (promotion.h)
+  // Bytes that put a loop top (BlockLayout::loop_top) on its boundary:
+  // one multi-byte nop where the code before runs into the loop top, or
+  // int3s where it cannot (nothing runs them: no branch lands on padding).
+  // original_addr is the loop top's first instruction, which runs next.
+  Padding,
 };
 
 struct TranslationEntry {
@@ -72,6 +77,12 @@ struct Redirects {
     return it == to.end() ? target : it->second;
   }
 };
+
+// Padding before a loop top: at most this many bytes, else to the next
+// 16-byte boundary, else none (as a compiler's `.p2align 5,,15`).
+constexpr uint64_t kMaxLoopPadding = 15;
+// The longest nop one Padding entry holds (ZydisEncoderNopFill's longest form).
+constexpr uint64_t kLongestNop = 9;
 
 // A jump table rebuilt for a copy: the copy's load reads it instead of the
 // original (its displacement moved by addr - original), and each entry is

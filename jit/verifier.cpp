@@ -39,7 +39,8 @@ class Verifier {
     // The first cache instruction standing for an original is its image (a
     // block counter before the copy of the instruction).
     for (const TranslationEntry& t : code.translation)
-      if (t.kind != Translation::Jump && t.kind != Translation::EdgeCounter) copy_of_.emplace(t.original_addr, t.new_addr);
+      if (t.kind != Translation::Jump && t.kind != Translation::EdgeCounter && t.kind != Translation::Padding)
+        copy_of_.emplace(t.original_addr, t.new_addr);
     for (const EmittedCounter& c : code.counters) counter_at_[c.addr] = &c;
     find_dropped();
   }
@@ -57,6 +58,11 @@ class Verifier {
         auto steps = check_promoted(k);
         if (!steps) return std::unexpected(steps.error());
         k += *steps;
+        continue;
+      }
+      if (code_.translation[k].kind == Translation::Padding) {
+        if (auto r = check_padding(k); !r) return r;
+        ++k;
         continue;
       }
       if (is_counter(code_.translation[k].kind)) {
@@ -146,6 +152,35 @@ class Verifier {
     if (t.kind == Translation::Inverted) return check_continues(k, o.target);
     if (o.falls_through()) return check_continues(k, o.end());  // past the function's end too
     return ok();
+  }
+
+  // Whether the code of entry `k` can run on into entry k + 1: all but an
+  // added jmp, a copied instruction that never falls through, and int3s.
+  bool runs_on(std::size_t k) const {
+    const TranslationEntry& t = code_.translation[k];
+    if (t.kind == Translation::Jump) return false;
+    if (t.kind == Translation::Padding) return code_.bytes[t.new_addr - code_.base] != 0xcc;
+    if (t.kind != Translation::Copied) return true;
+    auto o = original_.find(t.original_addr);
+    return o == original_.end() || o->second->falls_through();
+  }
+
+  // Padding before a loop top (emitter.h): one nop that runs on into the
+  // image of its original, or int3s that nothing runs into (no branch lands
+  // on padding: copy_of_ leaves it out).
+  Status check_padding(std::size_t k) const {
+    const TranslationEntry& t = code_.translation[k];
+    const uint64_t next = end_of(k);
+    if (next <= t.new_addr || next > code_end()) return fail(fmt::format("verifier: bad padding at {:#x}", t.new_addr));
+    const uint8_t* bytes = code_.bytes.data() + (t.new_addr - code_.base);
+    if (std::all_of(bytes, bytes + (next - t.new_addr), [](uint8_t b) { return b == 0xcc; })) {
+      if (k == 0 || runs_on(k - 1)) return fail(fmt::format("verifier: int3 padding at {:#x} can be run", t.new_addr));
+    } else {
+      auto d = decode_at(t.new_addr, next);
+      if (!d || d->mnemonic != ZYDIS_MNEMONIC_NOP || d->length != next - t.new_addr)
+        return fail(fmt::format("verifier: padding at {:#x} is not one nop", t.new_addr));
+    }
+    return check_continues(k, t.original_addr);
   }
 
   Status check_jump(const TranslationEntry& t, uint64_t next) const {

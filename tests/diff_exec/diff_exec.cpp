@@ -107,6 +107,9 @@ Result<jit::ModulePlan> plan_for(const diff::LoadedModule& m, const std::vector<
   options.layout.cold = jit::ColdBlocks::CopyLast;
   if (layout.mode == Mode::Shuffled || layout.mode == Mode::ShuffledLeaving) options.layout.shuffle_seed = layout.seed;
   if (layout.mode == Mode::ShuffledLeaving) options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
+  // Odd seeds also put random blocks on loop-top boundaries (padding of
+  // nops and of int3s, jit/emitter.h), 16, 32 or 64 bytes.
+  if (options.layout.shuffle_seed && layout.seed % 2) options.layout.loop_alignment = 16u << (layout.seed / 2 % 3);
   // Counting copies (jit/counting.h), with shared or striped counters.
   options.cache.counting = layout.mode == Mode::Counting || layout.mode == Mode::CountingStriped;
   if (layout.mode == Mode::CountingStriped) options.cache.counter_stripes = 4;
@@ -231,7 +234,7 @@ std::size_t test_module(const std::string& path, const Inputs& inputs) {
   }
   diff::LoadedModule& m = **loaded;
   std::vector<Target> hot = targets_of(m.functions(), false), called = targets_of(m.functions(), true);
-  std::size_t problems = 0, cached = 0;
+  std::size_t problems = 0, cached = 0, nop_pads = 0, int3_pads = 0;
   std::map<std::string, std::set<std::string>> rejected;  // kind → functions
   for (const Layout& layout : layouts()) {
     jit::ModuleProfile profile = random_profile(m.functions(), hot, layout.seed);
@@ -243,8 +246,16 @@ std::size_t test_module(const std::string& path, const Inputs& inputs) {
       continue;
     }
     cached = std::max(cached, plan->cache.functions.size());
-    for (const jit::Rejection& r : plan->rejected) rejected[jit::reason_kind(r.reason)].insert(r.name);
+    for (const jit::CachedFunction& f : plan->cache.functions)
+      for (const jit::TranslationEntry& t : f.code.translation)
+        if (t.kind == jit::Translation::Padding) ++(f.code.bytes[t.new_addr - f.code.base] == 0xcc ? int3_pads : nop_pads);
     std::vector<std::string> found = missing_shapes(*plan, called);
+    for (const jit::Rejection& r : plan->rejected) {
+      rejected[jit::reason_kind(r.reason)].insert(r.name);
+      // What the emitter made must always pass its own verifier.
+      if (r.reason.find("cannot be emitted") != std::string::npos || r.reason.find("fails verification") != std::string::npos)
+        found.push_back(r.name + " rejected: " + r.reason);
+    }
     for (std::string& p : run_layout(m, *plan, called, inputs)) found.push_back(std::move(p));
     for (const std::string& p : found) {
       std::printf("%s, %s: %s\n", path.c_str(), layout.name().c_str(), p.c_str());
@@ -253,6 +264,12 @@ std::size_t test_module(const std::string& path, const Inputs& inputs) {
   }
   std::printf("%s: %zu functions hot, up to %zu in the cache, %zu called, %zu layouts x %zu inputs: %zu problems\n",
               path.c_str(), hot.size(), cached, called.size(), layouts().size(), inputs.size(), problems);
+  std::printf("  loop-top padding: %zu nops run into, %zu int3 runs after code that never falls through\n", nop_pads,
+              int3_pads);
+  if (!nop_pads || !int3_pads) {
+    std::printf("%s: the aligned layouts made no padding of a kind: the stress does not cover it\n", path.c_str());
+    ++problems;
+  }
   for (const auto& [kind, names] : rejected) {
     std::string list;
     for (const std::string& n : names) list += " " + n;

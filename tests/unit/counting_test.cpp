@@ -524,6 +524,102 @@ TEST(CountingCopy, TheLayoutFromCountsLeavesWhatNeverRanBehind) {
 }
 
 
+// The copy of the block at `start` (past any padding), and where the
+// padding before it begins (`at` itself when there is none).
+uint64_t top_copy(const EmittedCode& code, uint64_t start) {
+  for (const TranslationEntry& t : code.translation)
+    if (t.original_addr == start && t.kind != Translation::Padding) return t.new_addr;
+  ADD_FAILURE() << "no copy of " << start;
+  return 0;
+}
+uint64_t padding_before(const EmittedCode& code, uint64_t at) {
+  uint64_t first = at;
+  for (auto t = code.translation.rbegin(); t != code.translation.rend(); ++t)
+    if (t->new_addr < first && t->kind == Translation::Padding && t->new_addr >= at - kMaxLoopPadding) first = t->new_addr;
+  return first;
+}
+
+// Loop tops (jit/block_layout.h): the counted loop's top starts a 32-byte
+// boundary (16 where that would take more than 15 bytes of padding), the
+// copy with its padding computes the same, and the verifier catches padding
+// that code runs into as int3s, or that is no nop.
+TEST(LoopTops, TheHotLoopStartsOnItsBoundaryAndComputesTheSame) {
+  auto m = AsmModule::load(kRounds, {"f"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  CodeCache counting_cache = m->build({"f"}, in_order, counting());
+  const test::Inputs inputs = {{200, 5}, {100, 1}, {50, 2}};
+  ASSERT_EQ(test::run_isolated(m->addr("f"), inputs).outcome, Outcome::Returned);
+  FunctionCounts c = counts_from(f, read_counts(counting_cache, m->counters()).functions.at(f.start));
+  LayoutOptions options;
+  options.loop_alignment = 32;
+  BlockLayout layout = layout_by_counts(f, c, options);
+  ASSERT_EQ(layout.loop_top.size(), f.blocks.size());
+  EXPECT_EQ(std::count(layout.loop_top.begin(), layout.loop_top.end(), true), 1) << "one loop, one top";
+  const std::size_t top = static_cast<std::size_t>(std::find(layout.loop_top.begin(), layout.loop_top.end(), true) -
+                                                   layout.loop_top.begin());
+  ASSERT_LT(top, f.blocks.size());
+  EXPECT_NE(layout.order[0], top);
+  EXPECT_FALSE(layout_by_counts(f, c).loop_top.size()) << "no alignment asked: no loop top";
+
+  // The top's copy, at every base a copy can have (16-byte steps of a line).
+  // ext-TSP rotated the loop: the entry block jumps into it, and the
+  // padding before its top is int3s.
+  for (uint64_t shift : {0, 16, 32, 48}) {
+    auto code = emit_function(f, layout, m->cache_base() + shift);
+    ASSERT_TRUE(code) << code.error().message();
+    ASSERT_EQ(code->bytes.size(), emitted_size(f, layout, m->cache_base() + shift));
+    ASSERT_TRUE(verify(f, *code)) << verify(f, *code).error().message();
+    const uint64_t at = top_copy(*code, f.blocks[top].start);
+    EXPECT_EQ(at % 16, 0u);
+    const uint64_t from = padding_before(*code, at);  // 16 only where 32 was more than 15 bytes away
+    EXPECT_TRUE(at % 32 == 0 || (32 - from % 32) % 32 > kMaxLoopPadding) << at - from << " bytes of padding";
+  }
+
+  const test::Inputs more = {{10, 5}, {7, 1}, {0, 3}, {33, 2}, {1000, 3}};
+  test::Run want = test::run_isolated(m->addr("f"), more);
+  CodeCache optimized = m->build({"f"}, [&](const FunctionCfg&) { return layout; });
+  ASSERT_TRUE(optimized.rejected.empty()) << optimized.rejected[0].reason;
+  test::Run got = test::run_isolated(m->addr("f"), more);
+  ASSERT_EQ(got.outcome, Outcome::Returned) << describe(got);
+  EXPECT_EQ(got.results, want.results);
+}
+
+// The original order with f_loop a loop top: the entry block runs into it,
+// so its padding is nops, and both kinds of wrong padding are caught.
+TEST(LoopTops, VerifierCatchesPaddingThatIsRunOrIsNoNop) {
+  auto m = AsmModule::load(kRounds, {"f"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  BlockLayout layout = original_layout(f);
+  const std::size_t loop = block_of(f, f.instructions[4].addr);
+  layout.loop_top.assign(f.blocks.size(), false);
+  layout.loop_top[loop] = true;
+  layout.loop_alignment = 64;
+  std::size_t nops_seen = 0;
+  for (uint64_t shift = 0; shift < 64; shift += 16) {
+    auto code = emit_function(f, layout, m->cache_base() + shift);
+    ASSERT_TRUE(code) << code.error().message();
+    ASSERT_TRUE(verify(f, *code)) << verify(f, *code).error().message();
+    const uint64_t at = top_copy(*code, f.blocks[loop].start), pad = padding_before(*code, at);
+    EXPECT_EQ(at % 16, 0u);
+    if (pad == at) continue;
+    ++nops_seen;
+    EmittedCode int3s = *code;
+    std::fill_n(int3s.bytes.data() + (pad - code->base), at - pad, 0xcc);
+    auto r = verify(f, int3s);
+    ASSERT_FALSE(r) << "int3 padding that the entry block runs into";
+    EXPECT_NE(r.error().message().find("can be run"), std::string::npos) << r.error().message();
+    EmittedCode push = *code;
+    push.bytes[pad - code->base] = 0x50;
+    r = verify(f, push);
+    ASSERT_FALSE(r) << "padding that is no nop";
+    EXPECT_NE(r.error().message().find("not one nop"), std::string::npos) << r.error().message();
+  }
+  EXPECT_GE(nops_seen, 3u) << "f_loop is on a 64-byte boundary at one base at most";
+}
+
+
 // Counter code turned off in place (2 bytes over its first instruction, as
 // dynid does when the counting phase ends): the copy counts no more and
 // computes the same, through both forms of the code.

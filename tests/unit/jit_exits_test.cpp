@@ -372,7 +372,7 @@ end:
   ASSERT_EQ(m->cfg("h").blocks.size(), 3u);
   std::vector<HotCode> hot = {{&m->cfg("f"), original_layout(m->cfg("f"))},
                               {&m->cfg("g"), original_layout(m->cfg("g"))},
-                              {&m->cfg("h"), BlockLayout{{0, 2, 1}, {true, true, true}}}};
+                              {&m->cfg("h"), BlockLayout{{0, 2, 1}, {true, true, true}, {}, 0}}};
   CacheOptions when_differs;
   when_differs.entries = EntryPolicy::WhenTheCopyDiffers;
   auto differs = build_code_cache(hot, m->cache_base(), {}, when_differs);

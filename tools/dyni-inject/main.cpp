@@ -228,6 +228,15 @@ int main(int argc, char** argv) {
     }
     request.options.cache.function_alignment = static_cast<uint64_t>(a);
   }
+  // DYNI_LOOP_ALIGN=0|16|32|64: hot loop tops on that boundary (jit/block_layout.h; 0: none).
+  if (const char* align = std::getenv("DYNI_LOOP_ALIGN")) {
+    const int a = std::atoi(align);
+    if (std::string(align) != "0" && a != 16 && a != 32 && a != 64) {
+      std::fprintf(stderr, "dyni-inject: DYNI_LOOP_ALIGN must be 0, 16, 32 or 64, not '%s'\n", align);
+      return 2;
+    }
+    request.options.layout.loop_alignment = static_cast<unsigned>(a);
+  }
   // DYNI_PROMOTE=0: no indirect call promoted (jit/promotion.h), for measuring that lever.
   if (const char* promote = std::getenv("DYNI_PROMOTE"); promote && std::string(promote) == "0")
     request.options.cache.promote_calls = false;
