@@ -33,3 +33,8 @@ find_package(Threads REQUIRED)
 
 find_package(fmt 9 QUIET CONFIG)
 dyni_require(fmt_FOUND libfmt-dev "{fmt} (formatting; GCC 12 has no <format>)")
+
+# Tests only: a target with USDT probes (tests/programs/usdt_probes.cpp).
+include(CheckIncludeFile)
+check_include_file(sys/sdt.h HAVE_SYS_SDT_H)
+dyni_require(HAVE_SYS_SDT_H systemtap-sdt-dev "sys/sdt.h (USDT probes in a test target)")

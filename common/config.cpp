@@ -149,6 +149,7 @@ const std::map<std::string, Setter>& option_setters() {
        [](Config& c, const std::string& v) { return parse_int(v, 1, 600, c.counting_max_seconds); }},
       {"counting_duty_percent",
        [](Config& c, const std::string& v) { return parse_int(v, 10, 100, c.counting_duty_percent); }},
+      {"copy_usdt_functions", [](Config& c, const std::string& v) { return parse_bool(v, c.copy_usdt_functions); }},
   };
   return setters;
 }

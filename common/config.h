@@ -36,6 +36,9 @@ struct Config {
   // The share of the counting phase the counting copies run; the rest, in
   // pauses between bursts, the original code (issue 19: cost while counting).
   int counting_duty_percent = 33;
+  // Copy functions that hold a USDT probe site (issue 23): a tracer's
+  // probe there then fires only where the original code runs.
+  bool copy_usdt_functions = false;
 
   // [license]
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key

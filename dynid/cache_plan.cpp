@@ -16,7 +16,12 @@ namespace dyni {
 
 nlohmann::json plan_summary(const jit::ModulePlan& plan, const std::string& module, double seconds) {
   std::map<std::string, std::size_t> rejected;
-  for (const jit::Rejection& r : plan.rejected) rejected[jit::reason_kind(r.reason)]++;
+  nlohmann::json kept_out = nlohmann::json::array();  // by policy, not for want of analysis: named one by one
+  for (const jit::Rejection& r : plan.rejected) {
+    const std::string kind = jit::reason_kind(r.reason);
+    rejected[kind]++;
+    if (kind == jit::kHoldsProbeSite) kept_out.push_back({{"function", r.name}, {"reason", r.reason}});
+  }
   std::size_t patched = 0;
   for (const jit::CachedFunction& f : plan.cache.functions) patched += !f.patch.entries.empty();
   double share = plan.hot_samples ? 100.0 * static_cast<double>(plan.accepted_samples) / static_cast<double>(plan.hot_samples) : 0;
@@ -27,6 +32,7 @@ nlohmann::json plan_summary(const jit::ModulePlan& plan, const std::string& modu
           {"sampled_cpu_accepted_percent", share},
           {"blocks_left_in_original", plan.blocks_left},
           {"rejected", rejected},
+          {"kept_out", kept_out},
           {"seconds", seconds}};
 }
 
@@ -69,7 +75,7 @@ std::string outside_executable(const std::vector<std::pair<std::string, double>>
   return fmt::format("the executable holds {:.2f} % of samples, and no module holds more", 100 * exe);
 }
 
-Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder) {
+Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder, const jit::JitOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   auto exe = executable_profile(pid, recorder);
   if (!exe) return std::unexpected(exe.error());
@@ -84,7 +90,8 @@ Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& reco
   jit::ModuleImage image(*file);
   jit::ModuleInput input{&functions, &image, &profile, profile.hot_set(kHotSetShare), jit::provisional_cache_base(functions), {}, {}, 0};
   jit::use_unwind_info(input, *file);
-  auto plan = jit::optimize_module(input);  // the verifier stays on
+  if (auto probes = jit::use_probe_sites(input, *file); !probes) return std::unexpected(probes.error());
+  auto plan = jit::optimize_module(input, options);  // the verifier stays on
   if (!plan) return std::unexpected(plan.error());
   return plan_summary(*plan, exe->path,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -57,7 +57,7 @@ nlohmann::json plan_summary(const jit::ModulePlan& plan, const std::string& modu
 // Plans the cache for `pid`'s executable from `recorder`'s profile and returns
 // its summary. Only where nothing is injected (dynimize = false): an
 // injection reports its own plan (Injection::plan), so the jit is not run
-// twice on a loaded host.
-Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder);
+// twice on a loaded host. `options`: as an injection would plan.
+Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder, const jit::JitOptions& options);
 
 }  // namespace dyni

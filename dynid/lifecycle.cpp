@@ -228,6 +228,7 @@ void TargetLifecycle::dynimize() {
     const jit::ModuleProfile* layout = layout_profile(exe->profile);
     layout_ = layout ? "by profile (LBR edges)" : "original block order (no LBR: inferred edges lay out worse)";
     InjectRequest request;
+    request.options = dynimize_.jit();
     request.pid = pid_;
     request.image = image_;
     request.hot = exe->profile.hot_set(kHotSetShare);
@@ -259,6 +260,11 @@ void TargetLifecycle::dynimize() {
     }
     injected = inject_executable(request);
     if (injected) share_copied = sampled_share_copied(exe->profile, *injected);
+    // The counting copies were planned from the whole hot set, the optimized
+    // ones from what ran in them: a function kept out (a USDT probe site)
+    // never ran in a copy, so only the first plan names it.
+    if (injected && request.replacing && injected->plan.is_object() && request.replacing->plan.is_object())
+      injected->plan["kept_out"] = request.replacing->plan.value("kept_out", nlohmann::json::array());
     end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
@@ -489,6 +495,8 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
           {"functions_copied", in.copies.size()},
           {"promoted_calls", in.promoted_calls},
+          // Left in the original code by policy (a USDT probe site), each named.
+          {"kept_out", in.plan.is_object() ? in.plan.value("kept_out", nlohmann::json::array()) : nlohmann::json::array()},
           {"skipped", skipped},
           {"skipped_examples", std::vector<std::string>(in.skipped.begin(),
                                                         in.skipped.begin() + std::min<std::size_t>(5, in.skipped.size()))},
@@ -531,7 +539,7 @@ void TargetLifecycle::plan_cache() {
   // without the lock and status requests are not held up meanwhile.
   Result<nlohmann::json> plan = fail("not planned");
   try {
-    plan = plan_code_cache(pid_, *recorder);
+    plan = plan_code_cache(pid_, *recorder, dynimize_.jit());
   } catch (const std::exception& e) {  // a bug must cost this target its plan, not dynid its life
     plan = fail(std::string("internal error: ") + e.what());
   }

@@ -48,6 +48,12 @@ struct DynimizeOptions {
   std::chrono::seconds counting_min{1};  // [options] counting_min_seconds
   std::chrono::seconds counting_max{5};  // [options] counting_max_seconds
   int counting_duty_percent = 33;         // [options] counting_duty_percent
+  bool copy_usdt_functions = false;       // [options] copy_usdt_functions
+  jit::JitOptions jit() const {
+    jit::JitOptions o;
+    o.copy_probe_functions = copy_usdt_functions;
+    return o;
+  }
 };
 
 class TargetLifecycle {

@@ -137,6 +137,22 @@ void add_indirect(IndirectMetrics& m, const SiteCounts& counts, const std::set<u
   }
 }
 
+bool touches_rsp(const Instruction& in) {
+  for (std::size_t k = 0; k < in.operand_count && k < in.ops.size(); ++k)
+    if (in.ops[k].reg == ZYDIS_REGISTER_RSP || in.ops[k].base == ZYDIS_REGISTER_RSP || in.ops[k].index == ZYDIS_REGISTER_RSP)
+      return true;
+  // push, pop, call and their kind move rsp without naming it as an operand.
+  return in.mnemonic == ZYDIS_MNEMONIC_PUSH || in.mnemonic == ZYDIS_MNEMONIC_POP || in.mnemonic == ZYDIS_MNEMONIC_PUSHFQ ||
+         in.mnemonic == ZYDIS_MNEMONIC_POPFQ || in.mnemonic == ZYDIS_MNEMONIC_ENTER || in.mnemonic == ZYDIS_MNEMONIC_LEAVE;
+}
+
+bool small_leaf(const FunctionCfg& cfg) {
+  const auto& ins = cfg.instructions;
+  if (cfg.blocks.size() != 1 || ins.empty() || ins.size() > kSmallLeaf + 1 || ins.back().flow != Flow::Return) return false;
+  return std::none_of(ins.begin(), ins.end() - 1,
+                      [](const Instruction& in) { return in.flow != Flow::Next || touches_rsp(in); });
+}
+
 }  // namespace
 
 CountMetrics count_metrics(const ModulePlan& plan, const ModuleCounts& counts) {
@@ -146,15 +162,19 @@ CountMetrics count_metrics(const ModulePlan& plan, const ModuleCounts& counts) {
   for (const CachedFunction& f : plan.cache.functions) copied.insert(f.original_entry);
   std::vector<FunctionPlacement> placed;
   IndirectMetrics indirect;
+  LeafMetrics leaves;
   for (const CachedFunction& f : plan.cache.functions) {
     auto c = counts.functions.find(f.original_entry);
     auto cfg = cfg_of.find(f.original_entry);
     if (c == counts.functions.end() || cfg == cfg_of.end()) continue;
+    const uint64_t calls = counts.entries(f.original_entry);
+    leaves.calls += calls;
+    if (calls && small_leaf(*cfg->second)) ++leaves.leaves, leaves.leaf_calls += calls;
     placed.push_back(place_counts(*cfg->second, counts_from(*cfg->second, c->second),
                                   layout_of_copy(*cfg->second, f.code), f.code));
     add_indirect(indirect, c->second, copied);
   }
-  return {metrics_of(placed, false), metrics_of(placed, true), indirect};
+  return {metrics_of(placed, false), metrics_of(placed, true), indirect, leaves};
 }
 
 nlohmann::json to_json(const IndirectMetrics& m) {

@@ -67,9 +67,21 @@ struct IndirectMetrics {
   uint64_t calls = 0, to_top = 0, to_top_copied = 0;
 };
 
+// What inlining small leaves could remove at most (issue 20 item 3): calls
+// into functions of one block with at most kSmallLeaf instructions before
+// their ret, none of which touches rsp, among all the calls into the
+// plan's counted functions (their entry blocks' counts). Each such call
+// costs a call, a ret and two taken branches that an inlined copy would not.
+constexpr std::size_t kSmallLeaf = 3;
+struct LeafMetrics {
+  std::size_t leaves = 0;  // small leaves that ran
+  uint64_t leaf_calls = 0, calls = 0;
+};
+
 struct CountMetrics {
   LayoutMetrics original, laid_out;
   IndirectMetrics indirect;
+  LeafMetrics leaves;
 };
 CountMetrics count_metrics(const ModulePlan& plan, const ModuleCounts& counts);
 nlohmann::json to_json(const LayoutMetrics& m);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "elf/usdt.h"
 #include "jit/block_profile.h"
 #include "jit/edge_profile.h"
 #include "jit/entry_branches.h"
@@ -62,7 +63,16 @@ std::set<uint64_t> entry_points(const ModuleInput& in, const std::map<uint64_t, 
 
 // Step 1: analyse, keeping the functions that are fully understood
 // (including their unwind info, which their copies will need).
-void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, ModulePlan& plan) {
+// The first USDT probe site in `f`, as a reason to keep it in the original code; "" if none.
+std::string probe_in(const ModuleInput& in, const elf::Function& f) {
+  auto site = in.probe_sites.lower_bound(f.addr);
+  if (site == in.probe_sites.end() || site->first >= f.addr + std::max<uint64_t>(f.size, 1)) return "";
+  return fmt::format("{} at {:#x}: {} (a tracer's uprobe there fires only in the original code)", kHoldsProbeSite,
+                     site->first, site->second);
+}
+
+void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, const JitOptions& options,
+             ModulePlan& plan) {
   std::set<uint64_t> entries = entry_points(in, fdes);
   std::set<uint64_t> seen;
   for (uint64_t addr : in.hot) {
@@ -71,6 +81,10 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, Mo
     uint64_t samples = s ? s->samples : 0;
     plan.hot_samples += samples;
     const elf::Function* f = in.functions->find(addr);
+    if (std::string probe = f && !options.copy_probe_functions ? probe_in(in, *f) : ""; !probe.empty()) {
+      plan.rejected.push_back({addr, elf::display_name(*f), probe, samples});
+      continue;
+    }
     Result<FunctionCfg> cfg = f && f->addr == addr ? build_cfg(*f, *in.image)
                                                    : fail(fmt::format("no function starts at {:#x}", addr));
     Result<std::optional<std::vector<elf::CfiRow>>> unwind = cfg ? unwind_of(in, fdes, *cfg) : std::nullopt;
@@ -268,11 +282,18 @@ void use_unwind_info(ModuleInput& input, const elf::ElfFile& file) {
   input.eh_frame_addr = eh->addr;
 }
 
+Status use_probe_sites(ModuleInput& input, const elf::ElfFile& file) {
+  auto probes = elf::usdt_probes(file);
+  if (!probes) return fail("USDT probe notes unreadable: " + probes.error().message());
+  for (const elf::UsdtProbe& p : *probes) input.probe_sites[p.pc] = p.provider + ":" + p.name;
+  return ok();
+}
+
 Result<ModulePlan> optimize_module(const ModuleInput& in, const JitOptions& options) {
   if (!in.functions || !in.image) return fail("optimize_module: no module given");
   ModulePlan plan;
   std::map<uint64_t, elf::Fde> fdes = fdes_of(in);
-  analyse(in, fdes, plan);
+  analyse(in, fdes, options, plan);
   mark_branches_into_entry_bytes(in, plan);
   reject_callers_of_return_address_users(in, fdes, plan);
   std::vector<HotCode> hot;

@@ -43,6 +43,9 @@ namespace dyni::jit {
 struct JitOptions {
   LayoutOptions layout;
   CacheOptions cache;  // code_cache.h
+  // Copy functions that hold a USDT probe site anyway (ModuleInput::probe_sites):
+  // a tracer's probe there then fires only for calls that run the original.
+  bool copy_probe_functions = false;
 };
 
 struct Rejection {
@@ -74,6 +77,10 @@ struct ModuleInput {
   // Exact counts from a counting cache (module_counts.h): blocks and
   // functions are laid out by them where they have any, over the profile.
   const ModuleCounts* counts = nullptr;
+  // USDT probe sites (elf/usdt.h): probe nop → "provider:name". A function
+  // holding one stays in the original code, where a tracer's uprobe fires
+  // (unless JitOptions::copy_probe_functions).
+  std::map<uint64_t, std::string> probe_sites = {};
 };
 
 // A cache address for planning, in the module's link-time numbering: 256 MiB
@@ -83,6 +90,11 @@ uint64_t provisional_cache_base(const elf::FunctionTable& functions);
 
 // Points `input` at `file`'s .eh_frame (its functions' unwind rows).
 void use_unwind_info(ModuleInput& input, const elf::ElfFile& file);
+// The reason_kind of a function kept out for its USDT probe site.
+inline constexpr char kHoldsProbeSite[] = "holds a USDT probe site";
+// Gives `input` `file`'s USDT probe sites; fails when its notes are malformed
+// (then where the probes are is unknown: plan nothing from that file).
+Status use_probe_sites(ModuleInput& input, const elf::ElfFile& file);
 
 Result<ModulePlan> optimize_module(const ModuleInput& input, const JitOptions& options = {});
 

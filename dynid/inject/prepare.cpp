@@ -25,6 +25,7 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 Result<jit::ModulePlan> plan_at(const Executable& exe, const InjectRequest& req, uint64_t cache_base) {
   jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, {}, {}, 0};
   jit::use_unwind_info(input, *exe.file);
+  if (auto probes = jit::use_probe_sites(input, *exe.file); !probes) return std::unexpected(probes.error());
   input.counts = req.counts;
   return jit::optimize_module(input, req.options);
 }

@@ -8,6 +8,7 @@
 #include "elf/eh_frame.h"
 #include "elf/elf_file.h"
 #include "elf/function_table.h"
+#include "elf/usdt.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace dyni::elf;
@@ -24,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   auto file = ElfFile::from_bytes(std::vector<uint8_t>(data, data + size));
   if (!file) return 0;
   (void)file->build_id();
+  (void)usdt_probes(*file);
   auto table = FunctionTable::build(*file, &*file);
   if (!table) return 0;
   for (const auto& f : table->functions()) {

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <elf.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +17,7 @@
 #include "common/errno_text.h"
 #include "common/file_io.h"
 #include "dynid/cache_scan.h"
+#include "elf/usdt.h"
 #include "jit/module_counts.h"
 #include "profiler/process_maps.h"
 #include "tests/integration/dyni_host.h"
@@ -67,6 +71,30 @@ std::size_t caches_in(pid_t pid, CacheTier tier = CacheTier::Optimized) {
   if (!maps) return 0;
   std::vector<CacheRecord> records = find_cache_records(pid, *maps);
   return static_cast<std::size_t>(std::count_if(records.begin(), records.end(), [&](const CacheRecord& r) { return r.tier == tier; }));
+}
+
+// A uprobe at `pc` (link-time) of executable `path` in process `pid`, as
+// bpftrace's usdt: attaches one: perf_event_open's uprobe PMU, counting hits.
+// The descriptor, or -1 with errno.
+int open_uprobe(pid_t pid, const std::string& path, uint64_t pc) {
+  auto type = read_file("/sys/bus/event_source/devices/uprobe/type", 64);
+  auto file = elf::ElfFile::open(path);
+  if (!type || !file) return errno = ENOENT, -1;
+  uint64_t offset = UINT64_MAX;
+  for (const elf::Segment& s : file->segments())
+    if (s.type == PT_LOAD && pc >= s.vaddr && pc < s.vaddr + s.filesz) offset = pc - s.vaddr + s.offset;
+  if (offset == UINT64_MAX) return errno = ERANGE, -1;
+  perf_event_attr attr{};
+  attr.size = sizeof attr;
+  attr.type = static_cast<uint32_t>(std::stoul(*type));
+  attr.config1 = reinterpret_cast<uint64_t>(path.c_str());  // the kernel copies the path in
+  attr.config2 = offset;
+  return static_cast<int>(syscall(SYS_perf_event_open, &attr, pid, -1, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+uint64_t hits(int fd) {
+  uint64_t n = 0;
+  return read(fd, &n, sizeof n) == sizeof n ? n : 0;
 }
 
 nlohmann::json target_json(const DyniHost& host, pid_t pid) {
@@ -767,6 +795,52 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
     kill(p, SIGTERM);  // the FIFO's one is killed already
     int status = 0;
     waitpid(p, &status, 0);
+  }
+}
+
+// A function holding a USDT probe site stays in the original code, named
+// with its probe in -status -json, and a uprobe attached there (as
+// bpftrace's usdt: does) fires while the target runs dynimized; the other
+// hot function is copied. With copy_usdt_functions = true it is copied too,
+// and the same uprobe then never fires: what the default prevents.
+TEST_F(Daemon, AFunctionWithAUsdtProbeStaysWhereItsProbeFires) {
+  std::string exe = host.install_program(DYNI_TEST_USDT, "dyni-usdt");
+  auto file = elf::ElfFile::open(exe);
+  ASSERT_TRUE(file) << file.error().message();
+  auto probes = elf::usdt_probes(*file);
+  ASSERT_TRUE(probes) << probes.error().message();
+  ASSERT_EQ(probes->size(), 1u);
+  EXPECT_EQ((*probes)[0].provider, "dyni_test");
+  EXPECT_EQ((*probes)[0].name, "round_done");
+  for (bool copy : {false, true}) {
+    SCOPED_TRACE(copy ? "copy_usdt_functions = true" : "the default");
+    start({"dyni-usdt"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n" +
+                             (copy ? "copy_usdt_functions = true\n" : ""));
+    pid_t pid = host.spawn({exe, "60"});
+    ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+    nlohmann::json d = target_json(host, pid)["dynimized"];
+    bool probed_kept_out = false;
+    for (const auto& k : d["kept_out"])
+      probed_kept_out |= k.value("function", "").find("probed_work") != std::string::npos &&
+                         k.value("reason", "").find("dyni_test:round_done") != std::string::npos;
+    EXPECT_EQ(probed_kept_out, !copy) << d.dump();
+    auto map = read_file("/tmp/perf-" + std::to_string(pid) + ".map", 1 << 20);
+    ASSERT_TRUE(map) << map.error().message();
+    EXPECT_NE(map->find("plain_work"), std::string::npos) << *map;  // the map names copies only
+    EXPECT_EQ(map->find("probed_work") != std::string::npos, copy) << *map;
+    int fd = open_uprobe(pid, exe, (*probes)[0].pc);
+    ASSERT_GE(fd, 0) << errno_text();
+    std::this_thread::sleep_for(1s);
+    const uint64_t fired = hits(fd);
+    close(fd);
+    if (copy) EXPECT_EQ(fired, 0u) << "the copy ran the probe's nop, not the original's";
+    else EXPECT_GT(fired, 1000u) << "the probe must fire for every round";
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+    ::unlink(("/tmp/perf-" + std::to_string(pid) + ".map").c_str());
+    ASSERT_EQ(host.dyni({"-stop"}).exit_code, 0);
   }
 }
 

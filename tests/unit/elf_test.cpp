@@ -9,11 +9,13 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 
 #include "elf/byte_reader.h"
 #include "elf/eh_frame.h"
 #include "elf/elf_file.h"
 #include "elf/function_table.h"
+#include "elf/usdt.h"
 
 namespace dyni::elf {
 namespace {
@@ -211,6 +213,53 @@ TEST(EhFrame, FuzzerFindings) {
   auto r = parse_eh_frame(tiny, 0x400000);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().message(), ".eh_frame: record too short for its id");
+}
+
+// USDT probes (usdt.h) of a stock Debian binary that has some: python3.11's
+// 8 probes, each inside one of its functions; the note section mutated or
+// cut short, every variant parses or fails cleanly.
+TEST(Usdt, ReadsPythonsProbesAndSurvivesMutatedNotes) {
+  const std::string python = "/usr/bin/python3.11";
+  if (access(python.c_str(), R_OK) != 0) GTEST_SKIP() << python << " is not installed (package python3.11)";
+  auto original = file_bytes(python);
+  auto file = ElfFile::from_bytes(original);
+  ASSERT_TRUE(file) << file.error().message();
+  auto probes = usdt_probes(*file);
+  ASSERT_TRUE(probes) << probes.error().message();
+  ASSERT_EQ(probes->size(), 8u);
+  auto table = FunctionTable::build(*file);
+  ASSERT_TRUE(table);
+  std::set<std::string> names;
+  for (const UsdtProbe& p : *probes) {
+    EXPECT_EQ(p.provider, "python");
+    names.insert(p.name);
+    const Function* f = table->find(p.pc);
+    ASSERT_NE(f, nullptr) << p.name << " at " << p.pc << " in no function";
+  }
+  EXPECT_TRUE(names.count("function__entry")) << "CPython's documented probe";
+  EXPECT_TRUE(usdt_probes(*ElfFile::from_bytes(file_bytes("/usr/bin/ls"))).value().empty()) << "no notes: no probes";
+
+  const Section* notes = file->find_section(".note.stapsdt");
+  ASSERT_NE(notes, nullptr);
+  std::mt19937_64 rng(7);
+  int read = 0, refused = 0;
+  for (int round = 0; round < 200; ++round) {
+    auto bytes = original;
+    for (int k = 0; k < 4; ++k) bytes[notes->offset + rng() % notes->size] = static_cast<uint8_t>(rng());
+    auto mutated = ElfFile::from_bytes(std::move(bytes));
+    ASSERT_TRUE(mutated);  // the headers are untouched
+    (usdt_probes(*mutated) ? read : refused)++;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_EQ(read + refused, 200);
+  auto cut = original;  // the first note's desc size past the section's end
+  const uint32_t huge = static_cast<uint32_t>(notes->size);
+  std::memcpy(cut.data() + notes->offset + 4, &huge, 4);
+  auto refused_file = ElfFile::from_bytes(std::move(cut));
+  ASSERT_TRUE(refused_file);
+  auto r = usdt_probes(*refused_file);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("runs past the section"), std::string::npos) << r.error().message();
 }
 
 TEST(ByteReader, Leb128EdgeCases) {

@@ -1,5 +1,5 @@
 // dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] [--counting [--stripes N] [--sites every|fewest|propagation]]
-//           [--counts FILE]
+//           [--counts FILE [--loop-align 0|16|32|64]]
 //
 // Runs the whole jit (jit/pipeline.h) over a binary: every function as if all
 // were hot, or the functions of a recorded profile (dyni-record) laid out by
@@ -17,7 +17,8 @@
 // striped form, for N CPUs; shared slots by default). --counts FILE lays
 // the functions that ran out by those counts (dyni-inject's DYNI_COUNTS_FILE)
 // and prints what they show of the original code and of that layout
-// (jit/layout_metrics.h).
+// (jit/layout_metrics.h), with its hot loop tops on N-byte boundaries where
+// --loop-align N is given (jit/block_layout.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,6 +57,7 @@ struct Args {
   // found by propagating once per site (the slow search, to compare).
   jit::CounterSet sites = jit::CounterSet::Fewest;
   std::string counts;  // --counts FILE: lay out by these counts and say what they show
+  unsigned loop_alignment = jit::LayoutOptions{}.loop_alignment;  // --loop-align N (0: none; jit/block_layout.h)
 };
 
 bool parse(int argc, char** argv, Args& a) {
@@ -75,6 +77,7 @@ bool parse(int argc, char** argv, Args& a) {
       else return false;
     }
     else if (s == "--counts" && i + 1 < argc) a.counts = argv[++i];
+    else if (s == "--loop-align" && i + 1 < argc) a.loop_alignment = static_cast<unsigned>(std::atoi(argv[++i]));
     else if (!s.starts_with("-") && a.elf.empty()) a.elf = s;
     else return false;
   }
@@ -247,6 +250,11 @@ void print_count_metrics(const jit::ModulePlan& plan, const jit::ModuleCounts& c
               "most called target, %.1f%% to one with a copy\n",
               i.sites, i.sites_90, static_cast<unsigned long long>(i.calls), percent(i.to_top, i.calls),
               percent(i.to_top_copied, i.calls));
+  const jit::LeafMetrics& l = both.leaves;
+  std::printf("leaves:     %zu functions of at most %zu instructions and a ret took %llu of %llu calls (%.1f%%): "
+              "what inlining them could save at most, a call and a ret each\n",
+              l.leaves, jit::kSmallLeaf, static_cast<unsigned long long>(l.leaf_calls),
+              static_cast<unsigned long long>(l.calls), percent(l.leaf_calls, l.calls));
 }
 
 // --counting: the counter sites of the counting cache, and what they cost.
@@ -273,7 +281,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, args)) {
     std::fprintf(stderr,
                  "usage: dyni-scan ELF-FILE [--profile FILE [--leaving]] [--shuffle SEED] [--leave-cold] "
-                 "[--counting [--stripes N] [--sites every|fewest|propagation]] [--counts FILE]\n");
+                 "[--counting [--stripes N] [--sites every|fewest|propagation]] [--counts FILE [--loop-align 0|16|32|64]]\n");
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -293,6 +301,10 @@ int main(int argc, char** argv) {
   jit::ModuleImage image(*file);
   jit::ModuleInput input{&*table, &image, args.profile.empty() ? nullptr : &*profile, {}, 0, {}, {}, 0};
   jit::use_unwind_info(input, *file);
+  if (auto probes = jit::use_probe_sites(input, *file); !probes) {
+    std::fprintf(stderr, "dyni-scan: %s: %s\n", args.elf.c_str(), probes.error().message().c_str());
+    return 1;
+  }
   uint64_t bytes_all = 0;
   if (!args.counts.empty()) input.counts = &*counts;
   for (const auto& f : table->functions()) {
@@ -305,6 +317,7 @@ int main(int argc, char** argv) {
   input.cache_base = jit::provisional_cache_base(*table);
   jit::JitOptions options;  // the verifier on, as in dynid
   options.layout.shuffle_seed = args.shuffle;
+  options.layout.loop_alignment = args.loop_alignment;
   if (args.shuffle) options.layout.cold = args.leave_cold ? jit::ColdBlocks::LeaveInOriginal : jit::ColdBlocks::CopyLast;
   options.cache.counting = args.counting;
   options.cache.counter_stripes = args.stripes;
@@ -360,6 +373,17 @@ int main(int argc, char** argv) {
     std::size_t promoted = 0;
     for (const jit::CachedFunction& f : plan->cache.functions) promoted += f.code.promoted.size();
     std::printf("promoted:  %zu indirect calls to guarded direct calls (jit/promotion.h)\n", promoted);
+    std::size_t tops = 0, nops = 0, padding = 0;
+    for (const jit::CachedFunction& f : plan->cache.functions)
+      for (std::size_t k = 0; k < f.code.translation.size(); ++k) {
+        const jit::TranslationEntry& t = f.code.translation[k];
+        if (t.kind != jit::Translation::Padding) continue;
+        const uint64_t end = k + 1 < f.code.translation.size() ? f.code.translation[k + 1].new_addr : f.code.base + f.code.code_size;
+        const bool first = k == 0 || f.code.translation[k - 1].kind != jit::Translation::Padding;
+        tops += first, padding += end - t.new_addr, nops += f.code.bytes[t.new_addr - f.code.base] != 0xcc;
+      }
+    std::printf("loops:     %zu loop tops padded to their boundary (%zu bytes; %zu nops run into), loop alignment %u\n",
+                tops, padding, nops, options.layout.loop_alignment);
   }
   std::size_t with_rows = 0, rows = 0;
   for (const jit::CachedFunction& f : plan->cache.functions) with_rows += !f.unwind.empty(), rows += f.unwind.size();
