@@ -150,6 +150,14 @@ const std::map<std::string, Setter>& option_setters() {
       {"counting_duty_percent",
        [](Config& c, const std::string& v) { return parse_int(v, 10, 100, c.counting_duty_percent); }},
       {"copy_usdt_functions", [](Config& c, const std::string& v) { return parse_bool(v, c.copy_usdt_functions); }},
+      {"loop_alignment",
+       [](Config& c, const std::string& v) -> std::string {
+         int a = 0;
+         std::string err = parse_int(v, 0, 64, a);
+         if (err.empty() && a != 0 && a != 16 && a != 32 && a != 64) err = "'" + v + "' must be 0, 16, 32 or 64";
+         if (err.empty()) c.loop_alignment = a;
+         return err;
+       }},
   };
   return setters;
 }

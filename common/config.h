@@ -39,6 +39,8 @@ struct Config {
   // Copy functions that hold a USDT probe site (issue 23): a tracer's
   // probe there then fires only where the original code runs.
   bool copy_usdt_functions = false;
+  // Hot loop tops in the optimized copies on this boundary (0: none; 16, 32, 64).
+  int loop_alignment = 32;
 
   // [license]
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key

@@ -1,6 +1,7 @@
 // Parsing and validation of dyni's flags.
 #include "dyni-cli/cli_args.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -13,6 +14,8 @@ const char* const kUsage =
     "  -stop                          stop the daemon; optimized targets stay optimized\n"
     "  -status [-json]                daemon state and one line per target\n"
     "  -profile=PID [-json]           the hottest functions dyni sampled in target PID\n"
+    "  -addr2orig=PID ADDR...         the original function and instruction of each cache\n"
+    "                                 address (hex) of process PID, also after it exited\n"
     "  -undo                          return every target to its original code\n"
     "  -redo                          re-apply the kept optimization\n"
     "  -reload                        re-read /etc/dyni.conf\n"
@@ -58,6 +61,18 @@ Result<Command> parse_args(const std::vector<std::string>& args) {
       command.pid = std::strtol(a.c_str() + 9, &end, 10);
       if (a.size() == 9 || *end != '\0' || command.pid <= 0) return fail("-profile takes a pid: " + a);
       action = Action::Profile;
+    } else if (a.starts_with("-addr2orig=")) {
+      if (action) return fail("only one command at a time: " + a);
+      char* end = nullptr;
+      command.pid = std::strtol(a.c_str() + 11, &end, 10);
+      if (a.size() == 11 || *end != '\0' || command.pid <= 0) return fail("-addr2orig takes a pid: " + a);
+      action = Action::Addr2Orig;
+    } else if (action == Action::Addr2Orig && !a.empty() && a[0] != '-') {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long addr = std::strtoull(a.c_str(), &end, 16);
+      if (*end != '\0' || errno != 0) return fail("not a hex address: '" + a + "'");
+      command.addresses.push_back(addr);
     } else if (a.starts_with("-license=")) {
       return fail("-license takes start, stop or status, not '" + a.substr(9) + "'");
     } else {
@@ -66,6 +81,8 @@ Result<Command> parse_args(const std::vector<std::string>& args) {
   }
   if (!action) return fail("no command given");
   command.action = *action;
+  if (command.action == Action::Addr2Orig && command.addresses.empty())
+    return fail("-addr2orig=PID needs at least one address");
   if (command.json && command.action != Action::Status && command.action != Action::Profile)
     return fail("-json goes with -status or -profile");
   bool wants_token = command.action == Action::LicenseStart || command.action == Action::LicenseStop;

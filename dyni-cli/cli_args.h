@@ -1,6 +1,7 @@
 // Command-line flags of `dyni`, Dynimize-compatible single-dash style.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,14 +10,15 @@
 namespace dyni::cli {
 
 enum class Action {
-  Start, Stop, Status, Profile, Undo, Redo, Reload,
+  Start, Stop, Status, Profile, Addr2Orig, Undo, Redo, Reload,
   LicenseStart, LicenseStop, LicenseStatus, Version, Help,
 };
 
 struct Command {
   Action action = Action::Help;
   bool json = false;   // -status -json, -profile=PID -json
-  long pid = 0;        // -profile=PID
+  long pid = 0;        // -profile=PID, -addr2orig=PID
+  std::vector<uint64_t> addresses;  // -addr2orig=PID ADDR...
   std::string token;   // -license=start|stop -token=T
 };
 

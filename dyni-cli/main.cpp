@@ -9,12 +9,14 @@
 #include <fmt/format.h>
 
 #include "common/config.h"
+#include "common/file_io.h"
 #include "common/instance_lock.h"
 #include "common/license_store.h"
 #include "common/paths.h"
 #include "dyni-cli/cli_args.h"
 #include "dyni-cli/control_client.h"
 #include "dyni-cli/daemon_launcher.h"
+#include "dynid/copy_origins.h"
 
 namespace dyni::cli {
 namespace {
@@ -155,6 +157,21 @@ int do_profile(const Command& command) {
   return print_profile(r->response, command.json);
 }
 
+// Each address as the copy that held it and the original it stands for,
+// from the origins dynid recorded (dynid/copy_origins.h): no daemon needed,
+// and the process may be gone.
+int do_addr2orig(const Command& command) {
+  auto file = origins_file_for(static_cast<pid_t>(command.pid));
+  if (!file) return report_error(file.error().message());
+  auto text = read_file(file->path, 256 << 20);
+  if (!text) return report_error(text.error().message());
+  auto copies = parse_origins(*text);
+  if (!copies) return report_error(file->path + ": " + copies.error().message());
+  if (file->gone) std::cout << "process " << command.pid << " has exited; its copies as recorded in " << file->path << "\n";
+  for (uint64_t addr : command.addresses) std::cout << describe_origin(addr, origin_of(*copies, addr)) << "\n";
+  return kExitOk;
+}
+
 int64_t now_s() { return static_cast<int64_t>(::time(nullptr)); }
 
 // Tells a running daemon to re-read the license; silent when none runs.
@@ -202,6 +219,7 @@ int run(const Command& command) {
     case Action::Stop: return do_stop();
     case Action::Status: return do_status(command.json);
     case Action::Profile: return do_profile(command);
+    case Action::Addr2Orig: return do_addr2orig(command);
     case Action::Undo: return request(protocol::cmd::kUndo, print_message);
     case Action::Redo: return request(protocol::cmd::kRedo, print_message);
     case Action::Reload: return request(protocol::cmd::kReload, print_message);

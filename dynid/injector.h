@@ -74,6 +74,9 @@ struct CopyRange {
   uint64_t cache_addr = 0, size = 0;
   uint64_t original_entry = 0;
   std::string name;  // for people: demangled, or func_<hex link-time address>
+  // (offset in the copy, run-time original instruction), where it changes:
+  // what `dyni -addr2orig` reads back (copy_origins.h).
+  std::vector<std::pair<uint32_t, uint64_t>> lines;
 };
 
 // Where a patch window's time went (the longest one is kept).

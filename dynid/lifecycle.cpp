@@ -17,6 +17,7 @@
 #include "dynid/cache_plan.h"
 #include "dynid/cache_scan.h"
 #include "dynid/counting_phase.h"
+#include "dynid/copy_origins.h"
 #include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
 #include "elf/elf_file.h"
@@ -283,7 +284,7 @@ void TargetLifecycle::dynimize() {
   if (error.empty() && injected->patched.empty())
     error = "no entry could be patched" + first_reason(injected->skipped);
   Injection& kept = *injected;
-  if (!kept.copies.empty()) note_perf_map(kept.copies);
+  if (!kept.copies.empty()) note_copies(kept.copies, "optimized");
   if (!kept.plan.is_null()) {
     std::lock_guard lock(mutex_);
     plan_ = kept.plan;
@@ -322,7 +323,7 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
     std::lock_guard lock(counting_mutex_);
     counting_ = std::move(*phase);
   }
-  note_perf_map(counting->injection().copies);
+  note_copies(counting->injection().copies, "counting");
   if (!counting->injection().plan.is_null()) {  // -profile's plan until the optimized one replaces it
     std::lock_guard lock(mutex_);
     plan_ = counting->injection().plan;
@@ -342,8 +343,13 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
   return counts;
 }
 
-// perf's map of these copies (perf_map.h): -status -json says where, or why not.
-void TargetLifecycle::note_perf_map(const std::vector<CopyRange>& copies) {
+// perf's map of these copies (perf_map.h): -status -json says where, or
+// why not; and where each came from, for dyni -addr2orig (copy_origins.h).
+void TargetLifecycle::note_copies(const std::vector<CopyRange>& copies, const std::string& tier) {
+  std::vector<CopyOrigin> origins;
+  for (const CopyRange& c : copies) origins.push_back({c.cache_addr, c.size, c.original_entry, tier, c.name, c.lines});
+  if (auto saved = append_origins(pid_, start_time_, origins); !saved)
+    log::warn("target {} pid {}: copies' origins for dyni -addr2orig: {}", name_, pid_, saved.error().message());
   auto written = write_perf_map(pid_, start_time_, copies);
   if (!written) log::warn("target {} pid {}: perf map: {}", name_, pid_, written.error().message());
   std::lock_guard lock(injection_mutex_);

@@ -49,9 +49,11 @@ struct DynimizeOptions {
   std::chrono::seconds counting_max{5};  // [options] counting_max_seconds
   int counting_duty_percent = 33;         // [options] counting_duty_percent
   bool copy_usdt_functions = false;       // [options] copy_usdt_functions
+  unsigned loop_alignment = 32;           // [options] loop_alignment
   jit::JitOptions jit() const {
     jit::JitOptions o;
     o.copy_probe_functions = copy_usdt_functions;
+    o.layout.loop_alignment = loop_alignment;
     return o;
   }
 };
@@ -104,7 +106,7 @@ class TargetLifecycle {
   void dynimize();
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
   void save_counts(const jit::ModuleCounts& counts);
-  void note_perf_map(const std::vector<CopyRange>& copies);
+  void note_copies(const std::vector<CopyRange>& copies, const std::string& tier);
   void end_counting();
   std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);

@@ -221,8 +221,9 @@ class Planner {
     return layout_.loop_alignment && block < layout_.loop_top.size() && layout_.loop_top[block];
   }
 
-  // Each loop top's padding for the offsets the pieces have now (the
-  // copy's base is aligned to at least the loop alignment: code_cache.h).
+  // Each loop top's padding for the offsets the pieces have now, from the
+  // copy's link-time base (the load bias is a multiple of a page, so the
+  // boundaries hold at run time).
   void pad(std::vector<Piece>& pieces) const {
     uint64_t offset = 0;
     for (std::size_t i = 0; i < pieces.size(); ++i) {

@@ -242,7 +242,10 @@ std::vector<CopyRange> copy_ranges(const Prepared& p) {
   for (const jit::CachedFunction& f : p.planned.plan.cache.functions) {
     const elf::Function* fn = p.exe.module->functions->find(f.original_entry);
     out.push_back({f.code.base + bias, f.code.bytes.size(), f.original_entry + bias,
-                   fn ? elf::display_name(*fn) : fmt::format("func_{:x}", f.original_entry)});
+                   fn ? elf::display_name(*fn) : fmt::format("func_{:x}", f.original_entry), {}});
+    for (const jit::TranslationEntry& t : f.code.translation)
+      if (out.back().lines.empty() || out.back().lines.back().second != t.original_addr + bias)
+        out.back().lines.emplace_back(static_cast<uint32_t>(t.new_addr - f.code.base), t.original_addr + bias);
   }
   return out;
 }

@@ -109,7 +109,8 @@ Result<jit::ModulePlan> plan_for(const diff::LoadedModule& m, const std::vector<
   if (layout.mode == Mode::ShuffledLeaving) options.layout.cold = jit::ColdBlocks::LeaveInOriginal;
   // Odd seeds also put random blocks on loop-top boundaries (padding of
   // nops and of int3s, jit/emitter.h), 16, 32 or 64 bytes.
-  if (options.layout.shuffle_seed && layout.seed % 2) options.layout.loop_alignment = 16u << (layout.seed / 2 % 3);
+  // Even seeds none, as layouts from samples have.
+  options.layout.loop_alignment = options.layout.shuffle_seed && layout.seed % 2 ? 16u << (layout.seed / 2 % 3) : 0;
   // Counting copies (jit/counting.h), with shared or striped counters.
   options.cache.counting = layout.mode == Mode::Counting || layout.mode == Mode::CountingStriped;
   if (layout.mode == Mode::CountingStriped) options.cache.counter_stripes = 4;

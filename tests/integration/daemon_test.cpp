@@ -844,6 +844,42 @@ TEST_F(Daemon, AFunctionWithAUsdtProbeStaysWhereItsProbeFires) {
   }
 }
 
+// A dynimized target that crashes for its own reasons: glibc's backtrace()
+// walks through the copies to libc's start (their frames are registered),
+// and dyni -addr2orig maps the cache addresses it printed back to the
+// original function, after the process is gone.
+TEST_F(Daemon, CrashStacksMapBackToTheOriginalFunctions) {
+  start({"dyni-crash"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  std::string exe = host.install_program(DYNI_TEST_CRASH, "dyni-crash");
+  const std::string out = host.dir() + "/backtrace.txt";
+  pid_t pid = host.spawn({exe, "60", out});
+  ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+  ASSERT_EQ(target_json(host, pid)["dynimized"].value("frames_registered", "").rfind("yes", 0), 0u)
+      << target_json(host, pid).dump();
+  kill(pid, SIGUSR1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 4) << "the handler's exit; status " << status;
+  auto trace = read_file(out, 1 << 16);
+  ASSERT_TRUE(trace) << trace.error().message();
+  EXPECT_NE(trace->find("__libc_start"), std::string::npos) << "the walk went through the copies: " << *trace;
+  std::vector<std::string> args = {"-addr2orig=" + std::to_string(pid)};
+  for (std::size_t at = 0; (at = trace->find("[0x", at)) != std::string::npos; at += 3)
+    args.push_back(trace->substr(at + 1, trace->find(']', at) - at - 1));
+  ASSERT_GE(args.size(), 4u) << *trace;
+  args.push_back("0x1");  // in no copy
+  RunResult r = host.dyni(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("has exited"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("crashing_work"), std::string::npos) << "the faulting copy, named: " << r.out << *trace;
+  EXPECT_NE(r.out.find("calling_work"), std::string::npos) << "its caller's copy, named: " << r.out << *trace;
+  EXPECT_NE(r.out.find("in dyni's optimized copy at"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0x1: in no copy of dyni's"), std::string::npos) << r.out;
+  RunResult unknown = host.dyni({"-addr2orig=" + std::to_string(pid + 100000), "0x1000"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("no copies of dyni's were recorded"), std::string::npos) << unknown.err;
+}
+
 // perf's map goes where perf looks for the process: a target in a mount
 // namespace of its own, with a /tmp of its own (as PrivateTmp= gives a
 // unit), gets it in that /tmp, and the host's /tmp stays without one.

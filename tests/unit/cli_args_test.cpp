@@ -32,6 +32,21 @@ TEST(CliArgs, AcceptsEachCommand) {
   EXPECT_TRUE(profile->json);
 }
 
+// -addr2orig=PID takes hex addresses, with or without 0x, at least one.
+TEST(CliArgs, Addr2OrigTakesAPidAndHexAddresses) {
+  auto c = parse({"-addr2orig=77", "0x7f00dead", "55aa"});
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->action, Action::Addr2Orig);
+  EXPECT_EQ(c->pid, 77);
+  EXPECT_EQ(c->addresses, (std::vector<uint64_t>{0x7f00dead, 0x55aa}));
+  EXPECT_FALSE(parse({"-addr2orig=77"})) << "no address";
+  EXPECT_FALSE(parse({"-addr2orig=x", "0x1"}));
+  EXPECT_FALSE(parse({"-addr2orig=77", "0xzz"}));
+  EXPECT_FALSE(parse({"-addr2orig=77", "0x1ffffffffffffffff"})) << "more than 64 bits";
+  EXPECT_FALSE(parse({"0x1"})) << "an address alone";
+  EXPECT_FALSE(parse({"-status", "0x1"})) << "an address goes with -addr2orig only";
+}
+
 TEST(CliArgs, RefusesMalformedOrUnknownFlags) {
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
            {}, {"start"}, {"--start"}, {"-bogus"}, {"-start", "-stop"}, {"-json"},

@@ -54,6 +54,20 @@ TEST(Config, CountingDutyIsAShareOfTheTime) {
             "test.conf:3: '101' out of range [10, 100]");
 }
 
+TEST(Config, LoopAlignmentAndUsdtCopiesAreChosenWithCare) {
+  auto c = parse_config("[exeList]\n", "t");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->loop_alignment, 32);
+  EXPECT_FALSE(c->copy_usdt_functions) << "probes keep firing unless asked";
+  c = parse_config("[exeList]\n[options]\nloop_alignment = 0\ncopy_usdt_functions = true\n", "t");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->loop_alignment, 0);
+  EXPECT_TRUE(c->copy_usdt_functions);
+  EXPECT_EQ(error_of("[exeList]\n[options]\nloop_alignment = 24\n"), "test.conf:3: '24' must be 0, 16, 32 or 64");
+  EXPECT_EQ(error_of("[exeList]\n[options]\nloop_alignment = 128\n"), "test.conf:3: '128' out of range [0, 64]");
+  EXPECT_NE(error_of("[exeList]\n[options]\ncopy_usdt_functions = maybe\n"), "");
+}
+
 TEST(Config, ShippedFileParsesAndListsCommonServers) {
   auto c = load_config(std::string(DYNI_SOURCE_DIR) + "/etc/dyni.conf");
   ASSERT_TRUE(c) << c.error().message();

@@ -380,9 +380,9 @@ int main(int argc, char** argv) {
         if (t.kind != jit::Translation::Padding) continue;
         const uint64_t end = k + 1 < f.code.translation.size() ? f.code.translation[k + 1].new_addr : f.code.base + f.code.code_size;
         const bool first = k == 0 || f.code.translation[k - 1].kind != jit::Translation::Padding;
-        tops += first, padding += end - t.new_addr, nops += f.code.bytes[t.new_addr - f.code.base] != 0xcc;
+        tops += first, padding += end - t.new_addr, nops += first && f.code.bytes[t.new_addr - f.code.base] != 0xcc;
       }
-    std::printf("loops:     %zu loop tops padded to their boundary (%zu bytes; %zu nops run into), loop alignment %u\n",
+    std::printf("loops:     %zu loop tops padded to their boundary (%zu bytes; %zu with nops run into), loop alignment %u\n",
                 tops, padding, nops, options.layout.loop_alignment);
   }
   std::size_t with_rows = 0, rows = 0;

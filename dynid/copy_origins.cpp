@@ -1,0 +1,172 @@
+// The origins file (copy_origins.h).
+#include "dynid/copy_origins.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <sstream>
+
+#include "common/errno_text.h"
+#include "common/file_io.h"
+#include "common/paths.h"
+#include "dynid/proc_reader.h"
+
+namespace dyni {
+namespace {
+
+// One line a copy: no control byte in a name.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
+std::optional<uint64_t> hex(std::string_view s) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+Result<std::vector<std::pair<uint32_t, uint64_t>>> parse_lines(std::string_view s) {
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  while (!s.empty()) {
+    std::size_t comma = s.find(',');
+    std::string_view pair = s.substr(0, comma);
+    std::size_t colon = pair.find(':');
+    auto off = colon == std::string_view::npos ? std::nullopt : hex(pair.substr(0, colon));
+    auto orig = colon == std::string_view::npos ? std::nullopt : hex(pair.substr(colon + 1));
+    if (!off || !orig || *off > UINT32_MAX || (!out.empty() && *off <= out.back().first))
+      return fail(fmt::format("bad instruction pair '{}'", pair));
+    out.emplace_back(static_cast<uint32_t>(*off), *orig);
+    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+  }
+  return out;
+}
+
+Result<CopyOrigin> parse_line(const std::string& line) {
+  std::istringstream in(line);
+  std::string addr, size, entry, tier, lines;
+  if (!(in >> addr >> size >> entry >> tier >> lines)) return fail("too few fields");
+  CopyOrigin c;
+  auto a = hex(addr), n = hex(size), e = hex(entry);
+  if (!a || !n || !e || *n == 0 || *a + *n < *a) return fail("bad address, size or entry");
+  c.cache_addr = *a, c.size = *n, c.original_entry = *e, c.tier = tier;
+  auto pairs = parse_lines(lines);
+  if (!pairs) return std::unexpected(pairs.error());
+  if (pairs->empty() || pairs->front().first != 0 || pairs->back().first >= *n) return fail("pairs outside the copy");
+  c.lines = std::move(*pairs);
+  std::getline(in >> std::ws, c.name);
+  return c;
+}
+
+// Keeps the newest `keep` files of `dir` (by modification time).
+void keep_newest(const std::string& dir, std::size_t keep) {
+  std::error_code ec;
+  std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) files.emplace_back(e.last_write_time(ec), e.path());
+  if (files.size() <= keep) return;
+  std::sort(files.begin(), files.end());
+  for (std::size_t i = 0; i + keep < files.size(); ++i) std::filesystem::remove(files[i].second, ec);
+}
+
+}  // namespace
+
+std::string origins_dir() { return paths::state_dir() + "/origins"; }
+
+std::string origins_path(pid_t pid, uint64_t start_time) {
+  return fmt::format("{}/{}-{}.txt", origins_dir(), pid, start_time);
+}
+
+std::string origin_line(const CopyOrigin& c) {
+  std::string pairs;
+  for (const auto& [off, orig] : c.lines) pairs += fmt::format("{}{:x}:{:x}", pairs.empty() ? "" : ",", off, orig);
+  return fmt::format("{:x} {:x} {:x} {} {} {}\n", c.cache_addr, c.size, c.original_entry, c.tier, pairs,
+                     one_line(c.name));
+}
+
+Result<std::vector<CopyOrigin>> parse_origins(const std::string& text) {
+  std::vector<CopyOrigin> out;
+  std::istringstream in(text);
+  std::size_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    auto c = parse_line(line);
+    if (!c) return fail(fmt::format("line {}: {}", number, c.error().message()));
+    out.push_back(std::move(*c));
+  }
+  return out;
+}
+
+Status append_origins(pid_t pid, uint64_t start_time, const std::vector<CopyOrigin>& copies) {
+  std::error_code ec;
+  std::filesystem::create_directories(origins_dir(), ec);
+  if (ec) return fail(origins_dir() + ": " + ec.message());
+  const std::string path = origins_path(pid, start_time);
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(path + ": " + errno_text());
+  std::string text;
+  for (const CopyOrigin& c : copies) text += origin_line(c);
+  for (std::size_t at = 0; at < text.size();) {
+    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::string why = errno_text();
+      ::close(fd);
+      return fail(path + ": " + why);
+    }
+    at += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  keep_newest(origins_dir(), kMaxOriginFiles);
+  return ok();
+}
+
+Result<OriginsFile> origins_file_for(pid_t pid) {
+  if (auto stat = read_proc_stat("/proc", pid)) {
+    std::string path = origins_path(pid, stat->start_time);
+    if (::access(path.c_str(), R_OK) == 0) return OriginsFile{path, false};
+  }
+  // Gone (or its file is from an earlier process with this pid): the newest for the pid.
+  std::error_code ec;
+  std::optional<std::pair<std::filesystem::file_time_type, std::string>> newest;
+  const std::string prefix = std::to_string(pid) + "-";
+  for (const auto& e : std::filesystem::directory_iterator(origins_dir(), ec)) {
+    if (!e.path().filename().string().starts_with(prefix)) continue;
+    auto when = e.last_write_time(ec);
+    if (!newest || when > newest->first) newest = {when, e.path().string()};
+  }
+  if (!newest) return fail(fmt::format("no copies of dyni's were recorded for process {} (in {})", pid, origins_dir()));
+  if (auto stat = read_proc_stat("/proc", pid))
+    return fail(fmt::format("process {} has no copies of dyni's ({} is an earlier process's with that pid)", pid,
+                            newest->second));
+  return OriginsFile{newest->second, true};
+}
+
+std::optional<Origin> origin_of(const std::vector<CopyOrigin>& copies, uint64_t addr) {
+  // The newest copy holding it (a later injection may reuse a place).
+  for (auto c = copies.rbegin(); c != copies.rend(); ++c) {
+    if (addr < c->cache_addr || addr - c->cache_addr >= c->size) continue;
+    const uint64_t off = addr - c->cache_addr;
+    auto line = std::upper_bound(c->lines.begin(), c->lines.end(), off,
+                                 [](uint64_t o, const auto& l) { return o < l.first; });
+    return Origin{&*c, std::prev(line)->second};  // lines start at offset 0 (parse_line)
+  }
+  return std::nullopt;
+}
+
+std::string describe_origin(uint64_t addr, const std::optional<Origin>& origin) {
+  if (!origin) return fmt::format("{:#x}: in no copy of dyni's", addr);
+  const CopyOrigin& c = *origin->copy;
+  return fmt::format("{:#x}: {}+{:#x} (original {:#x}) in dyni's {} copy at {:#x}", addr, c.name,
+                     origin->original - c.original_entry, origin->original, c.tier, c.cache_addr);
+}
+
+}  // namespace dyni

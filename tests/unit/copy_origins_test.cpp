@@ -1,0 +1,54 @@
+// dynid/copy_origins.h: the lines dynid writes for dyni -addr2orig read back
+// as written, each address finds its copy and original instruction, and a
+// line dynid did not write fails the file.
+#include <gtest/gtest.h>
+
+#include "dynid/copy_origins.h"
+
+namespace dyni {
+namespace {
+
+CopyOrigin example() {
+  return {0x7f0000001000, 0x40, 0x555500002000, "optimized", "f(int)\nsecond line",
+          {{0, 0x555500002000}, {0x5, 0x555500002004}, {0x10, 0x555500002030}}};
+}
+
+TEST(CopyOrigins, ReadBackAndFindTheOriginalInstruction) {
+  CopyOrigin c = example();
+  CopyOrigin later{0x7f0000002000, 0x10, 0x555500003000, "counting", "g", {{0, 0x555500003000}}};
+  std::string text = origin_line(c) + origin_line(later);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << "one line a copy, whatever the name holds";
+  auto back = parse_origins(text);
+  ASSERT_TRUE(back) << back.error().message();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].lines, c.lines);
+  EXPECT_EQ((*back)[0].name, "f(int)?second line");
+  EXPECT_EQ((*back)[1].tier, "counting");
+  auto at = [&](uint64_t addr) { return origin_of(*back, addr); };
+  ASSERT_TRUE(at(0x7f0000001000));
+  EXPECT_EQ(at(0x7f0000001000)->original, 0x555500002000u);
+  EXPECT_EQ(at(0x7f0000001007)->original, 0x555500002004u) << "inside the second instruction's copy";
+  EXPECT_EQ(at(0x7f000000103f)->original, 0x555500002030u);
+  EXPECT_FALSE(at(0x7f0000001040)) << "past the copy";
+  EXPECT_EQ(at(0x7f0000002004)->copy->name, "g");
+  EXPECT_EQ(describe_origin(0x7f0000001007, at(0x7f0000001007)),
+            "0x7f0000001007: f(int)?second line+0x4 (original 0x555500002004) in dyni's optimized copy at 0x7f0000001000");
+  EXPECT_EQ(describe_origin(0x10, at(0x10)), "0x10: in no copy of dyni's");
+}
+
+TEST(CopyOrigins, ALineDynidDidNotWriteFailsTheFile) {
+  const std::string good = origin_line(example());
+  for (const std::string& bad : {std::string("x 40 1 optimized 0:1 f\n"), std::string("1000 0 1 optimized 0:1 f\n"),
+                                std::string("1000 40 1 optimized 4:1 f\n"), std::string("1000 40 1 optimized 0:1,0:2 f\n"),
+                                std::string("1000 40 1 optimized 0:1,50:2 f\n"), std::string("1000 40 1 optimized\n"),
+                                std::string("1000 40 1 optimized 0-1 f\n")}) {
+    auto r = parse_origins(good + bad);
+    EXPECT_FALSE(r) << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().message().rfind("line 2: ", 0), 0u) << r.error().message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dyni
