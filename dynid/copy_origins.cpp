@@ -62,6 +62,7 @@ Result<CopyOrigin> parse_line(const std::string& line) {
   if (!pairs) return std::unexpected(pairs.error());
   if (pairs->empty() || pairs->front().first != 0 || pairs->back().first >= *n) return fail("pairs outside the copy");
   c.lines = std::move(*pairs);
+  for (auto& line : c.lines) line.second += c.original_entry;
   std::getline(in >> std::ws, c.name);
   return c;
 }
@@ -87,7 +88,9 @@ std::string origins_path(pid_t pid, uint64_t start_time) {
 
 std::string origin_line(const CopyOrigin& c) {
   std::string pairs;
-  for (const auto& [off, orig] : c.lines) pairs += fmt::format("{}{:x}:{:x}", pairs.empty() ? "" : ",", off, orig);
+  // The original as an offset from the entry (modulo 2^64): half the bytes.
+  for (const auto& [off, orig] : c.lines)
+    pairs += fmt::format("{}{:x}:{:x}", pairs.empty() ? "" : ",", off, orig - c.original_entry);
   return fmt::format("{:x} {:x} {:x} {} {} {}\n", c.cache_addr, c.size, c.original_entry, c.tier, pairs,
                      one_line(c.name));
 }

@@ -37,7 +37,8 @@ struct CopyOrigin {
 std::string origins_dir();  // <state_dir>/origins
 std::string origins_path(pid_t pid, uint64_t start_time);
 
-// One line of the file: "ADDR SIZE ENTRY TIER OFF:ORIG,... NAME" (hex).
+// One line of the file: "ADDR SIZE ENTRY TIER OFF:ORIG,... NAME" (hex; each
+// ORIG less ENTRY).
 std::string origin_line(const CopyOrigin& c);
 // Reads the lines back; a line that does not parse fails the file (it is
 // root's, written by dynid: anything else was not written by it).
