@@ -110,6 +110,7 @@ cat > "$WORK/dyni.conf" <<CONF
 $MARIADBD
 [options]
 log_file = $WORK/dynid.log
+metrics_textfile =
 ${DYNI_BENCH_OPTIONS:-}
 [license]
 $([ -n "$public_key" ] && echo "public_key = $public_key")

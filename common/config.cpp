@@ -150,6 +150,12 @@ const std::map<std::string, Setter>& option_setters() {
       {"counting_duty_percent",
        [](Config& c, const std::string& v) { return parse_int(v, 10, 100, c.counting_duty_percent); }},
       {"copy_usdt_functions", [](Config& c, const std::string& v) { return parse_bool(v, c.copy_usdt_functions); }},
+      {"metrics_textfile",
+       [](Config& c, const std::string& v) {
+         if (v.empty()) return c.metrics_textfile = "", std::string();
+         if (!v.ends_with(".prom")) return "'" + v + "' must end in .prom (node_exporter reads only those)";
+         return parse_path(v, c.metrics_textfile);
+       }},
       {"loop_alignment",
        [](Config& c, const std::string& v) -> std::string {
          int a = 0;

@@ -41,6 +41,10 @@ struct Config {
   bool copy_usdt_functions = false;
   // Hot loop tops in the optimized copies on this boundary (0: none; 16, 32, 64).
   int loop_alignment = 32;
+  // dyni's metrics as a node_exporter textfile, rewritten every 15 s when
+  // its directory exists (Debian's prometheus-node-exporter reads this one);
+  // "" (`metrics_textfile =`): none.
+  std::string metrics_textfile = "/var/lib/prometheus/node-exporter/dyni.prom";
 
   // [license]
   std::string license_public_key;  // PEM file to trust; empty = built-in vendor key

@@ -1,6 +1,7 @@
 // Parsing and validation of dyni's flags.
 #include "dyni-cli/cli_args.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <map>
@@ -13,6 +14,7 @@ const char* const kUsage =
     "  -start                         start the dyni daemon (dynid)\n"
     "  -stop                          stop the daemon; optimized targets stay optimized\n"
     "  -status [-json]                daemon state and one line per target\n"
+    "  -metrics                       the same facts for Prometheus (text exposition format)\n"
     "  -profile=PID [-json]           the hottest functions dyni sampled in target PID\n"
     "  -addr2orig=PID ADDR...         the original function and instruction of each cache\n"
     "                                 address (hex) of process PID, also after it exited\n"
@@ -28,9 +30,12 @@ const char* const kUsage =
 
 namespace {
 
+constexpr long kMaxPid = 4194304;  // PID_MAX_LIMIT on 64-bit Linux
+
 const std::map<std::string, Action>& simple_flags() {
   static const std::map<std::string, Action> flags = {
       {"-start", Action::Start},   {"-stop", Action::Stop},     {"-status", Action::Status},
+      {"-metrics", Action::Metrics},
       {"-undo", Action::Undo},     {"-redo", Action::Redo},     {"-reload", Action::Reload},
       {"-version", Action::Version}, {"-help", Action::Help},   {"--help", Action::Help},
       {"-license=start", Action::LicenseStart}, {"-license=stop", Action::LicenseStop},
@@ -59,15 +64,16 @@ Result<Command> parse_args(const std::vector<std::string>& args) {
       if (action) return fail("only one command at a time: " + a);
       char* end = nullptr;
       command.pid = std::strtol(a.c_str() + 9, &end, 10);
-      if (a.size() == 9 || *end != '\0' || command.pid <= 0) return fail("-profile takes a pid: " + a);
+      if (a.size() == 9 || *end != '\0' || command.pid <= 0 || command.pid > kMaxPid) return fail("-profile takes a pid: " + a);
       action = Action::Profile;
     } else if (a.starts_with("-addr2orig=")) {
       if (action) return fail("only one command at a time: " + a);
       char* end = nullptr;
       command.pid = std::strtol(a.c_str() + 11, &end, 10);
-      if (a.size() == 11 || *end != '\0' || command.pid <= 0) return fail("-addr2orig takes a pid: " + a);
+      if (a.size() == 11 || *end != '\0' || command.pid <= 0 || command.pid > kMaxPid)
+        return fail("-addr2orig takes a pid: " + a);
       action = Action::Addr2Orig;
-    } else if (action == Action::Addr2Orig && !a.empty() && a[0] != '-') {
+    } else if (action == Action::Addr2Orig && !a.empty() && std::isxdigit(static_cast<unsigned char>(a[0]))) {
       char* end = nullptr;
       errno = 0;
       const unsigned long long addr = std::strtoull(a.c_str(), &end, 16);

@@ -17,6 +17,7 @@
 #include "dyni-cli/control_client.h"
 #include "dyni-cli/daemon_launcher.h"
 #include "dynid/copy_origins.h"
+#include "dynid/metrics.h"
 
 namespace dyni::cli {
 namespace {
@@ -96,6 +97,20 @@ int do_status(bool json) {
   return print_status(r->response, json);
 }
 
+// The status as Prometheus metrics (dynid/metrics.h); with no daemon only
+// dyni_daemon_up 0, so that a scrape still says so (exit 3).
+int do_metrics() {
+  auto r = call(paths::socket_file(), {protocol::cmd::kStatus, {}});
+  if (!r) return report_error(r.error().message());
+  if (!r->daemon_running) {
+    std::cout << prometheus_metrics(nlohmann::json::object(), ::time(nullptr));
+    return kExitNotRunning;
+  }
+  if (!r->response.ok) return report_error(r->response.message);
+  std::cout << prometheus_metrics(r->response.data, ::time(nullptr));
+  return kExitOk;
+}
+
 // Prints a target's profile like `perf report`: hottest functions first.
 int print_profile(const protocol::Response& response, bool json) {
   const auto& d = response.data;
@@ -165,9 +180,11 @@ int do_addr2orig(const Command& command) {
   if (!file) return report_error(file.error().message());
   auto text = read_file(file->path, 256 << 20);
   if (!text) return report_error(text.error().message());
-  auto copies = parse_origins(*text);
+  std::size_t skipped = 0;
+  auto copies = parse_origins(*text, &skipped);
   if (!copies) return report_error(file->path + ": " + copies.error().message());
   if (file->gone) std::cout << "process " << command.pid << " has exited; its copies as recorded in " << file->path << "\n";
+  if (skipped) std::cout << skipped << " line(s) of " << file->path << " cut short, left out\n";
   for (uint64_t addr : command.addresses) std::cout << describe_origin(addr, origin_of(*copies, addr)) << "\n";
   return kExitOk;
 }
@@ -218,6 +235,7 @@ int run(const Command& command) {
     case Action::Start: return do_start();
     case Action::Stop: return do_stop();
     case Action::Status: return do_status(command.json);
+    case Action::Metrics: return do_metrics();
     case Action::Profile: return do_profile(command);
     case Action::Addr2Orig: return do_addr2orig(command);
     case Action::Undo: return request(protocol::cmd::kUndo, print_message);

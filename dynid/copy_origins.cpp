@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -67,7 +68,27 @@ Result<CopyOrigin> parse_line(const std::string& line) {
   return c;
 }
 
-// Keeps the newest `keep` files of `dir` (by modification time).
+// This boot's id (/proc/sys/kernel/random/boot_id), its first 8 hex digits:
+// start times count from boot, so pid and start time name a process only
+// within one boot.
+std::string boot_id() {
+  auto id = read_file("/proc/sys/kernel/random/boot_id", 64);
+  return id && id->size() >= 8 ? id->substr(0, 8) : "noboot00";
+}
+
+// Whether the file at `name` ("PID-START-BOOT.txt") is a running process's.
+bool of_a_live_process(const std::string& name) {
+  pid_t pid = 0;
+  unsigned long long start = 0;
+  char boot[9] = {};
+  if (std::sscanf(name.c_str(), "%d-%llu-%8[0-9a-f].txt", &pid, &start, boot) != 3) return false;
+  auto stat = read_proc_stat("/proc", pid);
+  return stat && stat->start_time == start && boot_id() == boot;
+}
+
+// Removes the oldest files of processes that are gone until at most `keep`
+// remain; a running process's file is never removed (its crash may come
+// after many other processes').
 void keep_newest(const std::string& dir, std::size_t keep) {
   std::error_code ec;
   std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> files;
@@ -75,7 +96,9 @@ void keep_newest(const std::string& dir, std::size_t keep) {
     if (e.is_regular_file(ec)) files.emplace_back(e.last_write_time(ec), e.path());
   if (files.size() <= keep) return;
   std::sort(files.begin(), files.end());
-  for (std::size_t i = 0; i + keep < files.size(); ++i) std::filesystem::remove(files[i].second, ec);
+  std::size_t excess = files.size() - keep;
+  for (std::size_t i = 0; i < files.size() && excess > 0; ++i)
+    if (!of_a_live_process(files[i].second.filename().string())) std::filesystem::remove(files[i].second, ec), --excess;
 }
 
 }  // namespace
@@ -83,7 +106,7 @@ void keep_newest(const std::string& dir, std::size_t keep) {
 std::string origins_dir() { return paths::state_dir() + "/origins"; }
 
 std::string origins_path(pid_t pid, uint64_t start_time) {
-  return fmt::format("{}/{}-{}.txt", origins_dir(), pid, start_time);
+  return fmt::format("{}/{}-{}-{}.txt", origins_dir(), pid, start_time, boot_id());
 }
 
 std::string origin_line(const CopyOrigin& c) {
@@ -95,27 +118,30 @@ std::string origin_line(const CopyOrigin& c) {
                      one_line(c.name));
 }
 
-Result<std::vector<CopyOrigin>> parse_origins(const std::string& text) {
+Result<std::vector<CopyOrigin>> parse_origins(const std::string& text, std::size_t* skipped) {
   std::vector<CopyOrigin> out;
   std::istringstream in(text);
   std::size_t number = 0;
   for (std::string line; std::getline(in, line);) {
     ++number;
     auto c = parse_line(line);
-    if (!c) return fail(fmt::format("line {}: {}", number, c.error().message()));
-    out.push_back(std::move(*c));
+    if (c) out.push_back(std::move(*c));
+    else if (skipped) ++*skipped;  // cut short by a dynid killed while writing it
+    else return fail(fmt::format("line {}: {}", number, c.error().message()));
   }
   return out;
 }
 
 Status append_origins(pid_t pid, uint64_t start_time, const std::vector<CopyOrigin>& copies) {
-  std::error_code ec;
-  std::filesystem::create_directories(origins_dir(), ec);
-  if (ec) return fail(origins_dir() + ": " + ec.message());
+  if (auto dir = ensure_dir_p(origins_dir(), 0700); !dir) return dir;
   const std::string path = origins_path(pid, start_time);
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fail(path + ": " + errno_text());
+  // A line cut short by a killed dynid ends here, not inside the next one.
+  char last = '\n';
+  if (const off_t end = ::lseek(fd, 0, SEEK_END); end > 0 && ::pread(fd, &last, 1, end - 1) != 1) last = '\n';
   std::string text;
+  if (last != '\n') text.push_back('\n');
   for (const CopyOrigin& c : copies) text += origin_line(c);
   for (std::size_t at = 0; at < text.size();) {
     ssize_t n = ::write(fd, text.data() + at, text.size() - at);

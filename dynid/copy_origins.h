@@ -2,11 +2,13 @@
 // (issue 23 item 3): a crash dump, glibc's backtrace() or a core file shows
 // cache addresses, which mean nothing once the process is gone. After each
 // injection dynid appends one line per copy to
-// <state_dir>/origins/PID-STARTTIME.txt (root's, 0600): the copy's place,
+// <state_dir>/origins/PID-STARTTIME-BOOT.txt (root's, 0600; BOOT: the first
+// 8 digits of the boot id, since start times count from boot): the copy's place,
 // its original function's entry and name, its tier, and where each of its
 // instructions came from. Start time with pid names the process, so a new
 // process with an old pid is never explained by the old one's copies.
-// Files outlive their processes; the newest kMaxOriginFiles are kept.
+// Files outlive their processes; beyond kMaxOriginFiles the oldest files
+// of processes that are gone are removed, never a running process's.
 #pragma once
 
 #include <sys/types.h>
@@ -40,9 +42,10 @@ std::string origins_path(pid_t pid, uint64_t start_time);
 // One line of the file: "ADDR SIZE ENTRY TIER OFF:ORIG,... NAME" (hex; each
 // ORIG less ENTRY).
 std::string origin_line(const CopyOrigin& c);
-// Reads the lines back; a line that does not parse fails the file (it is
-// root's, written by dynid: anything else was not written by it).
-Result<std::vector<CopyOrigin>> parse_origins(const std::string& text);
+// Reads the lines back. A line that does not parse fails the file, or with
+// `skipped` is counted there and left out (a dynid killed while writing
+// leaves one line cut short).
+Result<std::vector<CopyOrigin>> parse_origins(const std::string& text, std::size_t* skipped = nullptr);
 
 // Appends `copies` to the file of process (pid, start_time), then removes
 // all but the newest kMaxOriginFiles files.

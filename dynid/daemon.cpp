@@ -5,7 +5,11 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <ctime>
+#include <fstream>
 
 #include <algorithm>
 
@@ -14,6 +18,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "dynid/cache_huge_pages.h"
+#include "dynid/metrics.h"
 
 namespace dyni {
 namespace {
@@ -157,6 +162,23 @@ void Daemon::scan() {
   targets_.reconcile(discover(exe_matcher_, options_.proc_root, ::getpid()), now_mono_ms());
   targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
   sync_lifecycles();
+  if (now_mono_ms() >= next_metrics_ms_) {
+    write_metrics_textfile();
+    next_metrics_ms_ = now_mono_ms() + kMetricsIntervalMs;
+  }
+}
+
+// The node_exporter textfile (metrics.h), only where its directory exists:
+// dynid creates no directory for a collector that is not installed.
+void Daemon::write_metrics_textfile() {
+  const std::string& path = config_.metrics_textfile;
+  if (path.empty()) return;
+  struct stat dir{};
+  const std::string parent = path.substr(0, path.rfind('/'));
+  if (::stat(parent.empty() ? "/" : parent.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode)) return;
+  auto written = write_file_atomic(path, prometheus_metrics(status().data, ::time(nullptr)), 0644);
+  if (!written && !metrics_warned_) log::warn("metrics: {}: {}", path, written.error().message());
+  metrics_warned_ = !written;
 }
 
 // Starts a lifecycle for each newly profiling target; ends those whose target
@@ -298,12 +320,32 @@ protocol::Response Daemon::answer(const protocol::Request& request) {
   return protocol::error_response("unknown command \"" + c + "\"");
 }
 
+namespace {
+
+// dynid's own CPU time (user and system) and resident memory, for -status and the metrics.
+double own_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
+uint64_t own_resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
 protocol::Response Daemon::status() const {
   nlohmann::json license = {{"active", license_.active}, {"summary", license_.summary}};
   if (license_.active) {
     license["subscription"] = license_.claims.subscription;
     license["hosts"] = license_.claims.hosts;
     license["expires"] = license::format_date(license_.claims.expires);
+    license["expires_unix"] = license_.claims.expires;
   }
   nlohmann::json daemon = {{"running", true},
                            {"pid", ::getpid()},
@@ -313,7 +355,9 @@ protocol::Response Daemon::status() const {
                            {"exe_list", config_.exe_list},
                            {"exe_symlinks", symlinks_json(exe_matcher_)},
                            {"busy_threshold_percent", config_.busy_threshold_percent},
-                           {"busy_window_ms", config_.busy_window_ms}};
+                           {"busy_window_ms", config_.busy_window_ms},
+                           {"cpu_seconds", own_cpu_seconds()},
+                           {"rss_bytes", own_resident_bytes()}};
   nlohmann::json targets = targets_.to_json();
   for (nlohmann::json& t : targets) {
     auto lc = lifecycles_.find(t["pid"].get<pid_t>());

@@ -46,6 +46,7 @@ class Daemon {
          int signal_fd);
 
   void scan();
+  void write_metrics_textfile();
   void sync_lifecycles();
   profiler::RecorderOptions recorder_options() const;
   DynimizeOptions dynimize_options() const;
@@ -88,6 +89,8 @@ class Daemon {
   int64_t started_unix_ms_;
   int64_t next_scan_ms_ = 0;
   int64_t next_license_check_ms_ = 0;
+  int64_t next_metrics_ms_ = 0;
+  bool metrics_warned_ = false;  // once per run of failures
 };
 
 }  // namespace dyni

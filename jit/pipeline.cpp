@@ -81,11 +81,12 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, co
     uint64_t samples = s ? s->samples : 0;
     plan.hot_samples += samples;
     const elf::Function* f = in.functions->find(addr);
-    if (std::string probe = f && !options.copy_probe_functions ? probe_in(in, *f) : ""; !probe.empty()) {
+    const bool starts = f && f->addr == addr;
+    if (std::string probe = starts && !options.copy_probe_functions ? probe_in(in, *f) : ""; !probe.empty()) {
       plan.rejected.push_back({addr, elf::display_name(*f), probe, samples});
       continue;
     }
-    Result<FunctionCfg> cfg = f && f->addr == addr ? build_cfg(*f, *in.image)
+    Result<FunctionCfg> cfg = starts ? build_cfg(*f, *in.image)
                                                    : fail(fmt::format("no function starts at {:#x}", addr));
     Result<std::optional<std::vector<elf::CfiRow>>> unwind = cfg ? unwind_of(in, fdes, *cfg) : std::nullopt;
     if (!cfg || !unwind) {

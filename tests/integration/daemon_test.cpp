@@ -880,6 +880,75 @@ TEST_F(Daemon, CrashStacksMapBackToTheOriginalFunctions) {
   EXPECT_NE(unknown.err.find("no copies of dyni's were recorded"), std::string::npos) << unknown.err;
 }
 
+// What Prometheus's own text parser (Debian's python3-prometheus-client)
+// reads in `text`: one "name labels value" line per sample, labels sorted;
+// "" when it refuses the text.
+std::string prometheus_samples(const DyniHost& host, const std::string& text) {
+  const std::string path = host.dir() + "/metrics.txt";
+  if (!write_file_atomic(path, text, 0644)) return "";
+  RunResult r = host.run({"/usr/bin/python3", "-c",
+                          "import sys\n"
+                          "from prometheus_client.parser import text_string_to_metric_families as parse\n"
+                          "for f in parse(open(sys.argv[1]).read()):\n"
+                          "  for s in f.samples:\n"
+                          "    print(s.name, ','.join(k + '=' + v for k, v in sorted(s.labels.items())), s.value)\n",
+                          path});
+  return r.exit_code == 0 ? r.out : "";
+}
+
+// dyni -metrics and the node_exporter textfile dynid writes parse with
+// Prometheus's own parser and hold the target's facts; with no dynid,
+// -metrics says dyni_daemon_up 0 (exit 3).
+TEST_F(Daemon, MetricsParseWithPrometheusOwnParser) {
+  if (host.run({"/usr/bin/python3", "-c", "import prometheus_client"}).exit_code != 0)
+    GTEST_SKIP() << "needs Debian's python3-prometheus-client (apt-get install python3-prometheus-client)";
+  const std::string node = host.dir() + "/node-exporter";
+  ASSERT_EQ(::mkdir(node.c_str(), 0755), 0) << errno_text();
+  start({"dyni-hot-metrics"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n" +
+                                  "metrics_textfile = " + node + "/dyni.prom\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-metrics");
+  pid_t pid = host.spawn({exe, "60", "0"});
+  ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+  RunResult m = host.dyni({"-metrics"});
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  const std::string samples = prometheus_samples(host, m.out);
+  ASSERT_NE(samples, "") << "Prometheus's parser refused:\n" << m.out;
+  const std::string labels = "name=dyni-hot-metrics,pid=" + std::to_string(pid);
+  EXPECT_NE(samples.find("dyni_daemon_up  1.0"), std::string::npos) << samples;
+  EXPECT_NE(samples.find("dyni_target_state " + labels + ",state=dynimized 1.0"), std::string::npos) << samples;
+  EXPECT_NE(samples.find("dyni_license_active  1.0"), std::string::npos) << samples;
+  for (const char* name : {"dyni_daemon_cpu_seconds_total  ", "dyni_daemon_resident_bytes  ", "dyni_license_days_left  "})
+    EXPECT_NE(samples.find(name), std::string::npos) << name << samples;
+  std::istringstream lines(samples);
+  double functions = 0, cache = 0, seconds = 0;
+  for (std::string line; std::getline(lines, line);) {  // "name labels value", labels maybe empty
+    const std::size_t a = line.find(' '), b = line.rfind(' ');
+    if (a == std::string::npos || line.substr(a + 1, b - a - 1) != labels) continue;
+    const std::string name = line.substr(0, a), v = line.substr(b + 1);
+    if (name == "dyni_target_functions_optimized") functions = std::stod(v);
+    if (name == "dyni_target_cache_bytes") cache = std::stod(v);
+    if (name == "dyni_target_seconds_to_dynimized") seconds = std::stod(v);
+  }
+  EXPECT_GE(functions, 15) << samples;
+  EXPECT_GE(cache, 4096) << samples;
+  EXPECT_GT(seconds, 0) << samples;
+  // The textfile: rewritten every 15 s, so it says dynimized within 20.
+  std::string file;
+  for (int i = 0; i < 40 && file.find("state=\"dynimized\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(500ms);
+    file = read_file(node + "/dyni.prom", 1 << 20).value_or("");
+  }
+  EXPECT_NE(file.find("state=\"dynimized\""), std::string::npos) << file;
+  EXPECT_NE(prometheus_samples(host, file), "") << file;
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_EQ(host.dyni({"-stop"}).exit_code, 0);
+  RunResult down = host.dyni({"-metrics"});
+  EXPECT_EQ(down.exit_code, 3);
+  EXPECT_NE(prometheus_samples(host, down.out).find("dyni_daemon_up  0.0"), std::string::npos) << down.out;
+}
+
 // perf's map goes where perf looks for the process: a target in a mount
 // namespace of its own, with a /tmp of its own (as PrivateTmp= gives a
 // unit), gets it in that /tmp, and the host's /tmp stays without one.

@@ -72,6 +72,8 @@ void DyniHost::write_config(const std::vector<std::string>& exe_list, const std:
   for (const auto& e : exe_list) text += e + "\n";
   text += rest;
   text += "log_file = " + log_path() + "\n";
+  // The host's node_exporter directory is never a test's.
+  if (rest.find("metrics_textfile") == std::string::npos) text += "metrics_textfile =\n";
   if (std::filesystem::exists(dir_ + "/license-public.pem"))
     text += "[license]\npublic_key = " + dir_ + "/license-public.pem\n";
   write_raw_config(text);

@@ -41,6 +41,8 @@ TEST(CliArgs, Addr2OrigTakesAPidAndHexAddresses) {
   EXPECT_EQ(c->addresses, (std::vector<uint64_t>{0x7f00dead, 0x55aa}));
   EXPECT_FALSE(parse({"-addr2orig=77"})) << "no address";
   EXPECT_FALSE(parse({"-addr2orig=x", "0x1"}));
+  EXPECT_FALSE(parse({"-addr2orig=4294967297", "0x1"})) << "beyond any pid (it would wrap to pid 1)";
+  EXPECT_FALSE(parse({"-profile=4294967297"}));
   EXPECT_FALSE(parse({"-addr2orig=77", "0xzz"}));
   EXPECT_FALSE(parse({"-addr2orig=77", "0x1ffffffffffffffff"})) << "more than 64 bits";
   EXPECT_FALSE(parse({"0x1"})) << "an address alone";

@@ -1,0 +1,116 @@
+// Prometheus text format (metrics.h): HELP and TYPE once per metric, then
+// its samples; label values escaped (\\, \", \n).
+#include "dynid/metrics.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace dyni {
+namespace {
+
+std::string escaped(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+struct Sample {
+  std::string labels;  // `{a="b"}` or ""
+  double value = 0;
+};
+
+class Exposition {
+ public:
+  void add(const std::string& name, const char* type, const char* help, std::vector<Sample> samples) {
+    if (samples.empty()) return;
+    text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    for (const Sample& s : samples) text_ += fmt::format("{}{} {}\n", name, s.labels, s.value);
+  }
+  std::string text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+std::string target_labels(const nlohmann::json& t, const std::string& extra = "") {
+  return fmt::format("{{name=\"{}\",pid=\"{}\"{}}}", escaped(t.value("name", "")), t.value("pid", 0), extra);
+}
+
+// One sample per target that has `value(t)` (a number; null: none).
+template <typename F>
+std::vector<Sample> per_target(const nlohmann::json& targets, F value) {
+  std::vector<Sample> out;
+  for (const auto& t : targets) {
+    const nlohmann::json v = value(t);
+    if (v.is_number()) out.push_back({target_labels(t), v.get<double>()});
+  }
+  return out;
+}
+
+nlohmann::json at(const nlohmann::json& j, std::initializer_list<const char*> path) {
+  const nlohmann::json* p = &j;
+  for (const char* key : path) {
+    if (!p->is_object() || !p->contains(key)) return nullptr;
+    p = &(*p)[key];
+  }
+  return *p;
+}
+
+void add_targets(Exposition& e, const nlohmann::json& targets) {
+  std::vector<Sample> states;
+  for (const auto& t : targets)
+    states.push_back({target_labels(t, fmt::format(",state=\"{}\"", escaped(t.value("state", "")))), 1});
+  e.add("dyni_target_state", "gauge", "A target of dyni's and its state (1 for the state it is in).", states);
+  e.add("dyni_target_cpu_percent", "gauge", "The target's CPU use over dynid's busy window, percent of one CPU.",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"cpu_percent"}); }));
+  e.add("dyni_target_functions_optimized", "gauge", "Functions of the target running as dyni's copies.",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "functions_copied"}); }));
+  e.add("dyni_target_entries_patched", "gauge", "Function entries patched to jump to the copies.",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "functions_patched"}); }));
+  e.add("dyni_target_cache_bytes", "gauge", "Bytes of the code cache mapped in the target.",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "cache", "bytes"}); }));
+  e.add("dyni_target_cache_huge_page_bytes", "gauge", "Bytes of the code cache on huge pages (hugetlb included).",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "cache", "huge_page_bytes"}); }));
+  e.add("dyni_target_longest_stop_seconds", "gauge", "The longest time dyni held the target's threads stopped.",
+        per_target(targets, [](const nlohmann::json& t) {
+          auto ms = at(t, {"dynimized", "longest_stop_ms"});
+          return ms.is_number() ? nlohmann::json(ms.get<double>() / 1000) : nlohmann::json(nullptr);
+        }));
+  e.add("dyni_target_seconds_to_dynimized", "gauge", "Seconds from the start of profiling to the optimized code.",
+        per_target(targets, [](const nlohmann::json& t) {
+          auto p = at(t, {"dynimized", "seconds_profiling"}), o = at(t, {"dynimized", "seconds_optimizing"});
+          return p.is_number() && o.is_number() ? nlohmann::json(p.get<double>() + o.get<double>())
+                                                : nlohmann::json(nullptr);
+        }));
+  e.add("dyni_target_undo_total", "counter", "dyni -undo applied to the target.",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "undo_count"}); }));
+  e.add("dyni_target_redo_total", "counter", "dyni -redo applied to the target.",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "redo_count"}); }));
+}
+
+}  // namespace
+
+std::string prometheus_metrics(const nlohmann::json& status, int64_t now_unix) {
+  Exposition e;
+  const nlohmann::json daemon = at(status, {"daemon"}), license = at(status, {"license"});
+  e.add("dyni_daemon_up", "gauge", "1: dynid answers.", {{"", daemon.is_object() ? 1.0 : 0.0}});
+  if (auto cpu = at(daemon, {"cpu_seconds"}); cpu.is_number())
+    e.add("dyni_daemon_cpu_seconds_total", "counter", "dynid's CPU time, user and system.", {{"", cpu.get<double>()}});
+  if (auto rss = at(daemon, {"rss_bytes"}); rss.is_number())
+    e.add("dyni_daemon_resident_bytes", "gauge", "dynid's resident memory.", {{"", rss.get<double>()}});
+  e.add("dyni_license_active", "gauge", "1: this host's license is active.",
+        {{"", at(license, {"active"}).is_boolean() && at(license, {"active"}).get<bool>() ? 1.0 : 0.0}});
+  if (auto expires = at(license, {"expires_unix"}); expires.is_number())
+    e.add("dyni_license_days_left", "gauge", "Days until this host's license expires.",
+          {{"", static_cast<double>(expires.get<int64_t>() - now_unix) / 86400}});
+  add_targets(e, status.value("targets", nlohmann::json::array()));
+  return e.text();
+}
+
+}  // namespace dyni
