@@ -2,9 +2,12 @@
 #include "common/log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 
@@ -17,6 +20,29 @@ std::mutex g_mutex;
 int g_fd = STDERR_FILENO;
 std::string g_path;
 bool g_debug = false;
+bool g_journal = false;  // stderr is journald's stream: lines carry their priority
+
+// Under systemd, stderr may be journald's stream: JOURNAL_STREAM then names
+// its device and inode (systemd.exec(5)). Compared with fd 2's, so that a
+// stderr the operator redirected elsewhere keeps plain lines.
+bool stderr_is_journal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  unsigned long long dev = 0, ino = 0;
+  struct stat st{};
+  if (!stream || std::sscanf(stream, "%llu:%llu", &dev, &ino) != 2 || ::fstat(STDERR_FILENO, &st) != 0) return false;
+  return st.st_dev == dev && st.st_ino == ino;
+}
+
+// syslog(3) priorities, as journald reads them from a "<N>" line prefix.
+int priority(Level level) {
+  switch (level) {
+    case Level::Debug: return 7;
+    case Level::Info: return 6;
+    case Level::Warn: return 4;
+    case Level::Error: return 3;
+  }
+  return 6;
+}
 
 const char* prefix(Level level) {
   switch (level) {
@@ -61,6 +87,7 @@ void use_stderr() {
   if (g_fd != STDERR_FILENO) ::close(g_fd);
   g_fd = STDERR_FILENO;
   g_path.clear();
+  g_journal = stderr_is_journal();
 }
 
 // Reopens the log file by name, so logrotate can move the old one away.
@@ -78,8 +105,10 @@ void set_debug(bool enabled) { g_debug = enabled; }
 
 void write(Level level, const std::string& text) {
   if (level == Level::Debug && !g_debug) return;
-  std::string line = fmt::format("{} {} {}\n", timestamp(), prefix(level), text);
   std::lock_guard lock(g_mutex);
+  // journald takes the priority from "<N>" and drops it from the message.
+  std::string line = fmt::format("{}{} {} {}\n", g_journal && g_fd == STDERR_FILENO ? fmt::format("<{}>", priority(level)) : "",
+                                 timestamp(), prefix(level), text);
   // One write per line keeps lines whole when several threads log at once.
   ssize_t n = ::write(g_fd, line.data(), line.size());
   (void)n;  // Nowhere left to report a failing log write.

@@ -14,7 +14,10 @@ enum class Level { Debug, Info, Warn, Error };
 
 // Where lines go: a file (appended, reopened on reload) or stderr (journald
 // adds its own timestamps but ours stay, so lines read the same everywhere).
-// Until open_file is called, lines go to stderr.
+// Until open_file is called, lines go to stderr. A stderr that is
+// journald's stream (JOURNAL_STREAM, as systemd sets it) gets each line's
+// syslog priority as a "<N>" prefix, which journald keeps as the entry's
+// priority (journalctl -p warning).
 Status open_file(const std::string& path);
 void use_stderr();
 Status reopen();

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 
@@ -70,6 +71,24 @@ int do_stop() {
   });
 }
 
+// States in colour only for a person at a terminal: never into a pipe or a
+// file, nor with NO_COLOR set (no-color.org) or TERM=dumb.
+bool colours_wanted() {
+  const char* term = std::getenv("TERM");
+  return ::isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR") && term && std::string(term) != "dumb";
+}
+
+// `text` (a target's status line) in its state's colour: green dynimized,
+// red failed or unsupported, yellow on the way; others plain.
+std::string coloured(const std::string& text, const std::string& state, bool colour) {
+  const char* code = state == "dynimized"                         ? "32"
+                     : state == "failed" || state == "unsupported" ? "31"
+                     : state == "profiling" || state == "dynimizing" ? "33"
+                                                                   : nullptr;
+  if (!colour || !code) return text;
+  return fmt::format("\033[{}m{}\033[0m", code, text);
+}
+
 int print_status(const protocol::Response& response, bool json) {
   const auto& data = response.data;
   if (json) {
@@ -79,9 +98,10 @@ int print_status(const protocol::Response& response, bool json) {
     return kExitOk;
   }
   std::cout << "dyni is running\n";
+  const bool colour = colours_wanted();
   for (const auto& t : data.value("targets", nlohmann::json::array()))
     std::cout << t.value("name", "?") << ", pid: " << t.value("pid", 0) << ", "
-              << t.value("status", "?") << "\n";
+              << coloured(t.value("status", "?"), t.value("state", ""), colour) << "\n";
   std::cout << "license: " << data["license"].value("summary", "unknown") << "\n";
   return kExitOk;
 }

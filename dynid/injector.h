@@ -114,6 +114,7 @@ struct Injection {
   std::vector<std::string> skipped;  // "func_<addr>: reason"
   std::chrono::microseconds longest_stop{0};
   WindowTiming longest_window;  // of the patch windows
+  std::size_t patch_windows = 0;  // stop windows that patched entries and call sites in (injection, redo)
   std::string error;  // set when a step failed after the cache was mapped
   // Laid out by counts (request.counts): what the counts say of the original
   // code and of this cache (jit/layout_metrics.h; dyni -profile=PID).

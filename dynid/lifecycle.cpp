@@ -301,13 +301,16 @@ void TargetLifecycle::dynimize() {
                          fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
     return;
   }
+  // One line an operator can act on: what, how much, how long the target was held.
   std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} call sites re-pointed, "
-                                "{} bytes of code at {:#x} ({} KiB of the cache on huge pages{}{}); longest stop {:.1f} ms",
+                                "{} bytes of code at {:#x} ({} KiB of the cache on huge pages{}{}); {} patch windows, "
+                                "longest stop {:.1f} ms; {:.1f} s profiling, {:.1f} s counting and jit",
                                 count_of(injection_->patched, PatchKind::Entry), injection_->skipped.size(),
                                 injection_->promoted_calls, count_of(injection_->patched, PatchKind::CallSite),
                                 injection_->code_size, injection_->code_addr, huge_page_bytes_.value_or(0) >> 10,
                                 injection_->cache.huge_note.empty() ? "" : ": ", injection_->cache.huge_note,
-                                injection_->longest_stop.count() / 1000.0);
+                                injection_->patch_windows, injection_->longest_stop.count() / 1000.0,
+                                seconds_profiling_, seconds_optimizing_);
   log::info("target {} pid {}: dynimized: {}", name_, pid_, why);
   move(TargetState::Dynimizing, TargetState::Dynimized, why);
 }
@@ -478,6 +481,7 @@ Result<std::string> TargetLifecycle::redo() {
     return fail("redo: no entry could be patched" +
                 (again->error.empty() ? first_reason(again->skipped) : " (first reason: " + again->error + ")"));
   ++redo_count_;
+  injection_->patch_windows += again->patch_windows;
   if (again->longest_stop > injection_->longest_stop)
     injection_->longest_stop = again->longest_stop, injection_->longest_window = again->longest_window;
   std::string what = fmt::format("{} of {} entries and {} of {} call sites patched{}",
@@ -519,6 +523,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"perf_map_error", perf_map_error_},
           {"layout", layout_},
           {"longest_stop_ms", in.longest_stop.count() / 1000.0},
+          {"patch_windows", in.patch_windows},
           {"longest_patch_window", {{"threads", in.longest_window.threads},
                                     {"entries_written", in.longest_window.writes},
                                     {"stop_ms", in.longest_window.stop.count() / 1000.0},

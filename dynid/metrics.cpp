@@ -88,6 +88,8 @@ void add_targets(Exposition& e, const nlohmann::json& targets) {
           return p.is_number() && o.is_number() ? nlohmann::json(p.get<double>() + o.get<double>())
                                                 : nlohmann::json(nullptr);
         }));
+  e.add("dyni_target_patch_windows_total", "counter", "Stop windows in which dyni patched the target.",
+        per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "patch_windows"}); }));
   e.add("dyni_target_undo_total", "counter", "dyni -undo applied to the target.",
         per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "undo_count"}); }));
   e.add("dyni_target_redo_total", "counter", "dyni -redo applied to the target.",

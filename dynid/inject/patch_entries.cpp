@@ -136,6 +136,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
 Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing, int windows) {
   for (int window = 0; window < windows && !pending.empty(); ++window) {
     auto checks = patch_window(out, pending, replacing, out.longest_window);
+    ++out.patch_windows;
     out.longest_stop = std::max(out.longest_stop, out.longest_window.total);
     if (!checks) return std::unexpected(checks.error());
     std::vector<PatchRecord> again;

@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <filesystem>
 #include <fstream>
@@ -218,5 +221,36 @@ bool DyniHost::alive(pid_t pid) {
 }
 
 std::string DyniHost::log() const { return read_text(log_path()); }
+
+std::string perf_style_name(const std::string& name) {
+  int depth = 0;
+  std::size_t name_start = 0, params = name.size();
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c == '<') ++depth;
+    else if (c == '>') --depth;
+    else if (c == ' ' && depth == 0) name_start = i + 1;
+    else if (c == '(' && depth == 0 && i > 0) {
+      params = i;
+      break;
+    }
+  }
+  if (name_start > params) name_start = 0;
+  return name.substr(name_start, params - name_start);
+}
+
+int free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
 
 }  // namespace dyni::test

@@ -77,4 +77,13 @@ class DyniHost {
   std::vector<pid_t> targets_;
 };
 
+// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick),
+// for a test's own server: a server another test left behind on a fixed
+// port then never fails this one.
+int free_tcp_port();
+
+// A demangled name as `perf report` prints it: no return type, no
+// parameter list ("unsigned long hot_work<3>(unsigned long)" → "hot_work<3>").
+std::string perf_style_name(const std::string& name);
+
 }  // namespace dyni::test

@@ -27,6 +27,8 @@
 namespace dyni::profiler {
 namespace {
 
+using test::perf_style_name;
+
 using namespace std::chrono_literals;
 
 // Samples `pid` for `duration`, refreshing threads and draining every 100 ms.
@@ -117,24 +119,6 @@ TEST_F(Profiler, NewThreadsAreSampledAndExitedTargetsEndCleanly) {
   Profile profile = record(pid, 4s, *symbolizer, &stats);
   EXPECT_GE(stats.threads_seen, 4u);
   EXPECT_GT(profile.total(), 500u);
-}
-
-// The name as `perf report` prints it: no return type, no parameter list.
-std::string perf_style_name(const std::string& name) {
-  int depth = 0;
-  std::size_t name_start = 0, params = name.size();
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    char c = name[i];
-    if (c == '<') ++depth;
-    else if (c == '>') --depth;
-    else if (c == ' ' && depth == 0) name_start = i + 1;
-    else if (c == '(' && depth == 0 && i > 0) {
-      params = i;
-      break;
-    }
-  }
-  if (name_start > params) name_start = 0;
-  return name.substr(name_start, params - name_start);
 }
 
 // Samples per function name, and the process's total (unnamed samples included).
@@ -254,8 +238,15 @@ TEST_F(Profiler, AgreesWithPerfRecordOnMariadbUnderSysbench) {
     if (system((std::string(tool) + " >/dev/null 2>&1").c_str()) != 0)
       GTEST_SKIP() << "'" << tool << "' failed: install linux-perf, mariadb-server, sysbench";
   std::string script = std::string(DYNI_SOURCE_DIR) + "/bench/mariadb.sh";
-  // Its own datadir and port, so a benchmark's server on 3307 does not collide.
-  std::string env = "DYNI_MARIADB_DIR=" + host.dir() + "/mariadb DYNI_MARIADB_PORT=3317 ";
+  // Its own datadir and port: a benchmark's server on 3307, or a server
+  // another test left behind, does not collide.
+  const int port = test::free_tcp_port();
+  ASSERT_GT(port, 0);
+  std::string env = "DYNI_MARIADB_DIR=" + host.dir() + "/mariadb DYNI_MARIADB_PORT=" + std::to_string(port) + " ";
+  struct Stop {  // also when an assertion below returns early
+    std::string command;
+    ~Stop() { (void)system(command.c_str()); }
+  } stop{env + script + " stop >/dev/null 2>&1"};
   ASSERT_EQ(system((env + script + " start >/dev/null && " + env + script + " prepare >/dev/null").c_str()), 0);
   std::ifstream pid_file(host.dir() + "/mariadb/mysqld.pid");
   pid_t pid = 0;
@@ -265,7 +256,7 @@ TEST_F(Profiler, AgreesWithPerfRecordOnMariadbUnderSysbench) {
   std::this_thread::sleep_for(3s);  // warm up
   compare_with_perf(pid, 12, host.dir(), 2000);
   load.join();
-  system((env + script + " stop >/dev/null").c_str());
+  system(stop.command.c_str());
   for (int i = 0; i < 100 && test::DyniHost::alive(pid); ++i) std::this_thread::sleep_for(100ms);
 }
 

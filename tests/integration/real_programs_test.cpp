@@ -167,7 +167,9 @@ class Mariadb : public ::testing::Test {
     for (const char* tool : {"mariadbd --version", "sysbench --version"})
       if (std::system((std::string(tool) + " >/dev/null 2>&1").c_str()) != 0)
         GTEST_SKIP() << "'" << tool << "' failed: install mariadb-server, sysbench";
-    env_ = "DYNI_MARIADB_DIR=" + host.dir() + "/mariadb DYNI_MARIADB_PORT=3317 DYNI_MARIADBD=" +
+    port_ = free_tcp_port();
+    ASSERT_GT(port_, 0);
+    env_ = "DYNI_MARIADB_DIR=" + host.dir() + "/mariadb DYNI_MARIADB_PORT=" + std::to_string(port_) + " DYNI_MARIADBD=" +
            host.install_program("/usr/sbin/mariadbd", "dyni-mariadbd") + " ";
     std::string script = std::string(DYNI_SOURCE_DIR) + "/bench/mariadb.sh";
     ASSERT_EQ(std::system((env_ + script + " start >/dev/null && " + env_ + script + " prepare >/dev/null").c_str()), 0);
@@ -193,6 +195,7 @@ class Mariadb : public ::testing::Test {
   DyniHost host;
   std::string env_;
   pid_t pid_ = 0;
+  int port_ = 0;  // its own: a server another test left never holds it
 };
 
 TEST_F(Mariadb, UnderSysbenchIsDynimizedAndAnswersTheSame) {
@@ -208,7 +211,7 @@ TEST_F(Mariadb, UnderSysbenchIsDynimizedAndAnswersTheSame) {
   // 115 s and dynimized came after about 190 s: 300 s is the bound, well
   // inside the load.
   pid_t sysbench = host.spawn({"/bin/sh", "-c",
-                               "exec sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port=3317 "
+                               "exec sysbench oltp_read_only --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port=" + std::to_string(port_) + " "
                                "--mysql-user=sbtest --mysql-password=sbtest --mysql-db=sbtest --tables=4 "
                                "--table-size=100000 --threads=2 --time=400 run > '" + sysbench_out + "' 2>&1"});
   host.write_config({"dyni-mariadbd"}, std::string(kFastOptions) + "profile_max_seconds = 15\n");
