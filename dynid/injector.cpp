@@ -56,6 +56,7 @@ void describe(const InjectRequest& req, const Prepared& p, Injection& out) {
     out.promoted_calls += f.code.promoted.size();
   }
   out.eh_frame_addr = p.place.addr + p.layout.blob_offset;
+  out.eh_frame = p.planned.frames.blob;
   out.copies = copy_ranges(p);
   out.frames = {out.code_addr, out.code_addr + out.code_size, p.place.addr + p.layout.table_offset,
                 p.search_table.size() / jit::kSearchEntryBytes};

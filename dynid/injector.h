@@ -104,6 +104,7 @@ struct Injection {
   std::size_t promoted_calls = 0;  // indirect calls promoted to guarded direct calls (jit/promotion.h)
   uint64_t code_addr = 0, code_size = 0;  // run-time
   uint64_t eh_frame_addr = 0;
+  std::vector<uint8_t> eh_frame;  // the cache's unwind rows as written there (for gdb's symbol file)
   UnwindTable frames;  // the cache's frames, for dynid's own stack proofs
   // Frames of the target's other dyni caches (a counting cache that threads
   // may still run in): every stack proof needs them too.

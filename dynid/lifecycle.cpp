@@ -18,6 +18,7 @@
 #include "dynid/cache_scan.h"
 #include "dynid/counting_phase.h"
 #include "dynid/copy_origins.h"
+#include "dynid/gdb_symbols.h"
 #include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
 #include "elf/elf_file.h"
@@ -284,7 +285,7 @@ void TargetLifecycle::dynimize() {
   if (error.empty() && injected->patched.empty())
     error = "no entry could be patched" + first_reason(injected->skipped);
   Injection& kept = *injected;
-  if (!kept.copies.empty()) note_copies(kept.copies, "optimized");
+  if (!kept.copies.empty()) note_copies(kept, "optimized");
   if (!kept.plan.is_null()) {
     std::lock_guard lock(mutex_);
     plan_ = kept.plan;
@@ -326,7 +327,7 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
     std::lock_guard lock(counting_mutex_);
     counting_ = std::move(*phase);
   }
-  note_copies(counting->injection().copies, "counting");
+  note_copies(counting->injection(), "counting");
   if (!counting->injection().plan.is_null()) {  // -profile's plan until the optimized one replaces it
     std::lock_guard lock(mutex_);
     plan_ = counting->injection().plan;
@@ -347,8 +348,12 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
 }
 
 // perf's map of these copies (perf_map.h): -status -json says where, or
-// why not; and where each came from, for dyni -addr2orig (copy_origins.h).
-void TargetLifecycle::note_copies(const std::vector<CopyRange>& copies, const std::string& tier) {
+// why not; where each came from, for dyni -addr2orig (copy_origins.h); and
+// gdb's symbol file of the cache (gdb_symbols.h).
+void TargetLifecycle::note_copies(const Injection& in, const std::string& tier) {
+  const std::vector<CopyRange>& copies = in.copies;
+  auto gdb = save_cache_symbol_file(in, tier);
+  if (!gdb) log::warn("target {} pid {}: gdb's symbol file: {}", name_, pid_, gdb.error().message());
   std::vector<CopyOrigin> origins;
   for (const CopyRange& c : copies) origins.push_back({c.cache_addr, c.size, c.original_entry, tier, c.name, c.lines});
   if (auto saved = append_origins(pid_, start_time_, origins); !saved)
@@ -358,6 +363,8 @@ void TargetLifecycle::note_copies(const std::vector<CopyRange>& copies, const st
   std::lock_guard lock(injection_mutex_);
   perf_map_ = written ? *written : "";
   perf_map_error_ = written ? "" : written.error().message();
+  gdb_command_ = gdb ? *gdb : "";
+  gdb_error_ = gdb ? "" : gdb.error().message();
 }
 
 // The latest counts of each listed name, for dyni-scan --counts (one file a
@@ -521,6 +528,8 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"frames_registered", in.frames_registered},
           {"perf_map", perf_map_.empty() ? nlohmann::json(nullptr) : nlohmann::json(perf_map_)},
           {"perf_map_error", perf_map_error_},
+          {"gdb_command", gdb_command_.empty() ? nlohmann::json(nullptr) : nlohmann::json(gdb_command_)},
+          {"gdb_error", gdb_error_},
           {"layout", layout_},
           {"longest_stop_ms", in.longest_stop.count() / 1000.0},
           {"patch_windows", in.patch_windows},

@@ -106,7 +106,7 @@ class TargetLifecycle {
   void dynimize();
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
   void save_counts(const jit::ModuleCounts& counts);
-  void note_copies(const std::vector<CopyRange>& copies, const std::string& tier);
+  void note_copies(const Injection& in, const std::string& tier);
   void end_counting();
   std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);
@@ -121,6 +121,7 @@ class TargetLifecycle {
   uint64_t start_time_;
   std::string layout_;  // how the copies' blocks were laid out (injection_json)
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
+  std::string gdb_command_, gdb_error_;   // under injection_mutex_: how gdb loads the cache's symbols, or why not
   uint64_t image_;
   std::string name_;
   TargetTable& table_;

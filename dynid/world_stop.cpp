@@ -43,6 +43,18 @@ SeizeRefusal why_refused(pid_t pid, pid_t tid) {
   return SeizeRefusal::Other;
 }
 
+// Why a thread another process traces cannot be stopped, for people: a
+// debugger (gdb -p, strace -p) holds it until it detaches. "" when none does.
+std::string traced_by_other(pid_t pid, pid_t tid) {
+  auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
+  const int tracer = status ? std::atoi(status_field(*status, "TracerPid:").c_str()) : 0;
+  if (tracer == 0 || tracer == ::getpid()) return "";
+  auto comm = read_file(fmt::format("/proc/{}/comm", tracer), 256);
+  std::string name = comm ? comm->substr(0, comm->find('\n')) : "?";
+  return fmt::format("process {} is traced by pid {} ({}): a debugger holds it; detach it (quit gdb, strace) and "
+                     "try again", pid, tracer, name);
+}
+
 }  // namespace
 
 WorldStop::WorldStop(WorldStop&& other) noexcept
@@ -87,6 +99,7 @@ Status WorldStop::seize_new_threads() {
         threads_[tid] = {};
         continue;
       }
+      if (std::string traced = err == EPERM ? traced_by_other(pid_, tid) : ""; !traced.empty()) return fail(traced);
       return fail(sys_error(fmt::format("PTRACE_SEIZE of thread {} of process {}", tid, pid_), err));
     }
     threads_[tid] = {};

@@ -20,6 +20,7 @@
 #include "common/errno_text.h"
 #include "common/file_io.h"
 #include "dynid/cache_scan.h"
+#include "dynid/proc_reader.h"
 #include "elf/usdt.h"
 #include "jit/module_counts.h"
 #include "profiler/process_maps.h"
@@ -1017,6 +1018,45 @@ TEST_F(Daemon, PerfReportNamesTheCopiesAsTheirOriginals) {
     EXPECT_NEAR(after[name], share, 3.0) << name;
     std::printf("%-14s %5.2f %% of samples before, %5.2f %% dynimized\n", name.c_str(), share, after[name]);
   }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+}
+
+// gdb -p PID, given the command -status -json shows, names the copy the
+// thread is in and unwinds through it to main (dynid's symbol file of the
+// cache: a symbol per copy and the cache's .eh_frame); the target lives on.
+TEST_F(Daemon, GdbNamesTheCopiesAndUnwindsThroughThem) {
+  if (system("gdb --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs gdb (apt-get install gdb)";
+  start({"dyni-hot-gdb"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-gdb");
+  pid_t pid = host.spawn({exe, "60", "0"});
+  ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+  const std::string command = target_json(host, pid)["dynimized"].value("gdb_command", "");
+  ASSERT_EQ(command.rfind("add-symbol-file ", 0), 0u) << target_json(host, pid).dump();
+  RunResult bt;
+  for (int attempt = 0; attempt < 5 && bt.out.find("[dyni]") == std::string::npos; ++attempt)  // the PC may be outside
+    bt = host.run({"/usr/bin/gdb", "-nx", "-batch", "-p", std::to_string(pid), "-ex", command, "-ex", "bt"});
+  std::printf("%s", bt.out.c_str());
+  EXPECT_NE(bt.out.find("hot_work<"), std::string::npos) << bt.out << bt.err;
+  EXPECT_NE(bt.out.find("[dyni]"), std::string::npos) << bt.out << bt.err;
+  EXPECT_NE(bt.out.find(" main ("), std::string::npos) << "unwound through the copy to main:\n" << bt.out << bt.err;
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(DyniHost::alive(pid)) << "gdb detached, the target runs on";
+  // While gdb holds the target, dynid cannot stop it: -undo says who holds it.
+  pid_t gdb = host.spawn({"/usr/bin/gdb", "-nx", "-batch", "-p", std::to_string(pid), "-ex", "shell sleep 6"});
+  for (int i = 0; i < 50 && status_field(read_file("/proc/" + std::to_string(pid) + "/status", 1 << 16).value_or(""),
+                                         "TracerPid:") != std::to_string(gdb); ++i)
+    std::this_thread::sleep_for(100ms);
+  RunResult undo = host.dyni({"-undo"});
+  std::printf("%s%s", undo.out.c_str(), undo.err.c_str());
+  EXPECT_EQ(undo.exit_code, 1) << undo.out << undo.err;
+  EXPECT_NE((undo.out + undo.err).find("traced by pid " + std::to_string(gdb) + " (gdb)"), std::string::npos)
+      << undo.out << undo.err;
+  int gdb_status = 0;
+  waitpid(gdb, &gdb_status, 0);
+  RunResult after = host.dyni({"-undo"});
+  EXPECT_EQ(after.exit_code, 0) << "gdb gone: " << after.out << after.err;
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
