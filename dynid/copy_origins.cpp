@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "common/paths.h"
 #include "dynid/proc_reader.h"
+#include "dynid/process_files.h"
 
 namespace dyni {
 namespace {
@@ -68,45 +69,12 @@ Result<CopyOrigin> parse_line(const std::string& line) {
   return c;
 }
 
-// This boot's id (/proc/sys/kernel/random/boot_id), its first 8 hex digits:
-// start times count from boot, so pid and start time name a process only
-// within one boot.
-std::string boot_id() {
-  auto id = read_file("/proc/sys/kernel/random/boot_id", 64);
-  return id && id->size() >= 8 ? id->substr(0, 8) : "noboot00";
-}
-
-// Whether the file at `name` ("PID-START-BOOT.txt") is a running process's.
-bool of_a_live_process(const std::string& name) {
-  pid_t pid = 0;
-  unsigned long long start = 0;
-  char boot[9] = {};
-  if (std::sscanf(name.c_str(), "%d-%llu-%8[0-9a-f].txt", &pid, &start, boot) != 3) return false;
-  auto stat = read_proc_stat("/proc", pid);
-  return stat && stat->start_time == start && boot_id() == boot;
-}
-
-// Removes the oldest files of processes that are gone until at most `keep`
-// remain; a running process's file is never removed (its crash may come
-// after many other processes').
-void keep_newest(const std::string& dir, std::size_t keep) {
-  std::error_code ec;
-  std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.is_regular_file(ec)) files.emplace_back(e.last_write_time(ec), e.path());
-  if (files.size() <= keep) return;
-  std::sort(files.begin(), files.end());
-  std::size_t excess = files.size() - keep;
-  for (std::size_t i = 0; i < files.size() && excess > 0; ++i)
-    if (!of_a_live_process(files[i].second.filename().string())) std::filesystem::remove(files[i].second, ec), --excess;
-}
-
 }  // namespace
 
 std::string origins_dir() { return paths::state_dir() + "/origins"; }
 
 std::string origins_path(pid_t pid, uint64_t start_time) {
-  return fmt::format("{}/{}-{}-{}.txt", origins_dir(), pid, start_time, boot_id());
+  return fmt::format("{}/{}.txt", origins_dir(), process_file_stem(pid, start_time));
 }
 
 std::string origin_line(const CopyOrigin& c) {
@@ -154,7 +122,7 @@ Status append_origins(pid_t pid, uint64_t start_time, const std::vector<CopyOrig
     at += static_cast<std::size_t>(n);
   }
   ::close(fd);
-  keep_newest(origins_dir(), kMaxOriginFiles);
+  prune_process_files(origins_dir(), kMaxOriginFiles);
   return ok();
 }
 

@@ -10,9 +10,12 @@
 
 #include "common/file_io.h"
 #include "common/paths.h"
+#include "dynid/process_files.h"
 
 namespace dyni {
 namespace {
+
+constexpr std::size_t kMaxSymbolFiles = 64;  // two a process (counting, optimized)
 
 void append(std::string& out, const void* data, std::size_t n) { out.append(static_cast<const char*>(data), n); }
 
@@ -80,10 +83,11 @@ std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uin
 Result<std::string> save_cache_symbol_file(const Injection& in, const std::string& tier) {
   const std::string dir = paths::state_dir() + "/gdb";
   if (auto made = ensure_dir_p(dir, 0700); !made) return std::unexpected(made.error());
-  const std::string path = fmt::format("{}/{}-{}-{}.elf", dir, in.pid, in.start_time, tier);
+  const std::string path = fmt::format("{}/{}-{}.elf", dir, process_file_stem(in.pid, in.start_time), tier);
   std::vector<uint8_t> elf = cache_symbol_file(in.copies, in.code_addr, in.code_size, in.eh_frame_addr, in.eh_frame);
   if (auto written = write_file_atomic(path, std::string(elf.begin(), elf.end()), 0600); !written)
     return std::unexpected(written.error());
+  prune_process_files(dir, kMaxSymbolFiles);
   return "add-symbol-file " + path;
 }
 

@@ -3,7 +3,15 @@
 // line dynid did not write fails the file (or, read leniently, is left out).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "dynid/copy_origins.h"
+#include "dynid/proc_reader.h"
+#include "dynid/process_files.h"
 
 namespace dyni {
 namespace {
@@ -53,6 +61,31 @@ TEST(CopyOrigins, ALineDynidDidNotWriteFailsTheFile) {
       EXPECT_EQ(r.error().message().rfind("line 2: ", 0), 0u) << r.error().message();
     }
   }
+}
+
+// Pruning keeps the newest files, and a running process's however old.
+TEST(ProcessFiles, PruningNeverRemovesARunningProcesssFile) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("dyni-prune-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto self = read_proc_stat("/proc", ::getpid());
+  ASSERT_TRUE(self);
+  const std::string mine = dir + "/" + process_file_stem(::getpid(), self->start_time) + ".txt";
+  std::vector<std::string> dead;
+  for (int i = 0; i < 5; ++i) dead.push_back(dir + "/" + process_file_stem(999999 - i, 7) + "-optimized.elf");
+  auto when = std::filesystem::file_time_type::clock::now() - std::chrono::hours(10);
+  for (const std::string& f : {mine, dead[0], dead[1], dead[2], dead[3], dead[4]}) {
+    std::ofstream(f) << "x";
+    std::filesystem::last_write_time(f, when += std::chrono::minutes(1));  // mine the oldest
+  }
+  EXPECT_TRUE(of_a_live_process(std::filesystem::path(mine).filename()));
+  EXPECT_FALSE(of_a_live_process(std::filesystem::path(dead[0]).filename()));
+  prune_process_files(dir, 3);
+  EXPECT_TRUE(std::filesystem::exists(mine)) << "the oldest, but its process runs";
+  EXPECT_FALSE(std::filesystem::exists(dead[0]));
+  EXPECT_FALSE(std::filesystem::exists(dead[1]));
+  EXPECT_FALSE(std::filesystem::exists(dead[2]));
+  EXPECT_TRUE(std::filesystem::exists(dead[3]) && std::filesystem::exists(dead[4])) << "the newest stay";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

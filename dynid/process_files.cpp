@@ -1,0 +1,48 @@
+// Per-process files of dynid's (process_files.h).
+#include "dynid/process_files.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "common/file_io.h"
+#include "dynid/proc_reader.h"
+
+namespace dyni {
+
+std::string boot_id() {
+  auto id = read_file("/proc/sys/kernel/random/boot_id", 64);
+  return id && id->size() >= 8 ? id->substr(0, 8) : "noboot00";
+}
+
+bool of_a_live_process(const std::string& name) {
+  pid_t pid = 0;
+  unsigned long long start = 0;
+  char boot[9] = {};
+  if (std::sscanf(name.c_str(), "%d-%llu-%8[0-9a-f]", &pid, &start, boot) != 3) return false;
+  auto stat = read_proc_stat("/proc", pid);
+  return stat && stat->start_time == start && boot_id() == boot;
+}
+
+void prune_process_files(const std::string& dir, std::size_t keep) {
+  std::error_code ec;
+  std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) files.emplace_back(e.last_write_time(ec), e.path());
+  if (files.size() <= keep) return;
+  std::sort(files.begin(), files.end());
+  std::size_t excess = files.size() - keep;
+  for (std::size_t i = 0; i < files.size() && excess > 0; ++i)
+    if (!of_a_live_process(files[i].second.filename().string())) std::filesystem::remove(files[i].second, ec), --excess;
+}
+
+std::string process_file_stem(pid_t pid, uint64_t start_time) {
+  return fmt::format("{}-{}-{}", pid, start_time, boot_id());
+}
+
+}  // namespace dyni
