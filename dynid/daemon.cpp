@@ -139,6 +139,7 @@ int Daemon::run() {
     server_.serve(fds, [this](const protocol::Request& r) { return handle(r); });
     warn_if_slow("serving the control socket", served);
   }
+  if (!config_.metrics_textfile.empty()) remove_textfile(config_.metrics_textfile);  // no stale dyni_daemon_up 1
   log::info("dynid stopped (targets keep their current code)");
   return 0;
 }
@@ -176,7 +177,7 @@ void Daemon::write_metrics_textfile() {
   struct stat dir{};
   const std::string parent = path.substr(0, path.rfind('/'));
   if (::stat(parent.empty() ? "/" : parent.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode)) return;
-  auto written = write_file_atomic(path, prometheus_metrics(status().data, ::time(nullptr)), 0644);
+  auto written = write_textfile(path, prometheus_metrics(status().data, ::time(nullptr)));
   if (!written && !metrics_warned_) log::warn("metrics: {}: {}", path, written.error().message());
   metrics_warned_ = !written;
 }

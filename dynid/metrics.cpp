@@ -2,9 +2,17 @@
 // its samples; label values escaped (\\, \", \n).
 #include "dynid/metrics.h"
 
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
+#include <ctime>
 #include <vector>
+
+#include "common/errno_text.h"
 
 namespace dyni {
 namespace {
@@ -96,7 +104,49 @@ void add_targets(Exposition& e, const nlohmann::json& targets) {
         per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "redo_count"}); }));
 }
 
+// The directory of `path`, opened without following a link at its last step.
+int open_parent(const std::string& path) {
+  const std::string dir = path.substr(0, path.rfind('/'));
+  return ::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
 }  // namespace
+
+Status write_textfile(const std::string& path, const std::string& text) {
+  const int dir = open_parent(path);
+  if (dir < 0) return errno == ENOENT ? ok() : fail(path + ": its directory: " + errno_text());
+  uint64_t random = 0;
+  if (::getrandom(&random, sizeof random, 0) != sizeof random) random = static_cast<uint64_t>(::getpid()) << 20 ^ ::time(nullptr);
+  const std::string tmp = fmt::format(".{}.{:016x}", base_name(path), random);
+  const int fd = ::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::string why = errno_text();
+    ::close(dir);
+    return fail(path + ": " + why);
+  }
+  bool written = ::fchmod(fd, 0644) == 0;  // readable by node_exporter whatever dynid's umask
+  for (std::size_t at = 0; written && at < text.size();) {
+    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    written = n > 0;
+    at += written ? static_cast<std::size_t>(n) : 0;
+  }
+  std::string why = written ? "" : errno_text();
+  ::close(fd);
+  if (written && ::renameat(dir, tmp.c_str(), dir, base_name(path).c_str()) != 0) written = false, why = errno_text();
+  if (!written) ::unlinkat(dir, tmp.c_str(), 0);
+  ::close(dir);
+  return written ? ok() : fail(path + ": " + why);
+}
+
+void remove_textfile(const std::string& path) {
+  const int dir = open_parent(path);
+  if (dir < 0) return;
+  ::unlinkat(dir, base_name(path).c_str(), 0);
+  ::close(dir);
+}
 
 std::string prometheus_metrics(const nlohmann::json& status, int64_t now_unix) {
   Exposition e;
@@ -106,8 +156,9 @@ std::string prometheus_metrics(const nlohmann::json& status, int64_t now_unix) {
     e.add("dyni_daemon_cpu_seconds_total", "counter", "dynid's CPU time, user and system.", {{"", cpu.get<double>()}});
   if (auto rss = at(daemon, {"rss_bytes"}); rss.is_number())
     e.add("dyni_daemon_resident_bytes", "gauge", "dynid's resident memory.", {{"", rss.get<double>()}});
-  e.add("dyni_license_active", "gauge", "1: this host's license is active.",
-        {{"", at(license, {"active"}).is_boolean() && at(license, {"active"}).get<bool>() ? 1.0 : 0.0}});
+  if (license.is_object())  // none without a daemon: unknown then, not inactive
+    e.add("dyni_license_active", "gauge", "1: this host's license is active.",
+          {{"", at(license, {"active"}).is_boolean() && at(license, {"active"}).get<bool>() ? 1.0 : 0.0}});
   if (auto expires = at(license, {"expires_unix"}); expires.is_number())
     e.add("dyni_license_days_left", "gauge", "Days until this host's license expires.",
           {{"", static_cast<double>(expires.get<int64_t>() - now_unix) / 86400}});

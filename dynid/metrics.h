@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/result.h"
+
 namespace dyni {
 
 inline constexpr int64_t kMetricsIntervalMs = 15000;
@@ -18,5 +20,15 @@ inline constexpr int64_t kMetricsIntervalMs = 15000;
 // `status`: the data of a status response (daemon, license, targets);
 // `now_unix`: for the license's days left.
 std::string prometheus_metrics(const nlohmann::json& status, int64_t now_unix);
+
+// Writes `text` as the textfile `path` (0644, without fsync: a scrape reads
+// it next). Its directory belongs to node_exporter's user, who may plant
+// links there: the directory is opened without following a link, the
+// temporary file is created exclusively under a random name beside it, and
+// renamed over `path` (a rename replaces a link, never follows it).
+// "" when the directory does not exist (nothing to do), else an error.
+Status write_textfile(const std::string& path, const std::string& text);
+// Removes it the same way (dynid stopping: no stale dyni_daemon_up 1).
+void remove_textfile(const std::string& path);
 
 }  // namespace dyni

@@ -141,8 +141,8 @@ std::string perf_map_line(const CopyRange& c) {
 Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::vector<CopyRange>& copies) {
   auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
   if (!status) return fail("its status: " + status.error().message());
-  std::vector<uint64_t> uids = numbers(status_field(*status, "\nUid:")), gids = numbers(status_field(*status, "\nGid:"));
-  std::vector<uint64_t> nspids = numbers(status_field(*status, "\nNSpid:"));
+  std::vector<uint64_t> uids = numbers(status_field(*status, "Uid:")), gids = numbers(status_field(*status, "Gid:"));
+  std::vector<uint64_t> nspids = numbers(status_field(*status, "NSpid:"));
   if (uids.size() < 2 || gids.size() < 2) return fail("its owner is unknown");
   const uid_t uid = static_cast<uid_t>(uids[1]);  // effective, as a JIT in it would create files
   const gid_t gid = static_cast<gid_t>(gids[1]);

@@ -90,10 +90,14 @@ std::string read_mount_namespace(const std::string& proc_root, pid_t pid) {
 std::vector<pid_t> list_pids(const std::string& proc_root) { return list_numeric_entries(proc_root); }
 
 std::string status_field(const std::string& status, std::string_view name) {
-  std::size_t at = status.find(name);
-  if (at == std::string::npos) return "";
-  std::size_t eol = status.find('\n', at);
-  return status.substr(at + name.size(), eol == std::string::npos ? std::string::npos : eol - at - name.size());
+  // At a line's start only: a thread may name itself "TracerPid:1" (Name: comes first).
+  for (std::size_t at = 0; at < status.size();) {
+    const std::size_t eol = std::min(status.find('\n', at), status.size());
+    const std::string_view line(status.data() + at, eol - at);
+    if (line.starts_with(name)) return std::string(line.substr(name.size()));
+    at = eol + 1;
+  }
+  return "";
 }
 
 }  // namespace dyni

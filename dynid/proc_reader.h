@@ -13,8 +13,9 @@
 
 namespace dyni {
 
-// The rest of the line after `name` (say "TracerPid:") in the text of a
-// /proc/.../status file, or "" when there is none.
+// The rest of the line that starts with `name` (say "TracerPid:") in the
+// text of a /proc/.../status file, or "" when there is none. Only at a
+// line's start: a thread's Name: line may hold any text.
 std::string status_field(const std::string& status, std::string_view name);
 
 // Fields of /proc/PID/stat that dynid uses.

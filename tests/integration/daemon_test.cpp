@@ -101,6 +101,13 @@ uint64_t hits(int fd) {
   return read(fd, &n, sizeof n) == sizeof n ? n : 0;
 }
 
+// Removes a target's perf map, which dynid leaves in /tmp (perf reads it
+// after the process is gone), when a test ends, on every path.
+struct RemovesPerfMap {
+  pid_t pid;
+  ~RemovesPerfMap() { ::unlink(("/tmp/perf-" + std::to_string(pid) + ".map").c_str()); }
+};
+
 nlohmann::json target_json(const DyniHost& host, pid_t pid) {
   for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
     if (t["pid"] == pid) return t;
@@ -857,6 +864,7 @@ TEST_F(Daemon, CrashStacksMapBackToTheOriginalFunctions) {
   std::string exe = host.install_program(DYNI_TEST_CRASH, "dyni-crash");
   const std::string out = host.dir() + "/backtrace.txt";
   pid_t pid = host.spawn({exe, "60", out});
+  RemovesPerfMap remove_map{pid};
   ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
   ASSERT_EQ(target_json(host, pid)["dynimized"].value("frames_registered", "").rfind("yes", 0), 0u)
       << target_json(host, pid).dump();
@@ -879,7 +887,7 @@ TEST_F(Daemon, CrashStacksMapBackToTheOriginalFunctions) {
   EXPECT_NE(r.out.find("calling_work"), std::string::npos) << "its caller's copy, named: " << r.out << *trace;
   EXPECT_NE(r.out.find("in dyni's optimized copy at"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("0x1: in no copy of dyni's"), std::string::npos) << r.out;
-  RunResult unknown = host.dyni({"-addr2orig=" + std::to_string(pid + 100000), "0x1000"});
+  RunResult unknown = host.dyni({"-addr2orig=4194304", "0x1000"});  // PID_MAX_LIMIT: never a process
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("no copies of dyni's were recorded"), std::string::npos) << unknown.err;
 }
@@ -913,6 +921,7 @@ TEST_F(Daemon, MetricsParseWithPrometheusOwnParser) {
                                   "metrics_textfile = " + node + "/dyni.prom\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-metrics");
   pid_t pid = host.spawn({exe, "60", "0"});
+  RemovesPerfMap remove_map{pid};
   ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
   RunResult m = host.dyni({"-metrics"});
   ASSERT_EQ(m.exit_code, 0) << m.err;
@@ -998,6 +1007,7 @@ TEST_F(Daemon, PerfReportNamesTheCopiesAsTheirOriginals) {
   if (system("perf --version >/dev/null 2>&1") != 0) GTEST_FAIL() << "perf is not installed (apt-get install linux-perf)";
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-perf");
   pid_t pid = host.spawn({exe, "90", "0"});
+  RemovesPerfMap remove_map{pid};
   std::this_thread::sleep_for(500ms);
   const std::map<std::string, double> before = perf_shares(host, pid, 3, nullptr);
   ASSERT_FALSE(before.empty()) << "perf record or perf script failed";
@@ -1031,6 +1041,7 @@ TEST_F(Daemon, GdbNamesTheCopiesAndUnwindsThroughThem) {
   start({"dyni-hot-gdb"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-gdb");
   pid_t pid = host.spawn({exe, "60", "0"});
+  RemovesPerfMap remove_map{pid};
   ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
   const std::string command = target_json(host, pid)["dynimized"].value("gdb_command", "");
   ASSERT_EQ(command.rfind("add-symbol-file ", 0), 0u) << target_json(host, pid).dump();
@@ -1045,9 +1056,9 @@ TEST_F(Daemon, GdbNamesTheCopiesAndUnwindsThroughThem) {
   EXPECT_TRUE(DyniHost::alive(pid)) << "gdb detached, the target runs on";
   // While gdb holds the target, dynid cannot stop it: -undo says who holds it.
   pid_t gdb = host.spawn({"/usr/bin/gdb", "-nx", "-batch", "-p", std::to_string(pid), "-ex", "shell sleep 6"});
-  for (int i = 0; i < 50 && status_field(read_file("/proc/" + std::to_string(pid) + "/status", 1 << 16).value_or(""),
-                                         "TracerPid:") != std::to_string(gdb); ++i)
-    std::this_thread::sleep_for(100ms);
+  auto tracer = [&] { return status_field(read_file("/proc/" + std::to_string(pid) + "/status", 1 << 16).value_or(""), "TracerPid:"); };
+  for (int i = 0; i < 100 && tracer().find(std::to_string(gdb)) == std::string::npos; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_NE(tracer().find(std::to_string(gdb)), std::string::npos) << "gdb did not attach within 10 s";
   RunResult undo = host.dyni({"-undo"});
   std::printf("%s%s", undo.out.c_str(), undo.err.c_str());
   EXPECT_EQ(undo.exit_code, 1) << undo.out << undo.err;

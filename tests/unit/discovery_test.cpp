@@ -9,9 +9,20 @@
 #include <fstream>
 
 #include "dynid/discovery.h"
+#include "dynid/proc_reader.h"
 
 namespace dyni {
 namespace {
+
+// A field of /proc/PID/status is read at a line's start: a thread named
+// "TracerPid:1" must not pass for one traced by pid 1.
+TEST(ProcStatus, FieldsAreReadAtALinesStartOnly) {
+  const std::string status = "Name:\tTracerPid:1\nState:\tR (running)\nTracerPid:\t0\n";
+  EXPECT_EQ(status_field(status, "TracerPid:"), "\t0");
+  EXPECT_EQ(status_field(status, "Name:"), "\tTracerPid:1");
+  EXPECT_EQ(status_field("TracerPid:\t42", "TracerPid:"), "\t42") << "the first line, without a newline";
+  EXPECT_EQ(status_field(status, "Uid:"), "");
+}
 
 TEST(ProcStat, ParsesCommWithParensAndSpaces) {
   std::string line = "1234 (evil) (x y) R 1 1234 1234 0 -1 4194304 100 0 0 0 "

@@ -2,6 +2,12 @@
 // per metric, label values escaped, and only the facts a target has.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "dynid/metrics.h"
 
 namespace dyni {
@@ -36,6 +42,37 @@ TEST(Metrics, StatusBecomesPrometheusText) {
   const std::string down = prometheus_metrics(nlohmann::json::object(), 0);
   EXPECT_NE(down.find("dyni_daemon_up 0\n"), std::string::npos) << down;
   EXPECT_EQ(down.find("dyni_target_"), std::string::npos) << down;
+  EXPECT_EQ(down.find("dyni_license"), std::string::npos) << "unknown without a daemon, not inactive";
+}
+
+// The textfile's directory is node_exporter's user's: a link planted at the
+// file's name is replaced, never followed; the file is 0644 whatever the
+// umask; a directory that is a link is refused; no directory: nothing.
+TEST(Metrics, TheTextfileNeverFollowsALinkAndIsReadable) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("dyni-metrics-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir + "/real");
+  const std::string victim = dir + "/victim", file = dir + "/real/dyni.prom";
+  std::ofstream(victim) << "victim\n";
+  std::filesystem::create_symlink(victim, file);
+  const mode_t old = ::umask(077);
+  auto written = write_textfile(file, "dyni_daemon_up 1\n");
+  ::umask(old);
+  ASSERT_TRUE(written) << written.error().message();
+  std::ifstream v(victim);
+  std::string line;
+  std::getline(v, line);
+  EXPECT_EQ(line, "victim") << "written through the link";
+  EXPECT_FALSE(std::filesystem::is_symlink(file));
+  struct stat st{};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  std::filesystem::create_directory_symlink(dir + "/real", dir + "/linked");
+  EXPECT_FALSE(write_textfile(dir + "/linked/dyni.prom", "x\n")) << "a directory that is a link";
+  EXPECT_TRUE(write_textfile(dir + "/missing/dyni.prom", "x\n")) << "no directory: nothing to do";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/missing"));
+  remove_textfile(file);
+  EXPECT_FALSE(std::filesystem::exists(file));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
