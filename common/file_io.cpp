@@ -70,6 +70,16 @@ Result<std::string> read_regular_file(const std::string& path, std::size_t max_b
   return read_all(fd, what, max_bytes);
 }
 
+Status write_all(int fd, const std::string& text) {
+  for (std::size_t at = 0; at < text.size();) {
+    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("write: " + errno_text());
+    at += static_cast<std::size_t>(n);
+  }
+  return ok();
+}
+
 Status write_file_atomic(const std::string& path, const std::string& content, mode_t mode) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);

@@ -20,6 +20,8 @@ Result<std::string> read_regular_file(const std::string& path, std::size_t max_b
 // Writes to a temporary file beside `path`, fsyncs, renames over `path`:
 // a crash leaves either the old or the new content, never a mix.
 Status write_file_atomic(const std::string& path, const std::string& content, mode_t mode);
+// Writes all of `text` to `fd`, again after a short write or EINTR.
+Status write_all(int fd, const std::string& text);
 // mkdir for one level below an existing parent, then enforces `mode`.
 Status ensure_dir(const std::string& path, mode_t mode);
 // mkdir -p: creates missing parents (0755) and `path` with `mode`; an existing

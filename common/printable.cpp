@@ -45,4 +45,10 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (is_control(c)) c = '?';
+  return s;
+}
+
 }  // namespace dyni

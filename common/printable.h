@@ -13,5 +13,8 @@ bool is_control(char c);
 // `s` with control bytes, and all non-ASCII bytes of text that is not UTF-8,
 // written as \xNN.
 std::string printable(const std::string& s);
+// `s` as one line of a file that is read line by line (a name in a perf map):
+// each control byte becomes '?'.
+std::string one_line(std::string s);
 
 }  // namespace dyni

@@ -16,18 +16,12 @@
 #include "common/errno_text.h"
 #include "common/file_io.h"
 #include "common/paths.h"
+#include "common/printable.h"
 #include "dynid/proc_reader.h"
 #include "dynid/process_files.h"
 
 namespace dyni {
 namespace {
-
-// One line a copy: no control byte in a name.
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return s;
-}
 
 std::optional<uint64_t> hex(std::string_view s) {
   uint64_t v = 0;
@@ -111,17 +105,9 @@ Status append_origins(pid_t pid, uint64_t start_time, const std::vector<CopyOrig
   std::string text;
   if (last != '\n') text.push_back('\n');
   for (const CopyOrigin& c : copies) text += origin_line(c);
-  for (std::size_t at = 0; at < text.size();) {
-    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string why = errno_text();
-      ::close(fd);
-      return fail(path + ": " + why);
-    }
-    at += static_cast<std::size_t>(n);
-  }
+  Status written = write_all(fd, text);
   ::close(fd);
+  if (!written) return fail(path + ": " + written.error().message());
   prune_process_files(origins_dir(), kMaxOriginFiles);
   return ok();
 }

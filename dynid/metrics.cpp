@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/errno_text.h"
+#include "common/file_io.h"
 
 namespace dyni {
 namespace {
@@ -126,14 +127,10 @@ Status write_textfile(const std::string& path, const std::string& text) {
     ::close(dir);
     return fail(path + ": " + why);
   }
-  bool written = ::fchmod(fd, 0644) == 0;  // readable by node_exporter whatever dynid's umask
-  for (std::size_t at = 0; written && at < text.size();) {
-    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    written = n > 0;
-    at += written ? static_cast<std::size_t>(n) : 0;
-  }
-  std::string why = written ? "" : errno_text();
+  // Readable by node_exporter whatever dynid's umask.
+  Status content = ::fchmod(fd, 0644) == 0 ? write_all(fd, text) : fail("fchmod: " + errno_text());
+  bool written = content.has_value();
+  std::string why = written ? "" : content.error().message();
   ::close(fd);
   if (written && ::renameat(dir, tmp.c_str(), dir, base_name(path).c_str()) != 0) written = false, why = errno_text();
   if (!written) ::unlinkat(dir, tmp.c_str(), 0);

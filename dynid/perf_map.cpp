@@ -16,6 +16,7 @@
 
 #include "common/errno_text.h"
 #include "common/file_io.h"
+#include "common/printable.h"
 #include "dynid/proc_reader.h"
 
 namespace dyni {
@@ -115,27 +116,10 @@ Result<int> open_existing(pid_t pid, int root, const std::string& path, uid_t ui
   return fd;
 }
 
-Status write_whole(int fd, const std::string& text) {
-  for (std::size_t at = 0; at < text.size();) {  // one write of whole lines, but for a short one
-    ssize_t n = ::write(fd, text.data() + at, text.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("write: " + errno_text());
-    at += static_cast<std::size_t>(n);
-  }
-  return ok();
-}
-
-// Whatever a symbol holds, one line of the map: no control byte.
-std::string printable(std::string s) {
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return s;
-}
-
 }  // namespace
 
 std::string perf_map_line(const CopyRange& c) {
-  return fmt::format("{:x} {:x} {} [dyni]\n", c.cache_addr, c.size, printable(c.name));
+  return fmt::format("{:x} {:x} {} [dyni]\n", c.cache_addr, c.size, one_line(c.name));
 }
 
 Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::vector<CopyRange>& copies) {
@@ -178,7 +162,7 @@ Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::ve
   if (!fd) return fail(fmt::format("/{} left alone: {}", path, fd.error().message()));
   std::string text;
   for (const CopyRange& c : copies) text += perf_map_line(c);
-  Status written = write_whole(*fd, text);
+  Status written = write_all(*fd, text);
   ::close(*fd);
   if (!written) return fail(fmt::format("/{}: {}", path, written.error().message()));
   return "/" + path;
