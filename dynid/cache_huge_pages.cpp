@@ -162,6 +162,13 @@ std::optional<std::pair<pid_t, uint64_t>> parse_lifted_entry(const std::string& 
   return std::pair{pid, start};
 }
 
+std::vector<SeccompCall> huge_page_calls(uint64_t addr, uint64_t length) {
+  return {{SYS_prctl, {PR_GET_THP_DISABLE, 0, 0, 0, 0, 0}},
+          {SYS_prctl, {PR_SET_THP_DISABLE, 1, kThpDisableExceptAdvised, 0, 0, 0}},
+          {SYS_prctl, {PR_SET_THP_DISABLE, 1, 0, 0, 0, 0}},
+          {SYS_madvise, {addr, length, kMadvCollapse, 0, 0, 0}}};
+}
+
 HugeOutcome fault_in_huge(WorldStop& world, const SyscallSites& sites, const MappedCache& cache) {
   const pid_t pid = world.pid();
   return with_thp_lifted(world, sites, cache, [&](WorldStop&, pid_t) -> Status {

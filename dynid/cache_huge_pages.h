@@ -78,6 +78,10 @@ HugeOutcome fault_in_huge(WorldStop& world, const SyscallSites& sites, const Map
 // huge pages, faulted in by a lift, a fork split.
 HugeOutcome collapse_huge(WorldStop& world, const SyscallSites& sites, const MappedCache& cache);
 
+// Every system call the two above may make for a cache at [addr, addr +
+// length), for the seccomp check before the first (seccomp_allows_all).
+std::vector<SeccompCall> huge_page_calls(uint64_t addr, uint64_t length);
+
 // The journal entry's name, and back (pure; unit-tested). A name that is not
 // exactly "<pid>-<start time>" is not dyni's.
 std::string lifted_entry_name(pid_t pid, uint64_t start_time);

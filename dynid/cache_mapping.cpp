@@ -75,6 +75,18 @@ Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counte
   return out;
 }
 
+std::vector<SeccompCall> cache_mapping_calls(const CachePlacement& place, uint64_t counters_addr,
+                                             uint64_t counters_length) {
+  std::vector<SeccompCall> calls = {{SYS_mmap, mmap_args(place.addr, place.length, PROT_READ | PROT_EXEC)},
+                                    {SYS_madvise, {place.addr, place.length, MADV_HUGEPAGE, 0, 0, 0}},
+                                    {SYS_munmap, {place.addr, place.length, 0, 0, 0, 0}}};
+  if (counters_length) {
+    calls.push_back({SYS_mmap, mmap_args(counters_addr, counters_length, PROT_READ | PROT_WRITE)});
+    calls.push_back({SYS_munmap, {counters_addr, counters_length, 0, 0, 0, 0}});
+  }
+  return calls;
+}
+
 Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place) {
   auto mapped = map_exactly(world, sites, place.addr, place.length, PROT_READ | PROT_EXEC);
   if (!mapped) return mapped;

@@ -68,4 +68,10 @@ Result<uint64_t> huge_page_bytes(pid_t pid, const MappedCache& cache);
 // in or return into (I8): never yet entered, or proven unused.
 Status unmap_cache(WorldStop& world, const SyscallSites& sites, const MappedCache& cache);
 
+// Every system call map_cache, map_counters (when `counters_length`) and
+// unmap_cache make for `place`, with their arguments, for the seccomp check
+// before the first of them (seccomp_allows_all). Kept next to the calls.
+std::vector<SeccompCall> cache_mapping_calls(const CachePlacement& place, uint64_t counters_addr,
+                                             uint64_t counters_length);
+
 }  // namespace dyni

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/errno_text.h"
+#include "dynid/seccomp_filter.h"
 
 namespace dyni {
 namespace {
@@ -75,6 +76,10 @@ Result<uint64_t> remote_call(WorldStop& world, pid_t tid, const RemoteCall& call
   // and the function's own 64 KiB (kCallHeadroom).
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());
+  // The stub returns through rt_sigreturn, which the thread's seccomp
+  // filters, if any, see like any call: they must let it through.
+  const SeccompCall sigreturn{SYS_rt_sigreturn, {}, call.return_stub + kReturnStub.size()};
+  if (auto r = seccomp_lets_through(world.pid(), tid, {&sigreturn, 1}); !r) return std::unexpected(r.error());
   auto frame = write_restore_frame(world, *armed, call.return_stub, FrameAlignment::FunctionEntry);
   if (!frame) return std::unexpected(frame.error());
   user_regs_struct regs = armed->saved;

@@ -88,20 +88,22 @@ Status set_mask(pid_t tid, uint64_t mask) {
 // Why no call may be injected into `pid`, from each thread's status, or "":
 //  - "x86_Thread_features: shstk" (kernels with user shadow stacks): the
 //    chain's `ret` would fault against the shadow stack;
-//  - "Seccomp: 1|2": a filter may answer an injected call with SIGSYS and
-//    kill the target (DESIGN.md §7; systemd's SystemCallFilter=).
-// Both are per thread.
-std::string refusal_from_status(pid_t pid) {
+//  - "Seccomp: 1": strict mode allows no call dyni makes (DESIGN.md §7).
+// Both are per thread. "Seccomp: 2" (a filter, systemd's SystemCallFilter=)
+// sets `seccomp`: each call is then run through the thread's filters first.
+std::string refusal_from_status(pid_t pid, bool& seccomp) {
   for (pid_t tid : list_numeric_entries(fmt::format("/proc/{}/task", pid))) {
     auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
     if (!status) continue;
     if (status_field(*status, "x86_Thread_features:").find("shstk") != std::string::npos)
       return "the target uses shadow stacks";
-    std::string seccomp = status_field(*status, "Seccomp:");
-    std::size_t digit = seccomp.find_first_not_of(" \t");
-    if (digit != std::string::npos && seccomp[digit] != '0')
-      return fmt::format("thread {} runs under seccomp (mode {}): an injected system call could kill the target", tid,
-                         seccomp[digit]);
+    std::string mode = status_field(*status, "Seccomp:");
+    std::size_t digit = mode.find_first_not_of(" \t");
+    if (digit == std::string::npos || mode[digit] == '0') continue;
+    if (mode[digit] != '2')
+      return fmt::format("thread {} runs under strict seccomp (mode {}): it can make no call dyni needs", tid,
+                         mode[digit]);
+    seccomp = true;
   }
   return "";
 }
@@ -156,10 +158,10 @@ Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigret
 }
 
 Result<SyscallSites> find_syscall_sites(pid_t pid) {
-  if (std::string why = refusal_from_status(pid); !why.empty()) return fail(why);
+  SyscallSites sites;
+  if (std::string why = refusal_from_status(pid, sites.seccomp); !why.empty()) return fail(why);
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
-  SyscallSites sites;
   for (const auto& m : *maps) {
     std::string_view base = std::string_view(m.path).substr(m.path.rfind('/') + 1);
     if (!m.executable || !m.file_backed() || !base.starts_with("libc.so")) continue;
@@ -252,9 +254,37 @@ Status sites_still_there(pid_t pid, const SyscallSites& sites) {
   return ok();
 }
 
+SeccompCall injected_call(const SyscallSites& sites, long nr, const std::array<uint64_t, 6>& args) {
+  return SeccompCall{nr, args, sites.syscall_ret + 2};  // the kernel reports the address after `syscall`
+}
+
+namespace {
+
+// The chain's way back should dynid die with it armed: the filters see it
+// too. (Its argument registers are the thread's own then; no filter that
+// lets signal handlers return looks at them.)
+SeccompCall chain_sigreturn(const SyscallSites& sites) {
+  return SeccompCall{SYS_rt_sigreturn, {}, sites.sigreturn + kSigreturn.size()};
+}
+
+}  // namespace
+
+Status seccomp_allows_all(const WorldStop& world, const SyscallSites& sites, std::vector<SeccompCall> calls) {
+  if (!sites.seccomp) return ok();
+  for (SeccompCall& call : calls) call.ip = sites.syscall_ret + 2;
+  calls.push_back(chain_sigreturn(sites));
+  for (const auto& [tid, thread] : world.threads())
+    if (auto r = seccomp_lets_through(world.pid(), tid, calls); !r) return r;
+  return ok();
+}
+
 Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
                               const std::array<uint64_t, 6>& args) {
   if (auto r = sites_still_there(world.pid(), sites); !r) return std::unexpected(r.error());
+  // Every call, whatever `sites.seccomp` said: a thread may have installed a
+  // filter since (one status read for a thread without one).
+  const SeccompCall calls[] = {injected_call(sites, nr, args), chain_sigreturn(sites)};
+  if (auto r = seccomp_lets_through(world.pid(), tid, calls); !r) return std::unexpected(r.error());
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());
   // Step 1: the frame, below the red zone, inside the thread's own stack.

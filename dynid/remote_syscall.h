@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "dynid/seccomp_filter.h"
 #include "dynid/thread_stack.h"
 #include "dynid/world_stop.h"
 
@@ -42,12 +43,24 @@ namespace dyni {
 struct SyscallSites {
   uint64_t syscall_ret = 0;  // bytes 0f 05 c3: syscall; ret
   uint64_t sigreturn = 0;    // bytes 48 c7 c0 0f 00 00 00 0f 05: mov rax, 15; syscall
+  bool seccomp = false;      // a thread ran under a seccomp filter when they were found
 };
 
 // Finds both sequences in the target's libc (read through /proc/PID/mem).
-// Fails for targets without a dynamically linked libc, and for threads with a
-// shadow stack (the chain's `ret` would not match it).
+// Fails for targets without a dynamically linked libc, for threads with a
+// shadow stack (the chain's `ret` would not match it) and for threads under
+// strict seccomp. Threads under seccomp filters are checked call by call.
 Result<SyscallSites> find_syscall_sites(pid_t pid);
+
+// A call as the target's filters would see it when run through `sites`.
+SeccompCall injected_call(const SyscallSites& sites, long nr, const std::array<uint64_t, 6>& args);
+
+// Before the first call of a window that makes several (mapping the cache):
+// whether every held thread's seccomp filters allow every one of `calls`
+// (their `ip` is set here), so that a call refused halfway never leaves the
+// work half done. Reads nothing unless `sites.seccomp`. Each call is checked
+// again, in its own thread, when it is armed.
+Status seccomp_allows_all(const WorldStop& world, const SyscallSites& sites, std::vector<SeccompCall> calls);
 
 // A thread with the chain armed: what step 3 needs to put back.
 struct ArmedCall {
@@ -79,7 +92,10 @@ Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& ar
 // A call that fails after it was armed must not be retried in another thread.
 Status can_take_call(const WorldStop& world, pid_t tid, FrameAlignment alignment = FrameAlignment::Syscall);
 
-// Steps 1 and 2. Exposed so tests can kill the tracer with the chain armed.
+// Steps 1 and 2, after the thread's seccomp filters, if any, were run on the
+// call and allow it (dynid/seccomp_filter.h): a call they would answer with a
+// signal, a kill or an errno is refused before anything is written. Exposed
+// so tests can kill the tracer with the chain armed.
 Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSites& sites, long nr,
                               const std::array<uint64_t, 6>& args);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 
 #include "dynid/cache_huge_pages.h"
 #include "dynid/cache_mapping.h"
@@ -23,6 +24,11 @@ Result<Mapped> map_in_window(const InjectRequest& req, const Prepared& p, Inject
     auto now = read_proc_stat("/proc", req.pid);
     if (!now) return std::unexpected(now.error());
     if (auto same = same_image(*now, req.image); !same) return std::unexpected(same.error());
+    // Under seccomp, every call this injection makes, before the first.
+    std::vector<SeccompCall> calls = cache_mapping_calls(p.place, p.counters_addr, p.layout.counters_length);
+    if (req.lift_thp) std::ranges::move(huge_page_calls(p.place.addr, p.place.length), std::back_inserter(calls));
+    if (auto allowed = seccomp_allows_all(*w, p.sites, std::move(calls)); !allowed)
+      return std::unexpected(allowed.error());
     auto cache = map_cache(*w, p.sites, p.place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;

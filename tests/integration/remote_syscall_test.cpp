@@ -17,6 +17,7 @@
 
 #include "common/file_io.h"
 #include "tests/integration/stoppable_target.h"
+#include "tests/programs/seccomp_programs.h"
 
 namespace dyni {
 namespace {
@@ -101,8 +102,8 @@ bool mapped(pid_t pid, uint64_t addr) {
   return maps && maps->find(fmt::format("{:x}-", addr)) != std::string::npos;
 }
 
-std::array<uint64_t, 6> mmap_args(uint64_t addr) {
-  return {addr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, static_cast<uint64_t>(-1), 0};
+std::array<uint64_t, 6> mmap_args(uint64_t addr, int prot = PROT_READ) {
+  return {addr, 4096, static_cast<uint64_t>(prot), MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, static_cast<uint64_t>(-1), 0};
 }
 
 using RemoteSyscallTest = test::PtraceTest;
@@ -202,14 +203,45 @@ TEST_F(RemoteSyscallTest, RefusesThreadsWhoseStackCannotHoldTheFrame) {
   EXPECT_EQ(target.finish(), 0);
 }
 
-// A seccomp filter may answer an injected call with SIGSYS: such a target is
-// refused before anything is injected (DESIGN.md §7).
-TEST_F(RemoteSyscallTest, RefusesATargetUnderASeccompFilter) {
+// A target under a seccomp filter (refusing madvise and W+X mmaps with
+// EPERM): dynid reads the filter back exactly as installed, runs what it
+// allows, and refuses what it would not allow before anything is written;
+// the target runs on untouched.
+TEST_F(RemoteSyscallTest, RunsOnlyTheCallsATargetsSeccompFilterAllows) {
   StoppableTarget target("seccomp");
   ASSERT_EQ(target.read_line(), "ready");
   auto sites = find_syscall_sites(target.pid());
-  ASSERT_FALSE(sites);
-  EXPECT_NE(sites.error().message().find("seccomp"), std::string::npos) << sites.error().message();
+  ASSERT_TRUE(sites) << sites.error().message();
+  EXPECT_TRUE(sites->seccomp);
+  auto w = WorldStop::stop(target.pid(), 1000ms);
+  ASSERT_TRUE(w) << w.error().message();
+  auto filters = read_seccomp_filters(target.pid());
+  ASSERT_TRUE(filters) << filters.error().message();
+  const auto installed = test::no_madvise_no_wx_filter();
+  ASSERT_EQ(filters->size(), 1u);
+  ASSERT_EQ((*filters)[0].size(), installed.size());
+  EXPECT_EQ(std::memcmp((*filters)[0].data(), installed.data(), installed.size() * sizeof(sock_filter)), 0);
+
+  pid_t tid = target.pid();
+  auto rx = remote_syscall(*w, tid, *sites, SYS_mmap, mmap_args(slot(0), PROT_READ | PROT_EXEC));
+  ASSERT_TRUE(rx) << rx.error().message();
+  EXPECT_EQ(static_cast<uint64_t>(*rx), slot(0));
+  auto advise = remote_syscall(*w, tid, *sites, SYS_madvise, {slot(0), 4096, MADV_HUGEPAGE, 0, 0, 0});
+  ASSERT_FALSE(advise);
+  EXPECT_NE(advise.error().message().find("answers madvise(0x6d0000000000, 0x1000, 0xe"), std::string::npos)
+      << advise.error().message();
+  EXPECT_NE(advise.error().message().find("with ERRNO 1 (Operation not permitted)"), std::string::npos);
+  auto wx = arm_syscall(*w, tid, *sites, SYS_mmap, mmap_args(slot(1), PROT_READ | PROT_WRITE | PROT_EXEC));
+  ASSERT_FALSE(wx);
+  EXPECT_NE(wx.error().message().find("answers mmap("), std::string::npos) << wx.error().message();
+  EXPECT_TRUE(seccomp_allows_all(*w, *sites, {{SYS_mmap, mmap_args(slot(2), PROT_READ)}, {SYS_munmap, {slot(2), 4096}}}));
+  auto all = seccomp_allows_all(*w, *sites, {{SYS_munmap, {slot(2), 4096}}, {SYS_madvise, {slot(2), 4096, 25}}});
+  ASSERT_FALSE(all);
+  EXPECT_NE(all.error().message().find("madvise"), std::string::npos) << all.error().message();
+  auto unmapped = remote_syscall(*w, tid, *sites, SYS_munmap, {slot(0), 4096, 0, 0, 0, 0});
+  ASSERT_TRUE(unmapped && *unmapped == 0);
+  w->resume();
+  EXPECT_FALSE(mapped(target.pid(), slot(1))) << "a refused call ran";
   EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
   EXPECT_EQ(target.finish(), 0);
 }

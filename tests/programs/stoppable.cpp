@@ -43,8 +43,10 @@
 #include <sys/wait.h>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "tests/programs/cpu_state.h"
+#include "tests/programs/seccomp_programs.h"
 
 namespace {
 
@@ -154,10 +156,11 @@ void block_all_signals() {
 
 }  // namespace
 
-// A filter that allows every call, installed before any thread starts.
+// A filter that refuses madvise and mmap(PROT_WRITE | PROT_EXEC) with EPERM
+// and allows the rest, installed before any thread starts.
 void install_seccomp_filter() {
-  sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  sock_fprog prog{1, &allow};
+  std::vector<sock_filter> filter = dyni::test::no_madvise_no_wx_filter();
+  sock_fprog prog{static_cast<unsigned short>(filter.size()), filter.data()};
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
     wrong("seccomp");
 }
