@@ -38,3 +38,7 @@ dyni_require(fmt_FOUND libfmt-dev "{fmt} (formatting; GCC 12 has no <format>)")
 include(CheckIncludeFile)
 check_include_file(sys/sdt.h HAVE_SYS_SDT_H)
 dyni_require(HAVE_SYS_SDT_H systemtap-sdt-dev "sys/sdt.h (USDT probes in a test target)")
+# Tests only: the seccomp filters of systemd units, built as systemd builds
+# them (tests/programs/seccomp_exec.cpp).
+pkg_check_modules(SECCOMP QUIET IMPORTED_TARGET libseccomp)
+dyni_require(SECCOMP_FOUND libseccomp-dev "libseccomp (seccomp filters in test targets)")

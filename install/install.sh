@@ -18,7 +18,8 @@ UNIT=$ROOT/etc/systemd/system/dynid.service
 
 # Build and runtime packages (see README.md, "Dependencies").
 PACKAGES=(build-essential cmake pkg-config libzydis-dev llvm-16-dev libunwind-dev libinih-dev
-          libssl-dev nlohmann-json3-dev libfmt-dev googletest util-linux systemtap-sdt-dev)
+          libssl-dev nlohmann-json3-dev libfmt-dev googletest util-linux systemtap-sdt-dev
+          libseccomp-dev)
 
 say() { echo "dyni-install: $*"; }
 die() { echo "dyni-install: error: $*" >&2; exit 1; }

@@ -1,6 +1,8 @@
 // Test fixture plumbing: private paths, process spawning, status polling.
 #include "tests/integration/dyni_host.h"
 
+#include <sys/prctl.h>
+
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -237,6 +239,18 @@ std::string perf_style_name(const std::string& name) {
   }
   if (name_start > params) name_start = 0;
   return name.substr(name_start, params - name_start);
+}
+
+std::vector<std::string> under_redis_unit_filters(const std::string& dir) {
+  const std::string lists = std::string(DYNI_SOURCE_DIR) + "/tests/programs/scripts/systemd_syscalls.sh";
+  const std::string allow = dir + "/system-service.syscalls", deny = dir + "/privileged-resources.syscalls";
+  if (std::system((lists + " @system-service > '" + allow + "' 2>/dev/null").c_str()) != 0 ||
+      std::system((lists + " @privileged @resources > '" + deny + "' 2>/dev/null").c_str()) != 0)
+    return {};
+  std::vector<std::string> prefix = {DYNI_TEST_SECCOMP_EXEC, "--allow-file", allow, "--deny-file", deny,
+                                     "--mdwe-seccomp"};
+  if (::prctl(66 /* PR_GET_MDWE, Linux 6.3 */, 0, 0, 0, 0) >= 0) prefix.push_back("--mdwe-prctl");
+  return prefix;
 }
 
 int free_tcp_port() {

@@ -82,6 +82,14 @@ class DyniHost {
 // port then never fails this one.
 int free_tcp_port();
 
+// The command prefix that runs a program under the seccomp filters of
+// Debian's redis-server.service (SystemCallFilter=@system-service,
+// SystemCallFilter=~@privileged @resources, MemoryDenyWriteExecute=true in
+// systemd 252's seccomp form, and the kernel's PR_SET_MDWE where it has it),
+// rebuilt by dyni-test-seccomp-exec from this host's systemd-analyze lists,
+// which it writes under `dir`. Empty when systemd-analyze is missing.
+std::vector<std::string> under_redis_unit_filters(const std::string& dir);
+
 // A demangled name as `perf report` prints it: no return type, no
 // parameter list ("unsigned long hot_work<3>(unsigned long)" → "hot_work<3>").
 std::string perf_style_name(const std::string& name);
