@@ -15,6 +15,9 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+
+#include "common/file_io.h"
 #include "tests/integration/dyni_host.h"
 
 namespace dyni::test {
@@ -239,6 +242,102 @@ TEST_F(Mariadb, UnderSysbenchIsDynimizedAndAnswersTheSame) {
   EXPECT_EQ(report.find("FATAL"), std::string::npos) << report;
   EXPECT_NE(report.find("Threads started!"), std::string::npos) << report;
   EXPECT_TRUE(DyniHost::alive(pid_)) << "mariadbd died";
+}
+
+
+// redis-server from Debian (a copy, under a test-only name) under the seccomp
+// filters of Debian's own redis-server.service, rebuilt by hand
+// (under_redis_unit_filters), serving redis-benchmark GETs of 2000 known keys
+// over loopback: it becomes dynimized through its filters; every key reads
+// back its value, and DEBUG DIGEST is unchanged, while dynimized, after -undo
+// and after -redo; redis-benchmark sees no error (issue 21 items 4 and 6).
+class Redis : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+    for (const char* tool : {"/usr/bin/redis-server", "/usr/bin/redis-benchmark", "/usr/bin/redis-cli"})
+      if (::access(tool, X_OK) != 0) GTEST_SKIP() << tool << " is not installed (apt-get install redis-server redis-tools)";
+    filters_ = under_redis_unit_filters(host.dir());
+    if (filters_.empty()) GTEST_SKIP() << "systemd-analyze is missing (apt-get install systemd)";
+    port_ = free_tcp_port();
+    ASSERT_GT(port_, 0);
+  }
+  RunResult cli(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {"/usr/bin/redis-cli", "-p", std::to_string(port_), "--raw"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return host.run(argv);
+  }
+  static std::string key(int i) { return fmt::format("key:{:012d}", i); }  // redis-benchmark's -r names
+  static std::string value(int i) { return fmt::format("v{}-{:x}", i, static_cast<uint32_t>(i) * 2654435761u); }
+  // Every known key's value, in order, one per line.
+  std::string values() const {
+    std::vector<std::string> args = {"MGET"};
+    for (int i = 0; i < kKeys; ++i) args.push_back(key(i));
+    return cli(args).out;
+  }
+  std::string digest() const { return cli({"DEBUG", "DIGEST"}).out; }
+
+  static constexpr int kKeys = 2000;
+  DyniHost host;
+  std::vector<std::string> filters_;
+  int port_ = 0;
+};
+
+TEST_F(Redis, UnderItsDebianUnitFiltersIsDynimizedAndKeepsItsData) {
+  std::vector<std::string> argv = filters_;
+  argv.insert(argv.end(), {host.install_program("/usr/bin/redis-server", "dyni-redis-server"), "--port",
+                           std::to_string(port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                           "--enable-debug-command", "yes", "--dir", host.dir(), "--logfile", host.dir() + "/redis.log"});
+  pid_t redis = host.spawn(argv);
+  for (int i = 0; i < 100 && cli({"PING"}).out != "PONG\n"; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(cli({"PING"}).out, "PONG\n") << "redis-server did not start";
+  std::string expected;
+  for (int i = 0; i < kKeys; i += 100) {
+    std::vector<std::string> mset = {"MSET"};
+    for (int j = i; j < i + 100; ++j) mset.insert(mset.end(), {key(j), value(j)});
+    ASSERT_EQ(cli(mset).out, "OK\n");
+  }
+  for (int i = 0; i < kKeys; ++i) expected += value(i) + "\n";
+  ASSERT_EQ(values(), expected);
+  const std::string before = digest();
+  ASSERT_EQ(before.size(), 41u) << before;
+
+  const std::string bench_out = host.dir() + "/benchmark.out";
+  pid_t bench = host.spawn({"/bin/sh", "-c", "exec redis-benchmark -p " + std::to_string(port_) +
+                                                 " -t get -r " + std::to_string(kKeys) + " -c 8 -P 16 -l -q > '" +
+                                                 bench_out + "' 2>&1"});
+  host.write_config({"dyni-redis-server"}, std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n");
+  host.license_this_host();
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  const bool dynimized = host.wait_for_state(redis, "dynimized", 120s);
+  const std::string state = host.state_of(redis);
+  nlohmann::json d;
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
+    if (t["pid"] == redis) d = t["dynimized"];
+  ASSERT_TRUE(dynimized) << state << "\n" << host.log();
+  std::printf("redis-server: %s\n", d.dump().c_str());
+  EXPECT_GE(d.value("functions_patched", 0), 10) << d.dump();
+  EXPECT_EQ(values(), expected) << "dynimized";
+  EXPECT_EQ(digest(), before) << "dynimized";
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_EQ(values(), expected) << "undone";
+  EXPECT_EQ(digest(), before) << "undone";
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  EXPECT_EQ(host.state_of(redis), "dynimized");
+  EXPECT_EQ(values(), expected) << "redone";
+  EXPECT_EQ(digest(), before) << "redone";
+  ::kill(bench, SIGKILL);
+  ::waitpid(bench, nullptr, 0);
+  std::ifstream in(bench_out);
+  std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(report.find("GET"), std::string::npos) << report;
+  EXPECT_EQ(report.find("rror"), std::string::npos) << report;
+  auto status_text = read_file(fmt::format("/proc/{}/status", redis));
+  ASSERT_TRUE(status_text) << "redis-server died";
+  EXPECT_NE(status_text->find("Seccomp:\t2"), std::string::npos) << "redis must run under its filters";
+  EXPECT_EQ(cli({"PING"}).out, "PONG\n");
 }
 
 }  // namespace
