@@ -174,8 +174,10 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
   if (magic != kRecordMagic) return fail("no dyni cache record (magic)");
   auto version = r.read<uint32_t>();
   auto total = r.read<uint32_t>();
-  if (!version || *version < CacheRecord::kOldestVersion || *version > CacheRecord::kVersion)
-    return fail("cache record: unknown version");
+  if (!version) return fail("cache record: no version");
+  if (*version < CacheRecord::kOldestVersion || *version > CacheRecord::kVersion)
+    return fail(fmt::format("cache record: unknown version {} (this dynid reads {} to {})", *version,
+                            CacheRecord::kOldestVersion, CacheRecord::kVersion));
   if (!total || *total < 16 || *total > bytes.size() || *total > kMaxRecordBytes) return fail("cache record: bad size");
   uint64_t sum = 0;
   std::memcpy(&sum, bytes.data() + *total - 8, 8);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "dynid/target_memory.h"
 
 namespace dyni {
@@ -13,23 +15,47 @@ bool may_be_cache(const profiler::Mapping& m) {
   return m.path.empty() && m.readable && m.executable && !m.writable && !m.shared && m.end - m.start >= 4096;
 }
 
-}  // namespace
+// Each mapping that starts with dyni's magic: its record; or why it has none
+// this dynid can read, when its version is one this dynid does not know (a
+// record whose version it knows but which does not decode was never
+// finished: a dynid killed while writing it, before any patch pointed there).
+struct Scan {
+  std::vector<CacheRecord> records;
+  std::vector<std::string> unreadable;
+};
 
-std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps) {
-  std::vector<CacheRecord> out;
+Scan scan(pid_t pid, const std::vector<profiler::Mapping>& maps) {
+  Scan out;
   for (const profiler::Mapping& m : maps) {
     if (!may_be_cache(m)) continue;
     auto head = read_target(pid, m.start, 16);
     if (!head || !std::equal(kRecordMagic.begin(), kRecordMagic.end(), head->begin())) continue;
-    uint32_t total = 0;
+    uint32_t version = 0, total = 0;
+    std::memcpy(&version, head->data() + 8, 4);
     std::memcpy(&total, head->data() + 12, 4);
+    if (version < CacheRecord::kOldestVersion || version > CacheRecord::kVersion) {
+      out.unreadable.push_back(fmt::format("a dyni cache at {:#x} has a record of version {}, which this dynid "
+                                           "cannot read (it reads {} to {})", m.start, version,
+                                           CacheRecord::kOldestVersion, CacheRecord::kVersion));
+      continue;
+    }
     uint64_t length = m.end - m.start;
     if (total < 16 || total > kMaxRecordBytes || total > length) continue;
     auto bytes = read_target(pid, m.start, total);
     if (!bytes) continue;
-    if (auto record = decode_record(*bytes, m.start, length)) out.push_back(std::move(*record));
+    if (auto record = decode_record(*bytes, m.start, length)) out.records.push_back(std::move(*record));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps) {
+  return scan(pid, maps).records;
+}
+
+std::vector<std::string> unreadable_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps) {
+  return scan(pid, maps).unreadable;
 }
 
 bool holds_jump(pid_t pid, const PatchRecord& patch) {

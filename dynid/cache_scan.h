@@ -5,11 +5,15 @@
 // never injected twice and can be undone from its own memory alone.
 //
 // Reads the target's memory only; what it reads is untrusted (I9): a mapping
-// whose record does not decode is not dyni's and is left alone.
+// whose record does not decode is not adopted. One that starts with dyni's
+// magic and a record version this dynid does not read (a newer dynid's,
+// after a package downgrade) is reported, so that the target is left alone
+// rather than given a second cache beside one whose patches may be live.
 #pragma once
 
 #include <sys/types.h>
 
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -21,6 +25,11 @@ namespace dyni {
 // Records of every anonymous, private, read-execute mapping that starts with
 // a valid one.
 std::vector<CacheRecord> find_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps);
+
+// Why each mapping that starts with dyni's magic has a record this dynid
+// cannot read ("a dyni cache at 0x7f... has a record of version 7, which this
+// dynid cannot read (it reads 2 to 6)"); empty when there is none.
+std::vector<std::string> unreadable_cache_records(pid_t pid, const std::vector<profiler::Mapping>& maps);
 
 // Whether the entry holds dyni's jump (the patch is live).
 bool holds_jump(pid_t pid, const PatchRecord& patch);

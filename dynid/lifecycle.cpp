@@ -146,6 +146,15 @@ bool TargetLifecycle::adopt_existing_cache() {
   if (!maps) return false;  // gone: the next scan drops it
   auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid_));
   std::string build_id = file ? file->build_id() : "";
+  // A cache whose record this dynid cannot read (a newer dynid's, after a
+  // package downgrade) may hold live patches: never a second cache beside it.
+  if (std::vector<std::string> unreadable = unreadable_cache_records(pid_, *maps); !unreadable.empty()) {
+    std::string why = unreadable.front() + ": left alone (undo it with the dynid that made it, or restart the process)";
+    log::warn("target {} pid {}: {}", name_, pid_, why);
+    adopted_ = true;  // the lifecycle's end: the target is not injected
+    settle_adoption(TargetState::Failed, why);
+    return true;
+  }
   std::vector<CacheRecord> all = find_cache_records(pid_, *maps);
   std::vector<CacheRecord> records = end_counting_caches(all);
   if (records.empty()) return false;

@@ -594,6 +594,42 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
+// After a package downgrade the dynid that starts is older than the cache
+// it finds: a record of a version it cannot read. The target is left alone,
+// with that reason, and never gets a second cache beside the first, whose
+// patches are live.
+TEST_F(Daemon, ACacheRecordOfANewerDynidIsLeftAloneAndNeverInjectedTwice) {
+  start({"dyni-hot-newer"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-newer");
+  pid_t hot = host.spawn({exe, "25", "2"});
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  const uint64_t addr = std::stoull(target_json(host, hot)["dynimized"]["cache"]["addr"].get<std::string>(), nullptr, 16);
+  auto magic_mappings = [&] {
+    auto maps = profiler::read_maps(hot);
+    return maps ? find_cache_records(hot, *maps).size() + unreadable_cache_records(hot, *maps).size() : 0;
+  };
+  const std::size_t before = magic_mappings();
+  host.dyni({"-stop"});
+  // The record's version field (bytes 8 to 11) as a newer dynid would write it.
+  const uint32_t newer = CacheRecord::kVersion + 93;
+  int mem = ::open(fmt::format("/proc/{}/mem", hot).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(mem, 0);
+  ASSERT_EQ(::pwrite(mem, &newer, 4, static_cast<off_t>(addr + 8)), 4);
+  ::close(mem);
+  start({"dyni-hot-newer"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  std::string state;
+  for (int i = 0; i < 200 && state.rfind("failed", 0) != 0; ++i, std::this_thread::sleep_for(100ms))
+    state = host.state_of(hot);
+  EXPECT_EQ(state.rfind("failed", 0), 0u) << state << host.log();
+  EXPECT_NE(state.find(fmt::format("version {}, which this dynid cannot read", newer)), std::string::npos) << state;
+  std::this_thread::sleep_for(3s);  // time enough to profile and inject, were it wrong
+  EXPECT_EQ(magic_mappings(), before) << "a second cache";
+  EXPECT_FALSE(text_equals_file(hot, exe)) << "the first cache's patches stay";
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+}
+
 // Counting in bursts (counting_duty_percent below 100): the entries lead to
 // the counting copies and back to the file's bytes in turn, the phase says
 // so, and the counts (from the bursts alone) still lay the code out. The
