@@ -139,6 +139,10 @@ Result<std::string> restore_one(pid_t pid, uint64_t start_time) {
   if (*now) return kGone;
   auto sites = find_syscall_sites(pid);
   if (!sites) return std::unexpected(sites.error());
+  if (auto allowed = seccomp_allows_all(*world, *sites, {{SYS_prctl, {PR_GET_THP_DISABLE, 0, 0, 0, 0, 0}},
+                                                         {SYS_prctl, {PR_SET_THP_DISABLE, 1, 0, 0, 0, 0}}});
+      !allowed)
+    return std::unexpected(allowed.error());
   auto flag = syscall_in_any_thread(*world, *sites, SYS_prctl, {PR_GET_THP_DISABLE, 0, 0, 0, 0, 0});
   if (!flag) return std::unexpected(flag.error());
   if (flag->second != kThpLifted) return fmt::format("PR_GET_THP_DISABLE reads {}: nothing to put back", flag->second);

@@ -77,8 +77,11 @@ Result<uint64_t> remote_call(WorldStop& world, pid_t tid, const RemoteCall& call
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());
   // The stub returns through rt_sigreturn, which the thread's seccomp
-  // filters, if any, see like any call: they must let it through.
-  const SeccompCall sigreturn{SYS_rt_sigreturn, {}, call.return_stub + kReturnStub.size()};
+  // filters, if any, see like any call: they must let it through. (Its
+  // argument registers are what the function left; rdi its result. A filter
+  // that lets signal handlers return does not look at them.) The function's
+  // own calls are the target's code's, made as the target makes them.
+  const SeccompCall sigreturn = stub_sigreturn(call.return_stub);
   if (auto r = seccomp_lets_through(world.pid(), tid, {&sigreturn, 1}); !r) return std::unexpected(r.error());
   auto frame = write_restore_frame(world, *armed, call.return_stub, FrameAlignment::FunctionEntry);
   if (!frame) return std::unexpected(frame.error());

@@ -23,6 +23,8 @@
 // itself later; the result is then unknown.
 #pragma once
 
+#include <sys/syscall.h>
+
 #include <sys/types.h>
 
 #include <array>
@@ -31,12 +33,17 @@
 
 #include "common/result.h"
 #include "dynid/remote_syscall.h"
+#include "dynid/seccomp_filter.h"
 #include "dynid/world_stop.h"
 
 namespace dyni {
 
 // mov rdi, rax; mov eax, 15 (rt_sigreturn); syscall
 constexpr std::array<uint8_t, 10> kReturnStub = {0x48, 0x89, 0xc7, 0xb8, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
+// The stub's rt_sigreturn as a thread's seccomp filters see it.
+inline SeccompCall stub_sigreturn(uint64_t return_stub) {
+  return SeccompCall{SYS_rt_sigreturn, {}, return_stub + kReturnStub.size()};
+}
 
 struct RemoteCall {
   uint64_t function = 0;

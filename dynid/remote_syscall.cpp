@@ -101,7 +101,7 @@ std::string refusal_from_status(pid_t pid, bool& seccomp) {
     std::size_t digit = mode.find_first_not_of(" \t");
     if (digit == std::string::npos || mode[digit] == '0') continue;
     if (mode[digit] != '2')
-      return fmt::format("thread {} runs under strict seccomp (mode {}): it can make no call dyni needs", tid,
+      return fmt::format("thread {} runs under seccomp mode {} (1: strict): it can make no call dyni needs", tid,
                          mode[digit]);
     seccomp = true;
   }
@@ -261,18 +261,32 @@ SeccompCall injected_call(const SyscallSites& sites, long nr, const std::array<u
 namespace {
 
 // The chain's way back should dynid die with it armed: the filters see it
-// too. (Its argument registers are the thread's own then; no filter that
-// lets signal handlers return looks at them.)
-SeccompCall chain_sigreturn(const SyscallSites& sites) {
-  return SeccompCall{SYS_rt_sigreturn, {}, sites.sigreturn + kSigreturn.size()};
+// too, with the argument registers as the call left them (a `syscall` keeps
+// them all).
+SeccompCall chain_sigreturn(const SyscallSites& sites, const std::array<uint64_t, 6>& args) {
+  return SeccompCall{SYS_rt_sigreturn, args, sites.sigreturn + kSigreturn.size()};
+}
+
+// Whether the process runs under seccomp now, from its main thread (filters
+// are installed for the whole process, or before its threads start).
+bool main_thread_filtered(pid_t pid) {
+  auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
+  if (!status) return true;  // unknown: check
+  std::string mode = status_field(*status, "Seccomp:");
+  std::size_t digit = mode.find_first_not_of(" \t");
+  return digit != std::string::npos && mode[digit] != '0';
 }
 
 }  // namespace
 
 Status seccomp_allows_all(const WorldStop& world, const SyscallSites& sites, std::vector<SeccompCall> calls) {
-  if (!sites.seccomp) return ok();
-  for (SeccompCall& call : calls) call.ip = sites.syscall_ret + 2;
-  calls.push_back(chain_sigreturn(sites));
+  // `sites.seccomp` is from before the window: a filter since then counts too.
+  if (!sites.seccomp && !main_thread_filtered(world.pid())) return ok();
+  for (std::size_t i = 0, n = calls.size(); i < n; ++i) {
+    if (calls[i].nr == SYS_rt_sigreturn) continue;  // a remote call's stub: its own address
+    calls[i].ip = sites.syscall_ret + 2;
+    calls.push_back(chain_sigreturn(sites, calls[i].args));
+  }
   for (const auto& [tid, thread] : world.threads())
     if (auto r = seccomp_lets_through(world.pid(), tid, calls); !r) return r;
   return ok();
@@ -283,7 +297,7 @@ Result<ArmedCall> arm_syscall(const WorldStop& world, pid_t tid, const SyscallSi
   if (auto r = sites_still_there(world.pid(), sites); !r) return std::unexpected(r.error());
   // Every call, whatever `sites.seccomp` said: a thread may have installed a
   // filter since (one status read for a thread without one).
-  const SeccompCall calls[] = {injected_call(sites, nr, args), chain_sigreturn(sites)};
+  const SeccompCall calls[] = {injected_call(sites, nr, args), chain_sigreturn(sites, args)};
   if (auto r = seccomp_lets_through(world.pid(), tid, calls); !r) return std::unexpected(r.error());
   auto armed = capture_thread(world, tid);
   if (!armed) return std::unexpected(armed.error());

@@ -57,9 +57,11 @@ SeccompCall injected_call(const SyscallSites& sites, long nr, const std::array<u
 
 // Before the first call of a window that makes several (mapping the cache):
 // whether every held thread's seccomp filters allow every one of `calls`
-// (their `ip` is set here), so that a call refused halfway never leaves the
-// work half done. Reads nothing unless `sites.seccomp`. Each call is checked
-// again, in its own thread, when it is armed.
+// (their `ip` is set here, and the chain's rt_sigreturn after each is added;
+// an rt_sigreturn in `calls` is a remote call's stub, with its own `ip`), so
+// that a call refused halfway never leaves the work half done. Reads one
+// status file unless `sites.seccomp`. Each call is checked again, in its own
+// thread, when it is armed.
 Status seccomp_allows_all(const WorldStop& world, const SyscallSites& sites, std::vector<SeccompCall> calls);
 
 // A thread with the chain armed: what step 3 needs to put back.

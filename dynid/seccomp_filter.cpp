@@ -21,7 +21,7 @@ namespace {
 constexpr uint32_t kSeccompDataBytes = 64;  // sizeof(struct seccomp_data)
 constexpr std::size_t kMaxInstructions = 4096;  // BPF_MAXINSNS
 constexpr uint32_t kMemWords = 16;              // BPF_MEMWORDS
-constexpr std::size_t kMaxFilters = 1024;       // far above what the kernel's 32768-instruction path allows
+constexpr std::size_t kMaxFilters = 8192;       // above the kernel's 32768-instruction path (4 + length each)
 
 // The 32-bit word at `offset` of the call's struct seccomp_data (x86-64,
 // little-endian): nr, arch, instruction_pointer, args[6].
@@ -174,12 +174,20 @@ Result<uint32_t> run_seccomp_program(std::span<const sock_filter> program, const
 
 Result<uint32_t> seccomp_answer(const std::vector<std::vector<sock_filter>>& filters, const SeccompCall& call) {
   uint32_t answer = SECCOMP_RET_ALLOW;
-  for (const auto& program : filters) {
-    auto r = run_seccomp_program(program, call);
+  for (auto program = filters.rbegin(); program != filters.rend(); ++program) {  // newest first, as the kernel
+    auto r = run_seccomp_program(*program, call);
     if (!r) return r;
     if (severity(*r) < severity(answer)) answer = *r;
   }
   return answer;
+}
+
+bool may_notify_supervisor(std::span<const sock_filter> program) {
+  for (const sock_filter& in : program) {
+    if (in.code == (BPF_RET | BPF_A)) return true;
+    if (in.code == (BPF_RET | BPF_K) && (in.k & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_USER_NOTIF) return true;
+  }
+  return false;
 }
 
 bool seccomp_allows(uint32_t answer) {
@@ -217,7 +225,7 @@ Result<std::vector<std::vector<sock_filter>>> read_seccomp_filters(pid_t tid) {
     if (count < 0) {
       const int e = errno;
       std::string why = e == EACCES ? " (dynid needs CAP_SYS_ADMIN and must not run under seccomp itself)"
-                        : e == EINVAL ? " (a kernel without CONFIG_CHECKPOINT_RESTORE cannot show filters)"
+                        : e == EINVAL ? " (the thread left filter mode, or the kernel lacks CONFIG_CHECKPOINT_RESTORE)"
                         : e == EMEDIUMTYPE ? " (a filter that is not classic BPF)" : "";
       return fail(sys_error(fmt::format("PTRACE_SECCOMP_GET_FILTER {} of thread {}", index, tid), e) + why);
     }
@@ -238,10 +246,14 @@ Status seccomp_lets_through(pid_t pid, pid_t tid, std::span<const SeccompCall> c
   const std::size_t digit = mode.find_first_not_of(" \t");
   if (digit == std::string::npos || mode[digit] == '0') return ok();
   if (mode[digit] != '2')
-    return fail(fmt::format("thread {} runs under strict seccomp (mode {}): it can make no call dyni needs", tid,
+    return fail(fmt::format("thread {} runs under seccomp mode {} (1: strict): it can make no call dyni needs", tid,
                             mode[digit]));
   auto filters = read_seccomp_filters(tid);
   if (!filters) return std::unexpected(filters.error());
+  for (const auto& program : *filters)
+    if (may_notify_supervisor(program))
+      return fail(fmt::format("a seccomp filter of thread {} hands calls to a supervisor process "
+                              "(SECCOMP_RET_USER_NOTIF): dyni's stops would disturb it", tid));
   for (const SeccompCall& call : calls) {
     auto answer = seccomp_answer(*filters, call);
     if (!answer)

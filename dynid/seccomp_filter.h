@@ -40,8 +40,10 @@ struct SeccompCall {
 // one seccomp would have accepted. Pure; unit-tested and fuzzed.
 Result<uint32_t> run_seccomp_program(std::span<const sock_filter> program, const SeccompCall& call);
 
-// The answer of all of a thread's filters together: the most severe wins, as
-// in the kernel (SECCOMP_RET_KILL_PROCESS first, SECCOMP_RET_ALLOW last).
+// The answer of all of a thread's filters together (oldest first, as
+// read_seccomp_filters gives them): the most severe wins, as in the kernel
+// (SECCOMP_RET_KILL_PROCESS first, SECCOMP_RET_ALLOW last; between equals,
+// the newest filter's).
 Result<uint32_t> seccomp_answer(const std::vector<std::vector<sock_filter>>& filters, const SeccompCall& call);
 
 // ALLOW and LOG run the call; everything else does not.
@@ -53,12 +55,20 @@ std::string describe_seccomp_answer(uint32_t answer);
 // "mmap(0x7f0000000000, 0x200000, 0x5, 0x100022, 0xffffffffffffffff, 0)"
 std::string describe_call(const SeccompCall& call);
 
-// The filters of a ptrace-stopped thread, newest first. Needs CAP_SYS_ADMIN
-// and a dynid not itself under seccomp.
+// Whether a filter may hand a call to a supervisor process
+// (SECCOMP_RET_USER_NOTIF, or a return of the accumulator, which could be).
+// Such a target is left alone: a thread stopped while its supervisor handles
+// its call has the call withdrawn and made again (or, waiting killably, does
+// not stop at all), which a supervisor may not expect from a stop it did not
+// cause. Pure.
+bool may_notify_supervisor(std::span<const sock_filter> program);
+
+// The filters of a ptrace-stopped thread, oldest first (the kernel's index 0).
+// Needs CAP_SYS_ADMIN and a dynid not itself under seccomp.
 Result<std::vector<std::vector<sock_filter>>> read_seccomp_filters(pid_t tid);
 
-// Whether `tid` (of `pid`, ptrace-stopped) may run every one of `calls`: ok,
-// or why not
+// Whether `tid` (of `pid`, ptrace-stopped) may run every one of `calls`, and
+// none of its filters may notify a supervisor: ok, or why not
 // ("thread 12 runs under strict seccomp", "the seccomp filter of thread 12
 // answers madvise(...) with ERRNO 1 (Operation not permitted)"). A thread without seccomp is ok
 // without reading anything but its status.

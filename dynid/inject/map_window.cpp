@@ -9,6 +9,7 @@
 #include "dynid/cache_huge_pages.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/inject/target_checks.h"
+#include "dynid/remote_call.h"
 #include "dynid/world_stop.h"
 
 namespace dyni::inject {
@@ -27,6 +28,7 @@ Result<Mapped> map_in_window(const InjectRequest& req, const Prepared& p, Inject
     // Under seccomp, every call this injection makes, before the first.
     std::vector<SeccompCall> calls = cache_mapping_calls(p.place, p.counters_addr, p.layout.counters_length);
     if (req.lift_thp) std::ranges::move(huge_page_calls(p.place.addr, p.place.length), std::back_inserter(calls));
+    if (p.register_frame) calls.push_back(stub_sigreturn(p.place.addr + p.layout.stub_offset));  // __register_frame's way back
     if (auto allowed = seccomp_allows_all(*w, p.sites, std::move(calls)); !allowed)
       return std::unexpected(allowed.error());
     auto cache = map_cache(*w, p.sites, p.place);
@@ -60,6 +62,10 @@ void collapse_if_split(const Prepared& p, Injection& out, const Mapped& mapped) 
   const auto start = std::chrono::steady_clock::now();
   auto w = stop_world(out.pid);
   if (!w || !same_target_with_record(out)) return;
+  if (auto allowed = seccomp_allows_all(*w, p.sites, huge_page_calls(out.cache.addr, out.cache.length)); !allowed) {
+    out.cache.huge_note += "; split while it was written (a fork shared it), not collapsed: " + allowed.error().message();
+    return;
+  }
   HugeOutcome collapsed = collapse_huge(*w, p.sites, out.cache);
   w->resume();
   out.longest_stop = std::max(out.longest_stop, std::chrono::duration_cast<std::chrono::microseconds>(

@@ -158,7 +158,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   // program with exception tables must have its unwinder told.
   if (!p.register_frame && p.exe.file->find_section(".gcc_except_table"))
     return fail("the executable has exception tables but no libgcc_s is loaded to register the cache's frames with");
-  auto sites = find_syscall_sites(req.pid);  // also refuses seccomp and shadow stacks
+  auto sites = find_syscall_sites(req.pid);  // also refuses strict seccomp and shadow stacks
   if (!sites) return std::unexpected(sites.error());
   p.sites = *sites;
   std::tie(p.exe.lo, p.exe.hi) = module_range(*maps, p.exe.module->path);

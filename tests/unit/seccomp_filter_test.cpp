@@ -74,6 +74,27 @@ TEST(SeccompFilter, TheMostSevereOfSeveralFiltersWins) {
             SECCOMP_RET_USER_NOTIF);
 }
 
+// Between equally severe answers the kernel keeps the newest filter's
+// (filters are read oldest first).
+TEST(SeccompFilter, TheNewestOfEquallySevereFiltersGivesTheErrno) {
+  auto returning = [](uint32_t v) { return std::vector<sock_filter>{BPF_STMT(BPF_RET | BPF_K, v)}; };
+  EXPECT_EQ(seccomp_answer({returning(SECCOMP_RET_ERRNO | 5), returning(SECCOMP_RET_ERRNO | 7)}, call(SYS_mmap)).value(),
+            SECCOMP_RET_ERRNO | 7u);
+}
+
+// A filter that may answer USER_NOTIF (or returns A, which could hold it).
+TEST(SeccompFilter, FiltersThatMayNotifyASupervisorAreRecognised) {
+  EXPECT_FALSE(may_notify_supervisor(test::no_madvise_no_wx_filter()));
+  const std::vector<sock_filter> notify = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mount, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  EXPECT_TRUE(may_notify_supervisor(notify));
+  EXPECT_TRUE(may_notify_supervisor(std::vector<sock_filter>{BPF_STMT(BPF_RET | BPF_A, 0)}));
+}
+
 TEST(SeccompFilter, DivisionByAZeroRegisterEndsTheProgramWithZero) {
   const std::vector<sock_filter> program = {
       BPF_STMT(BPF_LD | BPF_IMM, 10),
