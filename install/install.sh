@@ -19,7 +19,7 @@ UNIT=$ROOT/etc/systemd/system/dynid.service
 # Build and runtime packages (see README.md, "Dependencies").
 PACKAGES=(build-essential cmake pkg-config libzydis-dev llvm-16-dev libunwind-dev libinih-dev
           libssl-dev nlohmann-json3-dev libfmt-dev googletest util-linux systemtap-sdt-dev
-          libseccomp-dev)
+          libseccomp-dev go-md2man)
 
 say() { echo "dyni-install: $*"; }
 die() { echo "dyni-install: error: $*" >&2; exit 1; }
@@ -59,7 +59,8 @@ install_files() {
   install -m 0644 "$SRC/README.md" "$SRC/etc/dyni.conf" "$ROOT$PREFIX/share/doc/dyni/"
   install -d -m 0700 "$ROOT/var/lib/dyni"
   install -d -m 0750 "$ROOT/var/log/dyni"
-  install -D -m 0644 "$SRC/etc/dyni.logrotate" "$ROOT/etc/logrotate.d/dyni"
+  # Both made by the build's install step for this prefix (packaging/CMakeLists.txt).
+  install -D -m 0644 "$ROOT$PREFIX/share/dyni/dyni.logrotate" "$ROOT/etc/logrotate.d/dyni"
   if [ -z "$ROOT" ] && [ ! -s /etc/machine-id ] && command -v systemd-machine-id-setup >/dev/null; then
     systemd-machine-id-setup >/dev/null
   fi
@@ -67,7 +68,7 @@ install_files() {
 
 install_unit() {
   if systemd_running || [ -n "$ROOT" ]; then
-    install -D -m 0644 "$SRC/etc/dynid.service" "$UNIT"
+    install -D -m 0644 "$ROOT$PREFIX/share/dyni/dynid.service" "$UNIT"
   fi
   if systemd_running; then
     systemctl daemon-reload
@@ -89,7 +90,10 @@ uninstall() {
   rm -f "$ROOT$PREFIX/bin/dyni" "$ROOT$PREFIX/sbin/dynid" "$ROOT$PREFIX/bin/dyni-token" \
         "$ROOT$PREFIX/bin/dyni-scan" "$ROOT$PREFIX/bin/dyni-record" \
         "$ROOT/etc/logrotate.d/dyni"
-  rm -rf "$ROOT$PREFIX/share/doc/dyni"
+  rm -rf "$ROOT$PREFIX/share/doc/dyni" "$ROOT$PREFIX/share/dyni"
+  rm -f "$ROOT$PREFIX"/share/man/man8/dyni.8.gz "$ROOT$PREFIX"/share/man/man8/dynid.8.gz \
+        "$ROOT$PREFIX"/share/man/man8/dyni-scan.8.gz "$ROOT$PREFIX"/share/man/man8/dyni-record.8.gz \
+        "$ROOT$PREFIX"/share/man/man8/dyni-token.8.gz
   say "removed binaries and unit"
   if [ "$purge" = yes ]; then
     rm -rf "$ROOT/etc/dyni.conf" "$ROOT/var/lib/dyni" "$ROOT/var/log/dyni" "$ROOT/run/dyni"

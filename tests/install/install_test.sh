@@ -25,6 +25,9 @@ check "default config is valid" "$ROOT/usr/local/sbin/dynid" --check-config --co
 check "state dir 0700" test "$(stat -c %a "$ROOT/var/lib/dyni")" = 700
 check "log dir exists" test -d "$ROOT/var/log/dyni"
 check "systemd unit installed" test -f "$ROOT/etc/systemd/system/dynid.service"
+check "the unit runs the installed dynid" grep -qx "ExecStart=/usr/local/sbin/dynid --log-stderr" "$ROOT/etc/systemd/system/dynid.service"
+check "logrotate reloads through the installed dyni" grep -q "/usr/local/bin/dyni -reload" "$ROOT/etc/logrotate.d/dyni"
+check "man page installed" test -s "$ROOT/usr/local/share/man/man8/dyni.8.gz"
 check "logrotate rule installed" test -f "$ROOT/etc/logrotate.d/dyni"
 
 echo "; edited by the operator" >> "$ROOT/etc/dyni.conf"
@@ -37,6 +40,7 @@ check "uninstall removes dyni" test ! -e "$ROOT/usr/local/bin/dyni"
 check "uninstall removes dynid" test ! -e "$ROOT/usr/local/sbin/dynid"
 check "uninstall removes dyni-scan, dyni-record and dyni-token" test ! -e "$ROOT/usr/local/bin/dyni-scan" -a ! -e "$ROOT/usr/local/bin/dyni-record" -a ! -e "$ROOT/usr/local/bin/dyni-token"
 check "uninstall removes the unit" test ! -e "$ROOT/etc/systemd/system/dynid.service"
+check "uninstall removes the man pages" test ! -e "$ROOT/usr/local/share/man/man8/dyni.8.gz" -a ! -e "$ROOT/usr/local/share/man/man8/dynid.8.gz"
 check "uninstall keeps the config" grep -q "edited by the operator" "$ROOT/etc/dyni.conf"
 check "uninstall keeps the state" test -f "$ROOT/var/lib/dyni/license.json"
 

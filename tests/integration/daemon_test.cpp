@@ -630,6 +630,49 @@ TEST_F(Daemon, ACacheRecordOfANewerDynidIsLeftAloneAndNeverInjectedTwice) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
 }
 
+// The package's maintainer scripts (packaging/debian/), run as dpkg runs
+// them, against this test's dynid (DYNI_CLI and the DYNI_* paths). An
+// upgrade: prerm stops dynid, the target stays dynimized, postinst starts the
+// new dynid, which adopts the target: still one cache. A removal: prerm
+// returns the target to its original code, then stops dynid.
+TEST_F(Daemon, ThePackagesScriptsKeepOneCacheAcrossAnUpgradeAndUndoBeforeRemoval) {
+  start({"dyni-hot-pkg"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-pkg");
+  pid_t hot = host.spawn({exe, "30", "2"});
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  const std::size_t caches = caches_in(hot);
+  ASSERT_EQ(caches, 1u);
+  const pid_t old_daemon = host.daemon_pid();
+  auto script = [&](const std::string& name, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"/usr/bin/env", std::string("DYNI_CLI=") + DYNI_TEST_DYNI, "/bin/sh",
+                                     std::string(DYNI_SOURCE_DIR) + "/packaging/debian/" + name};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return host.run(argv);
+  };
+  RunResult prerm = script("prerm", {"upgrade", "0.1.0"});
+  ASSERT_EQ(prerm.exit_code, 0) << prerm.out << prerm.err;
+  EXPECT_EQ(host.daemon_pid(), 0) << "prerm upgrade stops dynid";
+  EXPECT_TRUE(::access((host.run_dir() + "/restart-after-upgrade").c_str(), F_OK) == 0);
+  EXPECT_FALSE(text_equals_file(hot, exe)) << "the target stays dynimized across the upgrade";
+  RunResult postinst = script("postinst", {"configure", "0.1.0"});
+  ASSERT_EQ(postinst.exit_code, 0) << postinst.out << postinst.err;
+  EXPECT_NE(host.daemon_pid(), 0) << "postinst starts the new dynid";
+  EXPECT_NE(host.daemon_pid(), old_daemon);
+  EXPECT_FALSE(::access((host.run_dir() + "/restart-after-upgrade").c_str(), F_OK) == 0);
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 20s)) << host.state_of(hot) << host.log();
+  EXPECT_EQ(target_json(host, hot)["dynimized"]["adopted"], true);
+  std::this_thread::sleep_for(2s);  // time enough to inject again, were it wrong
+  EXPECT_EQ(caches_in(hot), caches) << "a second cache after the upgrade";
+  RunResult remove = script("prerm", {"remove"});
+  ASSERT_EQ(remove.exit_code, 0) << remove.out << remove.err;
+  EXPECT_NE(remove.out.find("original code restored"), std::string::npos) << remove.out;
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "prerm remove undoes every target";
+  EXPECT_EQ(host.daemon_pid(), 0) << "and stops dynid";
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+}
+
 // Counting in bursts (counting_duty_percent below 100): the entries lead to
 // the counting copies and back to the file's bytes in turn, the phase says
 // so, and the counts (from the bursts alone) still lay the code out. The
