@@ -54,10 +54,12 @@ Result<CopyOrigin> parse_line(const std::string& line) {
   auto a = hex(addr), n = hex(size), e = hex(entry);
   if (!a || !n || !e || *n == 0 || *a + *n < *a) return fail("bad address, size or entry");
   c.cache_addr = *a, c.size = *n, c.original_entry = *e, c.tier = tier;
-  auto pairs = parse_lines(lines);
-  if (!pairs) return std::unexpected(pairs.error());
-  if (pairs->empty() || pairs->front().first != 0 || pairs->back().first >= *n) return fail("pairs outside the copy");
-  c.lines = std::move(*pairs);
+  if (lines != "-") {  // "-": no instructions recorded (a copy rebuilt for an adopted process)
+    auto pairs = parse_lines(lines);
+    if (!pairs) return std::unexpected(pairs.error());
+    if (pairs->empty() || pairs->front().first != 0 || pairs->back().first >= *n) return fail("pairs outside the copy");
+    c.lines = std::move(*pairs);
+  }
   for (auto& line : c.lines) line.second += c.original_entry;
   std::getline(in >> std::ws, c.name);
   return c;
@@ -76,7 +78,8 @@ std::string origin_line(const CopyOrigin& c) {
   // The original as an offset from the entry (modulo 2^64): half the bytes.
   for (const auto& [off, orig] : c.lines)
     pairs += fmt::format("{}{:x}:{:x}", pairs.empty() ? "" : ",", off, orig - c.original_entry);
-  return fmt::format("{:x} {:x} {:x} {} {} {}\n", c.cache_addr, c.size, c.original_entry, c.tier, pairs,
+  return fmt::format("{:x} {:x} {:x} {} {} {}\n", c.cache_addr, c.size, c.original_entry, c.tier,
+                     pairs.empty() ? "-" : pairs,
                      one_line(c.name));
 }
 
@@ -138,6 +141,7 @@ std::optional<Origin> origin_of(const std::vector<CopyOrigin>& copies, uint64_t 
   for (auto c = copies.rbegin(); c != copies.rend(); ++c) {
     if (addr < c->cache_addr || addr - c->cache_addr >= c->size) continue;
     const uint64_t off = addr - c->cache_addr;
+    if (c->lines.empty()) return Origin{&*c, c->original_entry, false};
     auto line = std::upper_bound(c->lines.begin(), c->lines.end(), off,
                                  [](uint64_t o, const auto& l) { return o < l.first; });
     return Origin{&*c, std::prev(line)->second};  // lines start at offset 0 (parse_line)
@@ -148,6 +152,9 @@ std::optional<Origin> origin_of(const std::vector<CopyOrigin>& copies, uint64_t 
 std::string describe_origin(uint64_t addr, const std::optional<Origin>& origin) {
   if (!origin) return fmt::format("{:#x}: in no copy of dyni's", addr);
   const CopyOrigin& c = *origin->copy;
+  if (!origin->exact)
+    return fmt::format("{:#x}: {} (original {:#x}; which instruction is not recorded) at +{:#x} in dyni's {} copy at {:#x}",
+                       addr, c.name, c.original_entry, addr - c.cache_addr, c.tier, c.cache_addr);
   return fmt::format("{:#x}: {}+{:#x} (original {:#x}) in dyni's {} copy at {:#x}", addr, c.name,
                      origin->original - c.original_entry, origin->original, c.tier, c.cache_addr);
 }

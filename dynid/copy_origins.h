@@ -32,7 +32,8 @@ struct CopyOrigin {
   std::string name;                   // for people: demangled, or func_<hex>
   // (offset in the copy, the run-time original instruction it stands for),
   // where that changes; counter code and added jumps stand for the
-  // instruction they run before or continue at.
+  // instruction they run before or continue at. Empty for a copy rebuilt
+  // from an adopted process's memory (dynid/adopted_copies.h): "-" on disk.
   std::vector<std::pair<uint32_t, uint64_t>> lines;
 };
 
@@ -64,6 +65,7 @@ Result<OriginsFile> origins_file_for(pid_t pid);
 struct Origin {
   const CopyOrigin* copy = nullptr;
   uint64_t original = 0;
+  bool exact = true;  // false: the copy has no instructions recorded; `original` is its entry
 };
 std::optional<Origin> origin_of(const std::vector<CopyOrigin>& copies, uint64_t addr);
 

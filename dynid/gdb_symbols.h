@@ -25,6 +25,9 @@ namespace dyni {
 std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uint64_t code_addr, uint64_t code_size,
                                        uint64_t eh_frame_addr, std::span<const uint8_t> eh_frame);
 
+// Where the symbol file of process (pid, start_time)'s cache of `tier` is.
+std::string cache_symbol_file_path(pid_t pid, uint64_t start_time, const std::string& tier);
+
 // Writes `in`'s symbol file for process (pid, start_time); returns the gdb
 // command that loads it ("add-symbol-file PATH").
 Result<std::string> save_cache_symbol_file(const Injection& in, const std::string& tier);

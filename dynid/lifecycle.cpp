@@ -17,6 +17,7 @@
 #include "dynid/cache_plan.h"
 #include "dynid/cache_scan.h"
 #include "dynid/counting_phase.h"
+#include "dynid/adopted_copies.h"
 #include "dynid/copy_origins.h"
 #include "dynid/gdb_symbols.h"
 #include "dynid/perf_map.h"
@@ -181,6 +182,7 @@ bool TargetLifecycle::adopt_existing_cache() {
     adopted_ = true;
     if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
+  note_adopted_copies(*best);
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
   std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of its {} patches (entries and call sites) live",
                                 best->cache_addr, best_live, best->patches.size());
@@ -374,6 +376,34 @@ void TargetLifecycle::note_copies(const Injection& in, const std::string& tier) 
   perf_map_error_ = written ? "" : written.error().message();
   gdb_command_ = gdb ? *gdb : "";
   gdb_error_ = gdb ? "" : gdb.error().message();
+}
+
+// An adopted cache's perf map, origins and gdb file. A target this host's
+// dynid dynimized before it restarted has them (its origins file, by pid and
+// start time, is there): their paths are reported. Any other (a child forked
+// from a dynimized process, files lost) gets them made from its memory
+// (adopted_copies.h), without line tables.
+void TargetLifecycle::note_adopted_copies(const CacheRecord& record) {
+  const std::string tier = record.tier == CacheTier::Counting ? "counting" : "optimized";
+  if (::access(origins_path(pid_, start_time_).c_str(), F_OK) == 0) {
+    const std::string gdb = cache_symbol_file_path(pid_, start_time_, tier);
+    const bool have_gdb = ::access(gdb.c_str(), F_OK) == 0;
+    std::lock_guard lock(injection_mutex_);
+    perf_map_ = fmt::format("/tmp/perf-{}.map", pid_);
+    gdb_command_ = have_gdb ? "add-symbol-file " + gdb : "";
+    gdb_error_ = have_gdb ? "" : "no symbol file left by the dynid that made the cache";
+    return;
+  }
+  auto copies = adopted_copies(pid_, record);
+  if (!copies) {
+    log::warn("target {} pid {}: the adopted cache's copies for perf, gdb and -addr2orig: {}", name_, pid_,
+              copies.error().message());
+    return;
+  }
+  Injection in = from_record(pid_, start_time_, record);
+  in.copies = std::move(copies->copies);
+  in.eh_frame = std::move(copies->eh_frame);
+  note_copies(in, tier);
 }
 
 // The latest counts of each listed name, for dyni-scan --counts (one file a

@@ -580,6 +580,9 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 20s)) << host.state_of(hot) << host.log();
   d = target_json(host, hot)["dynimized"];
   EXPECT_EQ(d["adopted"], true) << d.dump();
+  // The files the first dynid wrote for perf and gdb still serve: named again.
+  EXPECT_EQ(d.value("perf_map", ""), fmt::format("/tmp/perf-{}.map", hot)) << d.dump();
+  EXPECT_EQ(d.value("gdb_command", "").rfind("add-symbol-file ", 0), 0u) << d.dump();
   EXPECT_EQ(caches_in(hot), 1u) << "injected twice";
   EXPECT_EQ(caches_in(hot, CacheTier::Counting), 1u) << "counted twice";
   undo = host.dyni({"-undo"});

@@ -44,6 +44,26 @@ TEST(CopyOrigins, ReadBackAndFindTheOriginalInstruction) {
   EXPECT_EQ(describe_origin(0x10, at(0x10)), "0x10: in no copy of dyni's");
 }
 
+// A copy rebuilt from an adopted process (no instructions recorded) reads
+// back as its function and entry, and says the instruction is not known.
+TEST(CopyOrigins, ACopyWithoutInstructionsNamesItsFunctionOnly) {
+  CopyOrigin c{0x7f0000001000, 0x80, 0x555500001234, "optimized", "hot_work<3>(unsigned long)", {}};
+  const std::string line = origin_line(c);
+  EXPECT_NE(line.find(" optimized - hot_work<3>"), std::string::npos) << line;
+  auto back = parse_origins(line);
+  ASSERT_TRUE(back) << back.error().message();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_TRUE((*back)[0].lines.empty());
+  auto origin = origin_of(*back, 0x7f0000001040);
+  ASSERT_TRUE(origin);
+  EXPECT_FALSE(origin->exact);
+  EXPECT_EQ(origin->original, 0x555500001234u);
+  EXPECT_EQ(describe_origin(0x7f0000001040, origin),
+            "0x7f0000001040: hot_work<3>(unsigned long) (original 0x555500001234; which instruction is not recorded) "
+            "at +0x40 in dyni's optimized copy at 0x7f0000001000");
+  EXPECT_FALSE(origin_of(*back, 0x7f0000001080)) << "past the copy";
+}
+
 TEST(CopyOrigins, ALineDynidDidNotWriteFailsTheFile) {
   const std::string good = origin_line(example());
   for (const std::string& bad : {std::string("x 40 1 optimized 0:1 f\n"), std::string("1000 0 1 optimized 0:1 f\n"),

@@ -10,6 +10,8 @@
 #include <random>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "dynid/cache_scan.h"
 #include "profiler/process_maps.h"
 #include "tests/live/scenario.h"
@@ -66,6 +68,37 @@ void expect_huge_cache_and_flag_kept(const Scenario& s) {
   EXPECT_GE(cache.value("huge_page_bytes", uint64_t{0}), uint64_t{2} << 20) << cache.dump();
 }
 
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The child has no perf map, origins or symbol file of its own from the
+// injection (it was forked after): dynid makes them when it adopts the child,
+// from the child's memory. Its perf map names each optimized copy as the
+// parent's does, -addr2orig maps its addresses, gdb has a symbol file.
+void expect_child_named_like_its_parent(const Scenario& s, pid_t child, const nlohmann::json& facts) {
+  const std::vector<std::string> parent_map = lines_of(fmt::format("/tmp/perf-{}.map", s.pid()));
+  const std::vector<std::string> child_map = lines_of(fmt::format("/tmp/perf-{}.map", child));
+  EXPECT_GE(child_map.size(), 1u) << "the child's perf map";
+  for (const std::string& line : child_map)
+    EXPECT_NE(std::find(parent_map.begin(), parent_map.end(), line), parent_map.end())
+        << "a copy the parent's map does not name so: " << line;
+  EXPECT_EQ(facts.value("perf_map", ""), fmt::format("/tmp/perf-{}.map", child)) << facts.dump();
+  const std::string gdb = facts.value("gdb_command", "");
+  EXPECT_EQ(gdb.rfind("add-symbol-file ", 0), 0u) << facts.dump();
+  EXPECT_EQ(::access(gdb.substr(gdb.find(' ') + 1).c_str(), R_OK), 0) << gdb;
+  if (child_map.empty()) return;
+  const std::string addr = "0x" + child_map.front().substr(0, child_map.front().find(' '));
+  RunResult where = s.host.dyni({fmt::format("-addr2orig={}", child), addr});
+  EXPECT_EQ(where.exit_code, 0) << where.out << where.err;
+  EXPECT_NE(where.out.find("(original 0x"), std::string::npos) << where.out;
+  EXPECT_NE(where.out.find("optimized copy"), std::string::npos) << where.out;
+  ::unlink(fmt::format("/tmp/perf-{}.map", child).c_str());
+}
+
 TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
   if (geteuid() != 0) GTEST_SKIP() << kNeedsRoot;
   Scenario s(DYNI_LIVE_FORK_EXEC_EXIT, "dyni-forker");
@@ -95,6 +128,7 @@ TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
   for (const auto& t : all.value("targets", nlohmann::json::array()))
     if (t.value("pid", 0) == child) child_facts = t;
   EXPECT_EQ(child_facts.value("dynimized", nlohmann::json::object()).value("adopted", false), true) << all.dump();
+  expect_child_named_like_its_parent(s, child, child_facts.value("dynimized", nlohmann::json::object()));
   ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
   RunResult undo = s.host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;

@@ -1,0 +1,56 @@
+// Rebuilding an adopted cache's copies from the target (adopted_copies.h).
+#include "dynid/adopted_copies.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dynid/target_memory.h"
+#include "elf/eh_frame.h"
+#include "elf/function_table.h"
+#include "profiler/symbolizer.h"
+
+namespace dyni {
+
+uint64_t patched_jump_target(uint64_t addr, const std::array<uint8_t, 5>& replacement) {
+  if (replacement[0] != 0xe9) return 0;
+  int32_t rel = 0;
+  std::memcpy(&rel, replacement.data() + 1, 4);
+  return addr + 5 + static_cast<uint64_t>(static_cast<int64_t>(rel));
+}
+
+Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record) {
+  AdoptedCopies out;
+  const uint64_t eh_frame_addr = record.cache_addr + record.eh_frame_offset;
+  auto bytes = read_target(pid, eh_frame_addr, record.eh_frame_size);
+  if (!bytes) return std::unexpected(bytes.error());
+  out.eh_frame = std::move(*bytes);
+  auto fdes = elf::parse_eh_frame(out.eh_frame, eh_frame_addr);
+  if (!fdes) return fail("the cache's .eh_frame: " + fdes.error().message());
+  std::sort(fdes->begin(), fdes->end(), [](const elf::Fde& a, const elf::Fde& b) { return a.begin < b.begin; });
+  auto symbols = profiler::Symbolizer::for_process(pid);
+  if (!symbols) return std::unexpected(symbols.error());
+  const uint64_t code_lo = record.cache_addr + record.code_offset, code_hi = code_lo + record.code_size;
+  std::vector<bool> named(fdes->size(), false);
+  for (const PatchRecord& patch : record.patches) {
+    if (patch.kind != PatchKind::Entry) continue;
+    const uint64_t to = patched_jump_target(patch.addr, patch.replacement);
+    if (to < code_lo || to >= code_hi) continue;
+    auto fde = std::upper_bound(fdes->begin(), fdes->end(), to, [](uint64_t a, const elf::Fde& f) { return a < f.begin; });
+    if (fde == fdes->begin()) continue;
+    --fde;
+    const std::size_t i = static_cast<std::size_t>(fde - fdes->begin());
+    if (to >= fde->end || fde->begin < code_lo || fde->end > code_hi || named[i]) continue;
+    named[i] = true;
+    const profiler::Location at = symbols->locate(patch.addr);
+    out.copies.push_back({fde->begin, fde->end - fde->begin, patch.addr,
+                          at.function ? elf::display_name(*at.function) : fmt::format("func_{:x}", at.link_addr),
+                          {}});
+  }
+  std::sort(out.copies.begin(), out.copies.end(),
+            [](const CopyRange& a, const CopyRange& b) { return a.cache_addr < b.cache_addr; });
+  return out;
+}
+
+}  // namespace dyni

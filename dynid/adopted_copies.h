@@ -1,0 +1,37 @@
+// The copies of a cache dynid adopts, for perf, gdb and dyni -addr2orig
+// (issue 23 items 1-3), when it did not make them itself: a child forked
+// from a dynimized process holds its parent's cache, and has no perf map,
+// origins file or symbol file of its own. They are rebuilt from the target's
+// memory: each copy's range is an FDE of the cache's .eh_frame (the jit
+// writes one a copy), and its function is the original whose entry is
+// patched to jump into that range, named by the target's symbols. No
+// line table: -addr2orig then names the function and the offset in the copy.
+//
+// What it reads is the target's (I9): a patch that is not a jmp rel32, or
+// that lands in no FDE, names nothing; the .eh_frame is parsed by the
+// fuzzed parser.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/result.h"
+#include "dynid/cache_record.h"
+#include "dynid/injector.h"
+
+namespace dyni {
+
+// `record`'s copies in process `pid`, and the cache's .eh_frame as read.
+struct AdoptedCopies {
+  std::vector<CopyRange> copies;
+  std::vector<uint8_t> eh_frame;
+};
+Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record);
+
+// Where an entry patch's jmp rel32 at `addr` goes; 0 if `replacement` is no
+// such jmp. Pure.
+uint64_t patched_jump_target(uint64_t addr, const std::array<uint8_t, 5>& replacement);
+
+}  // namespace dyni
