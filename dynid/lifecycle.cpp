@@ -278,6 +278,12 @@ void TargetLifecycle::dynimize() {
     // never ran in a copy, so only the first plan names it.
     if (injected && request.replacing && injected->plan.is_object() && request.replacing->plan.is_object())
       injected->plan["kept_out"] = request.replacing->plan.value("kept_out", nlohmann::json::array());
+    // Likewise a function the counting copies skipped (a breakpoint in it):
+    // its reason stays said.
+    if (injected && request.replacing)
+      for (const std::string& why : request.replacing->skipped)
+        if (std::find(injected->skipped.begin(), injected->skipped.end(), why) == injected->skipped.end())
+          injected->skipped.push_back(why);
     end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life

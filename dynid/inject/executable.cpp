@@ -68,8 +68,17 @@ std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, cons
         if (std::equal(it->second->replacement.begin(), it->second->replacement.end(), live->begin() + at))
           std::copy(it->second->original.begin(), it->second->original.end(), live->begin() + at);
       }
-    if (live && std::equal(live->begin(), live->end(), file_bytes->begin(), file_bytes->end()))
+    if (live && std::equal(live->begin(), live->end(), file_bytes->begin(), file_bytes->end())) {
       out.push_back(addr);
+      continue;
+    }
+    // A breakpoint is named as such: gdb's, or a uprobe's (the kernel
+    // writes the int3 into the process's copy of the page).
+    auto differs = live ? std::mismatch(live->begin(), live->end(), file_bytes->begin(), file_bytes->end()).first
+                        : std::vector<uint8_t>::iterator{};
+    if (live && differs != live->end() && *differs == kInt3)
+      skipped.push_back(fmt::format("func_{:x}: {} at {:#x}", addr, kBreakpointInCode,
+                                    f->addr + exe.module->bias + static_cast<uint64_t>(differs - live->begin())));
     else
       skipped.push_back(fmt::format("func_{:x}: its code in memory differs from the file", addr));
   }

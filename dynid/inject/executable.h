@@ -48,7 +48,11 @@ Status executable_where_it_was(pid_t pid, const Executable& prepared);
 // breakpoint, another patcher) is left alone, whole. Bytes dyni wrote itself
 // (`ours`: the patches of the caches the target holds, entries and call
 // sites, and of the counting cache being replaced) count as the file's where
-// the live bytes are still dyni's.
+// the live bytes are still dyni's. A function whose first difference is an
+// int3 is skipped as "func_X: <kBreakpointInCode> at 0xADDR".
+inline constexpr uint8_t kInt3 = 0xcc;
+inline constexpr const char* kBreakpointInCode =
+    "an int3 the file does not have (a debugger's breakpoint or a uprobe): left in the original code";
 std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, const std::vector<uint64_t>& hot,
                                           std::span<const PatchRecord> ours, std::vector<std::string>& skipped);
 

@@ -138,6 +138,17 @@ void record_patches(Prepared& p, const jit::CallSitePlan& call_sites, std::vecto
 
 }  // namespace
 
+// Breakpoints in hot functions are said once per injection, not only counted
+// among the skipped: an operator with gdb attached earlier may not know.
+void warn_of_breakpoints(pid_t pid, std::span<const std::string> skipped) {
+  std::size_t n = 0;
+  const std::string* first = nullptr;
+  for (const std::string& s : skipped)
+    if (s.find(kBreakpointInCode) != std::string::npos && n++ == 0) first = &s;
+  if (n) log::warn("pid {}: {} hot function(s) hold an int3 the file does not have, left in the original code "
+                   "(a debugger's breakpoint or a uprobe; first: {})", pid, n, *first);
+}
+
 Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   Prepared p;
   auto symbols = profiler::Symbolizer::for_process(req.pid);
@@ -173,7 +184,9 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
     ours.insert(ours.end(), r.patches.begin(), r.patches.end());
   }
   if (req.replacing) ours.insert(ours.end(), req.replacing->patched.begin(), req.replacing->patched.end());
+  const std::size_t skipped_before = skipped.size();
   req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, ours, skipped);
+  warn_of_breakpoints(req.pid, std::span(skipped).subspan(skipped_before));
   auto outside_rseq = without_rseq_sections(req.pid, p.exe, req.hot, skipped);
   if (!outside_rseq) return std::unexpected(outside_rseq.error());
   req.hot = std::move(*outside_rseq);

@@ -21,6 +21,7 @@
 #include "common/file_io.h"
 #include "dynid/cache_scan.h"
 #include "dynid/proc_reader.h"
+#include "elf/function_table.h"
 #include "elf/usdt.h"
 #include "jit/module_counts.h"
 #include "profiler/process_maps.h"
@@ -896,6 +897,47 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
 // bpftrace's usdt: does) fires while the target runs dynimized; the other
 // hot function is copied. With copy_usdt_functions = true it is copied too,
 // and the same uprobe then never fires: what the default prevents.
+// A uprobe (or a breakpoint a debugger left) puts an int3 into a hot
+// function's code in the process: dyni copies from the file, so the function
+// stays in the original code, and is said to hold a breakpoint, in the log
+// and in -status -json; the probe keeps firing.
+TEST_F(Daemon, AHotFunctionHoldingABreakpointIsLeftOutAndSaidSo) {
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-bp");
+  auto file = elf::ElfFile::open(exe);
+  ASSERT_TRUE(file) << file.error().message();
+  auto table = elf::FunctionTable::build(*file, &*file);
+  ASSERT_TRUE(table) << table.error().message();
+  uint64_t probed = 0;
+  for (const auto& f : table->functions())
+    if (elf::display_name(f).starts_with("unsigned long hot_work<0>(")) probed = f.addr;
+  ASSERT_NE(probed, 0u);
+  // One thread does the work: a uprobe bound to a task is taken out of the
+  // process's code when another thread hits it (Linux 6.18).
+  pid_t pid = host.spawn({exe, "40", "0"});
+  std::this_thread::sleep_for(200ms);
+  int fd = open_uprobe(pid, exe, probed);
+  ASSERT_GE(fd, 0) << errno_text();
+  start({"dyni-hot-bp"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+  nlohmann::json d = target_json(host, pid)["dynimized"];
+  std::size_t held = 0;
+  for (const auto& [kind, n] : d["skipped"].items())
+    if (kind.find("an int3 the file does not have") != std::string::npos) held += n.get<std::size_t>();
+  EXPECT_EQ(held, 1u) << d.dump();
+  EXPECT_NE(host.log().find("hold an int3 the file does not have"), std::string::npos) << host.log();
+  auto map = read_file("/tmp/perf-" + std::to_string(pid) + ".map", 1 << 20);
+  ASSERT_TRUE(map) << map.error().message();
+  EXPECT_EQ(map->find("hot_work<0>"), std::string::npos) << "copied despite its breakpoint: " << *map;
+  EXPECT_NE(map->find("hot_work<1>"), std::string::npos) << "the others are copied: " << *map;
+  const uint64_t before = hits(fd);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_GT(hits(fd), before) << "the probe must keep firing";
+  close(fd);
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+  ::unlink(("/tmp/perf-" + std::to_string(pid) + ".map").c_str());
+}
+
 TEST_F(Daemon, AFunctionWithAUsdtProbeStaysWhereItsProbeFires) {
   std::string exe = host.install_program(DYNI_TEST_USDT, "dyni-usdt");
   auto file = elf::ElfFile::open(exe);
