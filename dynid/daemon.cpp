@@ -215,8 +215,10 @@ void Daemon::sync_lifecycles() {
     if (lifecycles_.count(pid) || retiring_.count(pid)) continue;
     if (t.state == TargetState::Profiling) {
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options()));
-    } else if (t.state == TargetState::Waiting && adoption_checked_.insert({pid, t.start_time}).second) {
-      // Idle, but maybe dynimized by an earlier dynid: -undo must reach it.
+    } else if ((t.state == TargetState::Waiting || t.state == TargetState::Unlicensed) &&
+               adoption_checked_.insert({pid, t.start_time}).second) {
+      // Idle (or the license lapsed), but maybe dynimized by an earlier
+      // dynid: -undo must reach it. Adopting optimizes nothing.
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options(),
                                                                  /*adopt_only=*/true));
     }

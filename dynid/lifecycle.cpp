@@ -214,10 +214,11 @@ std::vector<CacheRecord> TargetLifecycle::end_counting_caches(std::vector<CacheR
 }
 
 // An adopted target leaves waiting, or profiling: it may have turned busy
-// while its cache was being looked for.
+// while its cache was being looked for; or unlicensed.
 void TargetLifecycle::settle_adoption(TargetState to, const std::string& why) {
-  if (!move(TargetState::Waiting, to, why))
-    move(TargetState::Profiling, to, why);
+  // Unlicensed too: a host whose license lapsed must still be able to undo.
+  for (TargetState from : {TargetState::Waiting, TargetState::Profiling, TargetState::Unlicensed})
+    if (move(from, to, why)) return;
 }
 
 // Injects the hot set (injector.h). Any failure leaves the target running its

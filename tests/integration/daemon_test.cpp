@@ -598,6 +598,28 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
+// A host whose license lapsed (or an operator removing dyni for it): the
+// new dynid optimizes nothing, but still adopts what an earlier one
+// dynimized, so that -undo reaches it.
+TEST_F(Daemon, ADynidWithoutALicenseStillAdoptsAndUndoes) {
+  start({"dyni-hot-lapsed"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-lapsed");
+  pid_t hot = host.spawn({exe, "25", "2"});
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  ASSERT_EQ(host.dyni({"-stop"}).exit_code, 0);
+  ASSERT_EQ(::unlink((host.dir() + "/state/license.json").c_str()), 0);
+  RunResult again = host.dyni({"-start"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 20s)) << host.state_of(hot) << host.log();
+  EXPECT_EQ(target_json(host, hot)["dynimized"]["adopted"], true);
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "undone without a license";
+  int status = 0;
+  ASSERT_EQ(waitpid(hot, &status, 0), hot);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+}
+
 // After a package downgrade the dynid that starts is older than the cache
 // it finds: a record of a version it cannot read. The target is left alone,
 // with that reason, and never gets a second cache beside the first, whose
