@@ -20,7 +20,7 @@ Result<InstanceLock> InstanceLock::acquire(const std::string& path) {
     auto holder = read_file(path, 64);
     std::string pid = holder ? *holder : "?";
     while (!pid.empty() && pid.back() == '\n') pid.pop_back();
-    return fail("dynid is already running (pid " + pid + ")");
+    return fail(std::string(kAlreadyRunning) + " (pid " + pid + ")");
   }
   std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {

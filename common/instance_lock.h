@@ -14,7 +14,9 @@ namespace dyni {
 class InstanceLock {
  public:
   // Takes the lock or fails with "dynid is already running (pid N)".
+  // Fails with a message starting kAlreadyRunning when another dynid holds it.
   static Result<InstanceLock> acquire(const std::string& path);
+  static constexpr const char* kAlreadyRunning = "dynid is already running";
   // True when some process holds the lock at `path` (dynid is running).
   static bool is_held(const std::string& path);
 

@@ -18,6 +18,8 @@ const char* const kUsage =
     "  -profile=PID [-json]           the hottest functions dyni sampled in target PID\n"
     "  -addr2orig=PID ADDR...         the original function and instruction of each cache\n"
     "                                 address (hex) of process PID, also after it exited\n"
+    "  -caches                        every process that runs code of dyni's, from its memory\n"
+    "                                 (no daemon needed); exit 1 when one does\n"
     "  -undo                          return every target to its original code\n"
     "  -redo                          re-apply the kept optimization\n"
     "  -reload                        re-read /etc/dyni.conf\n"
@@ -35,7 +37,7 @@ constexpr long kMaxPid = 4194304;  // PID_MAX_LIMIT on 64-bit Linux
 const std::map<std::string, Action>& simple_flags() {
   static const std::map<std::string, Action> flags = {
       {"-start", Action::Start},   {"-stop", Action::Stop},     {"-status", Action::Status},
-      {"-metrics", Action::Metrics},
+      {"-metrics", Action::Metrics}, {"-caches", Action::Caches},
       {"-undo", Action::Undo},     {"-redo", Action::Redo},     {"-reload", Action::Reload},
       {"-version", Action::Version}, {"-help", Action::Help},   {"--help", Action::Help},
       {"-license=start", Action::LicenseStart}, {"-license=stop", Action::LicenseStop},

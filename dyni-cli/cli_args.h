@@ -10,7 +10,7 @@
 namespace dyni::cli {
 
 enum class Action {
-  Start, Stop, Status, Metrics, Profile, Addr2Orig, Undo, Redo, Reload,
+  Start, Stop, Status, Metrics, Profile, Addr2Orig, Caches, Undo, Redo, Reload,
   LicenseStart, LicenseStop, LicenseStatus, Version, Help,
 };
 

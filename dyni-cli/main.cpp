@@ -17,7 +17,10 @@
 #include "dyni-cli/cli_args.h"
 #include "dyni-cli/control_client.h"
 #include "dyni-cli/daemon_launcher.h"
+#include "common/printable.h"
+#include "dynid/cache_scan.h"
 #include "dynid/copy_origins.h"
+#include "profiler/process_maps.h"
 #include "dynid/metrics.h"
 
 namespace dyni::cli {
@@ -209,6 +212,31 @@ int do_addr2orig(const Command& command) {
   return kExitOk;
 }
 
+// Every process whose memory holds a cache of dyni's with live patches (an
+// entry or a call site that jumps into it), found without the daemon: what
+// the package's removal checks before it lets dyni go. Exit 1 if any.
+int do_caches() {
+  std::size_t running = 0;
+  for (pid_t pid : list_numeric_entries("/proc")) {
+    auto maps = profiler::read_maps(pid);
+    if (!maps) continue;  // gone, or a kernel thread
+    for (const CacheRecord& r : find_cache_records(pid, *maps)) {
+      const std::size_t live = live_patches(pid, r.patches);
+      if (live == 0) continue;
+      ++running;
+      auto comm = read_file(fmt::format("/proc/{}/comm", pid), 64);
+      std::cout << fmt::format("{} (pid {}): {} cache at {:#x}, {} of its {} patches live\n",
+                               comm ? one_line(*comm) : "?", pid,
+                               r.tier == CacheTier::Counting ? "counting" : "optimized", r.cache_addr, live,
+                               r.patches.size());
+    }
+    for (const std::string& why : unreadable_cache_records(pid, *maps))
+      ++running, std::cout << fmt::format("pid {}: {} (its patches may be live)\n", pid, why);
+  }
+  if (running == 0) std::cout << "no process runs code of dyni's\n";
+  return running ? kExitError : kExitOk;
+}
+
 int64_t now_s() { return static_cast<int64_t>(::time(nullptr)); }
 
 // Tells a running daemon to re-read the license; silent when none runs.
@@ -258,6 +286,7 @@ int run(const Command& command) {
     case Action::Metrics: return do_metrics();
     case Action::Profile: return do_profile(command);
     case Action::Addr2Orig: return do_addr2orig(command);
+    case Action::Caches: return do_caches();
     case Action::Undo: return request(protocol::cmd::kUndo, print_message);
     case Action::Redo: return request(protocol::cmd::kRedo, print_message);
     case Action::Reload: return request(protocol::cmd::kReload, print_message);

@@ -9,6 +9,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/instance_lock.h"
 #include "dynid/daemon.h"
 
 namespace {
@@ -51,6 +52,8 @@ void tell_starter(int fd, const std::string& line) {
 
 }  // namespace
 
+constexpr int kExitAlreadyRunning = 4;
+
 int main(int argc, char** argv) {
   Args args;
   if (!parse_args(argc, argv, args)) {
@@ -71,7 +74,9 @@ int main(int argc, char** argv) {
     dyni::log::error("dynid cannot start: {}", daemon.error().message());
     if (args.ready_fd >= 0) tell_starter(args.ready_fd, "error: " + daemon.error().message());
     else std::fprintf(stderr, "dynid: %s\n", daemon.error().message().c_str());
-    return 1;
+    // Its own code, so that systemd does not restart it again and again
+    // while another dynid runs (RestartPreventExitStatus= in the unit).
+    return daemon.error().message().starts_with(dyni::InstanceLock::kAlreadyRunning) ? kExitAlreadyRunning : 1;
   }
   tell_starter(args.ready_fd, "ok");
   return (*daemon)->run();

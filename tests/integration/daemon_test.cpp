@@ -660,11 +660,12 @@ TEST_F(Daemon, ACacheRecordOfANewerDynidIsLeftAloneAndNeverInjectedTwice) {
 // them, against this test's dynid (DYNI_CLI and the DYNI_* paths). An
 // upgrade: prerm stops dynid, the target stays dynimized, postinst starts the
 // new dynid, which adopts the target: still one cache. A removal: prerm
-// returns the target to its original code, then stops dynid.
+// returns the target to its original code, then stops dynid; with dynid
+// stopped and the target dynimized, it refuses, naming the process.
 TEST_F(Daemon, ThePackagesScriptsKeepOneCacheAcrossAnUpgradeAndUndoBeforeRemoval) {
   start({"dyni-hot-pkg"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-pkg");
-  pid_t hot = host.spawn({exe, "30", "2"});
+  pid_t hot = host.spawn({exe, "45", "2"});
   ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
   const std::size_t caches = caches_in(hot);
   ASSERT_EQ(caches, 1u);
@@ -689,11 +690,24 @@ TEST_F(Daemon, ThePackagesScriptsKeepOneCacheAcrossAnUpgradeAndUndoBeforeRemoval
   EXPECT_EQ(target_json(host, hot)["dynimized"]["adopted"], true);
   std::this_thread::sleep_for(2s);  // time enough to inject again, were it wrong
   EXPECT_EQ(caches_in(hot), caches) << "a second cache after the upgrade";
+  RunResult listed = host.dyni({"-caches"});
+  EXPECT_EQ(listed.exit_code, 1) << listed.out << listed.err;
+  EXPECT_NE(listed.out.find(fmt::format("(pid {}): optimized cache at", hot)), std::string::npos) << listed.out;
+  // With dynid stopped, nothing can undo: the removal is refused, and says so.
+  ASSERT_EQ(host.dyni({"-stop"}).exit_code, 0);
+  RunResult refused = script("prerm", {"remove"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("dynid is not running"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find(fmt::format("(pid {})", hot)), std::string::npos) << refused.err;
+  EXPECT_FALSE(text_equals_file(hot, exe)) << "a refused removal changes nothing";
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 20s)) << host.state_of(hot) << host.log();
   RunResult remove = script("prerm", {"remove"});
   ASSERT_EQ(remove.exit_code, 0) << remove.out << remove.err;
   EXPECT_NE(remove.out.find("original code restored"), std::string::npos) << remove.out;
   EXPECT_TRUE(text_equals_file(hot, exe)) << "prerm remove undoes every target";
   EXPECT_EQ(host.daemon_pid(), 0) << "and stops dynid";
+  EXPECT_EQ(host.dyni({"-caches"}).out.find(fmt::format("(pid {})", hot)), std::string::npos) << "still listed";
   int status = 0;
   ASSERT_EQ(waitpid(hot, &status, 0), hot);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
@@ -1372,7 +1386,7 @@ TEST_F(Daemon, OnlyOneDynidPerHost) {
   start({"dyni-x"});
   pid_t first = host.daemon_pid();
   RunResult direct = host.run({DYNI_TEST_DYNID});
-  EXPECT_EQ(direct.exit_code, 1);
+  EXPECT_EQ(direct.exit_code, 4) << "its own code: the unit's RestartPreventExitStatus=4";
   EXPECT_EQ(direct.err, "dynid: dynid is already running (pid " + std::to_string(first) + ")\n");
   EXPECT_EQ(host.daemon_pid(), first);
   EXPECT_EQ(host.dyni({"-status"}).exit_code, 0);

@@ -14,6 +14,8 @@ TEST(CliArgs, AcceptsEachCommand) {
   EXPECT_EQ(parse({"-undo"})->action, Action::Undo);
   EXPECT_EQ(parse({"-redo"})->action, Action::Redo);
   EXPECT_EQ(parse({"-reload"})->action, Action::Reload);
+  EXPECT_EQ(parse({"-caches"})->action, Action::Caches);
+  EXPECT_FALSE(parse({"-caches", "-json"})) << "-json goes with -status or -profile";
   EXPECT_EQ(parse({"-version"})->action, Action::Version);
   EXPECT_EQ(parse({"-help"})->action, Action::Help);
   EXPECT_EQ(parse({"-license=status"})->action, Action::LicenseStatus);

@@ -1,15 +1,18 @@
 #!/bin/sh
 # Makes the man page dyni(8) from docs/dyni.8.md, whose "@README:Title@" lines
-# stand for that "### Title" section of README.md: the README is the one
-# source of what both say. Tables become definition lists (man's .TP).
+# stand for that "### Title" section of README.md, up to the next heading or
+# a "<!-- end of dyni(8) -->" line: the README is the one source of what
+# both say. Tables become definition lists (man's .TP); code blocks are kept.
 #   manpage.sh SOURCE_DIR VERSION OUT   (needs go-md2man)
 set -eu
 src=$1 version=$2 out=$3
 awk -v readme="$src/README.md" -v version="$version" '
   function section(title,    line, inside, n) {
-    inside = 0
+    inside = 0; fence = 0
     while ((getline line < readme) > 0) {
-      if (line ~ /^#/) {
+      if (line ~ /^```/) fence = !fence
+      if (inside && line ~ /^<!-- end of dyni\(8\) -->/) break
+      if (!fence && line ~ /^#/) {
         if (inside) break
         if (line == "### " title) { inside = 1; n++; continue }
       }
