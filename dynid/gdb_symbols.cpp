@@ -6,11 +6,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/file_io.h"
 #include "common/paths.h"
+#include "common/log.h"
 #include "dynid/process_files.h"
+#include "dynid/source_lines.h"
 
 namespace dyni {
 namespace {
@@ -36,11 +39,35 @@ class StringTable {
   std::vector<uint8_t> bytes_{0};
 };
 
+// The copies' source lines, where the module's debug info can be read
+// (source_lines.h); none otherwise (gdb then names the copies only).
+DebugSections copies_dwarf(const Injection& in) {
+  bool any = std::any_of(in.copies.begin(), in.copies.end(), [](const CopyRange& c) { return !c.lines.empty(); });
+  if (!any || in.module.empty()) return {};
+  auto lines = SourceLines::open(in.module, in.build_id);
+  if (!lines) {
+    log::debug("pid {}: gdb's symbol file has no lines: {}", in.pid, lines.error().message());
+    return {};
+  }
+  std::vector<CopyLines> out;
+  for (const CopyRange& c : in.copies) {
+    CopyLines copy{c.cache_addr, c.cache_addr + c.size, c.name + " [dyni]", {}};
+    for (const auto& [offset, original] : c.lines)
+      if (auto at = lines->at(original - in.module_bias))
+        copy.rows.push_back({c.cache_addr + offset, std::move(at->file), at->line});
+    out.push_back(std::move(copy));
+  }
+  return dwarf_for_copies(out);
+}
+
 }  // namespace
 
 std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uint64_t code_addr, uint64_t code_size,
-                                       uint64_t eh_frame_addr, std::span<const uint8_t> eh_frame) {
-  enum Index : uint16_t { kNull, kText, kEhFrame, kSymtab, kStrtab, kShstrtab, kCount };
+                                       uint64_t eh_frame_addr, std::span<const uint8_t> eh_frame,
+                                       const DebugSections& debug) {
+  // The DWARF sections last: left out when there are no lines.
+  enum Index : uint16_t { kNull, kText, kEhFrame, kSymtab, kStrtab, kShstrtab, kDebugAbbrev, kDebugInfo, kDebugLine, kCount };
+  const uint16_t count = debug.info.empty() ? kDebugAbbrev : kCount;
   StringTable names, strings;
   std::vector<Elf64_Shdr> sections(kCount);
   sections[kText] = {names.add(".text"), SHT_NOBITS, SHF_ALLOC | SHF_EXECINSTR, code_addr, 0, code_size, 0, 0, 64, 0};
@@ -48,6 +75,11 @@ std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uin
   sections[kSymtab] = {names.add(".symtab"), SHT_SYMTAB, 0, 0, 0, 0, kStrtab, 1, 8, sizeof(Elf64_Sym)};
   sections[kStrtab] = {names.add(".strtab"), SHT_STRTAB, 0, 0, 0, 0, 0, 0, 1, 0};
   sections[kShstrtab] = {names.add(".shstrtab"), SHT_STRTAB, 0, 0, 0, 0, 0, 0, 1, 0};
+  if (count == kCount) {
+    sections[kDebugAbbrev] = {names.add(".debug_abbrev"), SHT_PROGBITS, 0, 0, 0, 0, 0, 0, 1, 0};
+    sections[kDebugInfo] = {names.add(".debug_info"), SHT_PROGBITS, 0, 0, 0, 0, 0, 0, 1, 0};
+    sections[kDebugLine] = {names.add(".debug_line"), SHT_PROGBITS, 0, 0, 0, 0, 0, 0, 1, 0};
+  }
 
   std::vector<Elf64_Sym> symbols(1);  // the null symbol; the rest are global (sh_info = 1)
   for (const CopyRange& c : copies)
@@ -64,10 +96,15 @@ std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uin
   place(kEhFrame, eh_frame.data(), eh_frame.size(), 8);
   place(kSymtab, symbols.data(), symbols.size() * sizeof(Elf64_Sym), 8);
   place(kStrtab, strings.bytes().data(), strings.bytes().size(), 1);
+  if (count == kCount) {
+    place(kDebugAbbrev, debug.abbrev.data(), debug.abbrev.size(), 1);
+    place(kDebugInfo, debug.info.data(), debug.info.size(), 1);
+    place(kDebugLine, debug.line.data(), debug.line.size(), 1);
+  }
   place(kShstrtab, names.bytes().data(), names.bytes().size(), 1);
   align(out, 8);
   const uint64_t section_headers = out.size();
-  append(out, sections.data(), sections.size() * sizeof(Elf64_Shdr));
+  append(out, sections.data(), count * sizeof(Elf64_Shdr));
 
   Elf64_Ehdr h{};
   std::memcpy(h.e_ident, ELFMAG, SELFMAG);
@@ -75,7 +112,7 @@ std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uin
   h.e_ident[EI_OSABI] = ELFOSABI_SYSV;
   h.e_type = ET_EXEC, h.e_machine = EM_X86_64, h.e_version = EV_CURRENT;
   h.e_shoff = section_headers, h.e_ehsize = sizeof(Elf64_Ehdr), h.e_shentsize = sizeof(Elf64_Shdr);
-  h.e_shnum = kCount, h.e_shstrndx = kShstrtab;
+  h.e_shnum = count, h.e_shstrndx = kShstrtab;
   out.replace(0, sizeof h, reinterpret_cast<const char*>(&h), sizeof h);
   return std::vector<uint8_t>(out.begin(), out.end());
 }
@@ -88,7 +125,8 @@ Result<std::string> save_cache_symbol_file(const Injection& in, const std::strin
   const std::string dir = paths::state_dir() + "/gdb";
   if (auto made = ensure_dir_p(dir, 0700); !made) return std::unexpected(made.error());
   const std::string path = cache_symbol_file_path(in.pid, in.start_time, tier);
-  std::vector<uint8_t> elf = cache_symbol_file(in.copies, in.code_addr, in.code_size, in.eh_frame_addr, in.eh_frame);
+  std::vector<uint8_t> elf =
+      cache_symbol_file(in.copies, in.code_addr, in.code_size, in.eh_frame_addr, in.eh_frame, copies_dwarf(in));
   if (auto written = write_file_atomic(path, std::string(elf.begin(), elf.end()), 0600); !written)
     return std::unexpected(written.error());
   prune_process_files(dir, kMaxSymbolFiles);

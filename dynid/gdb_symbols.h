@@ -4,8 +4,10 @@
 // `gdb -p PID`, after `add-symbol-file FILE`, `bt` names the copies and
 // unwinds through them to their callers. dynid writes one per injection to
 // <state_dir>/gdb/ (root's) and -status -json shows the command
-// (dynimized.gdb_command). The GDB JIT interface is not used: it would
-// write into the target's own data.
+// (dynimized.gdb_command). Where the original's debug info can be read
+// (source_lines.h), a line table gives the copies' instructions their
+// source lines. The GDB JIT interface is not used: it would write into the
+// target's own data.
 #pragma once
 
 #include <sys/types.h>
@@ -16,14 +18,17 @@
 #include <vector>
 
 #include "common/result.h"
+#include "dynid/debug_lines.h"
 #include "dynid/injector.h"
 
 namespace dyni {
 
 // The ELF image: ET_EXEC for x86-64, sections .text (NOBITS: gdb reads the
-// code from the process), .eh_frame, .symtab, .strtab, .shstrtab.
+// code from the process), .eh_frame, .symtab, .strtab, .shstrtab, and with
+// `debug` (debug_lines.h) .debug_abbrev, .debug_info, .debug_line.
 std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uint64_t code_addr, uint64_t code_size,
-                                       uint64_t eh_frame_addr, std::span<const uint8_t> eh_frame);
+                                       uint64_t eh_frame_addr, std::span<const uint8_t> eh_frame,
+                                       const DebugSections& debug = {});
 
 // Where the symbol file of process (pid, start_time)'s cache of `tier` is.
 std::string cache_symbol_file_path(pid_t pid, uint64_t start_time, const std::string& tier);

@@ -1212,6 +1212,11 @@ TEST_F(Daemon, GdbNamesTheCopiesAndUnwindsThroughThem) {
   EXPECT_NE(bt.out.find("hot_work<"), std::string::npos) << bt.out << bt.err;
   EXPECT_NE(bt.out.find("[dyni]"), std::string::npos) << bt.out << bt.err;
   EXPECT_NE(bt.out.find(" main ("), std::string::npos) << "unwound through the copy to main:\n" << bt.out << bt.err;
+  // dyni-test-hot has debug info (-g): the copy's frame has the original's line.
+  const std::size_t copy_frame = bt.out.find("[dyni]");
+  const std::string frame_line =
+      copy_frame == std::string::npos ? "" : bt.out.substr(copy_frame, bt.out.find('\n', copy_frame) - copy_frame);
+  EXPECT_NE(frame_line.find("hot_functions.cpp:"), std::string::npos) << "no source line in the copy's frame:\n" << bt.out;
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(DyniHost::alive(pid)) << "gdb detached, the target runs on";
   // While gdb holds the target, dynid cannot stop it: -undo says who holds it.

@@ -1,0 +1,51 @@
+// The source lines of a module's instructions, from its DWARF line tables
+// (issue 23 item 2: gdb shows file:line in dyni's copies). Read with LLVM's
+// DWARF reader (DebugInfo/DWARF), never a reader of dyni's own.
+//
+// Where: the module's separate debug file by build-id
+// (/usr/lib/debug/.build-id/xx/yyyy.debug, as -dbgsym packages and
+// libc6-dbg install them), else the module's file itself. A target's files
+// are its own input to a root daemon (I9): only files owned by root that no
+// one else may write, and under 512 MiB, are read; any other is passed over,
+// and the copies then have no lines.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+
+namespace dyni {
+
+struct SourceLine {
+  std::string file;  // as the compiler recorded it, with its directory
+  uint32_t line = 0;
+};
+
+class SourceLines {
+ public:
+  // The lines of the module at `path` with GNU build-id `build_id` (hex):
+  // fails, saying why, when there are none to read.
+  static Result<SourceLines> open(const std::string& path, const std::string& build_id);
+  SourceLines(SourceLines&&) noexcept;
+  SourceLines& operator=(SourceLines&&) noexcept;
+  ~SourceLines();
+
+  // The line of the instruction at link-time address `addr`, if known.
+  std::optional<SourceLine> at(uint64_t addr) const;
+  const std::string& path() const { return path_; }  // the file read
+
+ private:
+  struct Reader;
+  explicit SourceLines(std::unique_ptr<Reader> reader, std::string path);
+  std::unique_ptr<Reader> reader_;
+  std::string path_;
+};
+
+// Whether dynid may parse the file at `path` for debug info: a regular file
+// owned by root, not writable by group or others, under 512 MiB; or why not.
+Status trusted_debug_file(const std::string& path);
+
+}  // namespace dyni
