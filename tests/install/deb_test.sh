@@ -21,11 +21,7 @@ for tool in cpack dpkg-deb dpkg lintian go-md2man; do
 done
 WORK=$(mktemp -d /tmp/dyni-deb-test-XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
-fails=0 passes=0
-check() {  # check "description" command...
-  local what=$1; shift
-  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/checks.sh"
 version=$(sed -n 's/^project(dyni VERSION \([0-9.]*\).*/\1/p' "$SRC/CMakeLists.txt")
 
 (cd "$BUILD" && cpack -G DEB -B "$WORK/out") > "$WORK/cpack.log" 2>&1 || { cat "$WORK/cpack.log"; exit 1; }
@@ -89,5 +85,4 @@ check "nothing of it is left" bash -c "! dpkg --root='$root' -s dyni >/dev/null 
 left=$(cd "$root" && find . -mindepth 1 -not -path './var/lib/dpkg*' | grep -vx -e ./var -e ./var/lib -e ./var/log || true)
 check "nothing is left under the root but dpkg's own (left: ${left//$'\n'/ })" test -z "$left"
 [ "$fails" -eq 0 ] || sed 's/^/dpkg: /' "$WORK/dpkg.log"
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+checks_summary

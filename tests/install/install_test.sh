@@ -7,11 +7,7 @@ set -euo pipefail
 SRC=$1 BUILD=$2
 ROOT=$(mktemp -d /tmp/dyni-install-test-XXXXXX)
 trap 'rm -rf "$ROOT"' EXIT
-fails=0 passes=0
-check() {  # check "description" command...
-  local what=$1; shift
-  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/checks.sh"
 installer() { DESTDIR=$ROOT DYNI_BUILD_DIR=$BUILD "$SRC/install/install.sh" "$@"; }
 
 installer --no-packages --no-build > "$ROOT.log"
@@ -51,5 +47,4 @@ check "purge removes the state" test ! -e "$ROOT/var/lib/dyni"
 check "unknown option refused" bash -c "! DESTDIR=$ROOT '$SRC/install/install.sh' --bogus 2>/dev/null"
 check "--purge alone refused" bash -c "! DESTDIR=$ROOT '$SRC/install/install.sh' --purge 2>/dev/null"
 rm -f "$ROOT.log"
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+checks_summary

@@ -78,6 +78,14 @@ std::size_t caches_in(pid_t pid, CacheTier tier = CacheTier::Optimized) {
   return static_cast<std::size_t>(std::count_if(records.begin(), records.end(), [&](const CacheRecord& r) { return r.tier == tier; }));
 }
 
+// Waits for a dyni-test-hot target to end: it exits 0 when every result it
+// computed was right (3: a wrong one).
+void expect_right_results_to_the_end(pid_t pid) {
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+}
+
 // A uprobe at `pc` (link-time) of executable `path` in process `pid`, as
 // bpftrace's usdt: attaches one: perf_event_open's uprobe PMU, counting hits.
 // The descriptor, or -1 with errno.
@@ -127,6 +135,14 @@ class Daemon : public ::testing::Test {
     RunResult r = host.dyni({"-start"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     ASSERT_EQ(r.out, "dyni started\n");
+  }
+  // Starts dynid for `name`, a copy of dyni-test-hot run for `seconds` with
+  // two threads, and waits until it is dynimized: the target and its file.
+  void dynimized_hot(const std::string& name, const std::string& seconds, pid_t& hot, std::string& exe) {
+    start({name}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+    exe = host.install_program(DYNI_TEST_HOT, name);
+    hot = host.spawn({exe, seconds, "2"});
+    ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
   }
   DyniHost host;
 };
@@ -602,10 +618,9 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
 // new dynid optimizes nothing, but still adopts what an earlier one
 // dynimized, so that -undo reaches it.
 TEST_F(Daemon, ADynidWithoutALicenseStillAdoptsAndUndoes) {
-  start({"dyni-hot-lapsed"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
-  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-lapsed");
-  pid_t hot = host.spawn({exe, "25", "2"});
-  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  pid_t hot = 0;
+  std::string exe;
+  ASSERT_NO_FATAL_FAILURE(dynimized_hot("dyni-hot-lapsed", "25", hot, exe));
   ASSERT_EQ(host.dyni({"-stop"}).exit_code, 0);
   ASSERT_EQ(::unlink((host.dir() + "/state/license.json").c_str()), 0);
   RunResult again = host.dyni({"-start"});
@@ -615,9 +630,7 @@ TEST_F(Daemon, ADynidWithoutALicenseStillAdoptsAndUndoes) {
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   EXPECT_TRUE(text_equals_file(hot, exe)) << "undone without a license";
-  int status = 0;
-  ASSERT_EQ(waitpid(hot, &status, 0), hot);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+  expect_right_results_to_the_end(hot);
 }
 
 // After a package downgrade the dynid that starts is older than the cache
@@ -625,10 +638,9 @@ TEST_F(Daemon, ADynidWithoutALicenseStillAdoptsAndUndoes) {
 // with that reason, and never gets a second cache beside the first, whose
 // patches are live.
 TEST_F(Daemon, ACacheRecordOfANewerDynidIsLeftAloneAndNeverInjectedTwice) {
-  start({"dyni-hot-newer"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
-  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-newer");
-  pid_t hot = host.spawn({exe, "25", "2"});
-  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  pid_t hot = 0;
+  std::string exe;
+  ASSERT_NO_FATAL_FAILURE(dynimized_hot("dyni-hot-newer", "25", hot, exe));
   const uint64_t addr = std::stoull(target_json(host, hot)["dynimized"]["cache"]["addr"].get<std::string>(), nullptr, 16);
   auto magic_mappings = [&] {
     auto maps = profiler::read_maps(hot);
@@ -651,9 +663,7 @@ TEST_F(Daemon, ACacheRecordOfANewerDynidIsLeftAloneAndNeverInjectedTwice) {
   std::this_thread::sleep_for(3s);  // time enough to profile and inject, were it wrong
   EXPECT_EQ(magic_mappings(), before) << "a second cache";
   EXPECT_FALSE(text_equals_file(hot, exe)) << "the first cache's patches stay";
-  int status = 0;
-  ASSERT_EQ(waitpid(hot, &status, 0), hot);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+  expect_right_results_to_the_end(hot);
 }
 
 // The package's maintainer scripts (packaging/debian/), run as dpkg runs
@@ -663,10 +673,9 @@ TEST_F(Daemon, ACacheRecordOfANewerDynidIsLeftAloneAndNeverInjectedTwice) {
 // returns the target to its original code, then stops dynid; with dynid
 // stopped and the target dynimized, it refuses, naming the process.
 TEST_F(Daemon, ThePackagesScriptsKeepOneCacheAcrossAnUpgradeAndUndoBeforeRemoval) {
-  start({"dyni-hot-pkg"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
-  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-pkg");
-  pid_t hot = host.spawn({exe, "45", "2"});
-  ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
+  pid_t hot = 0;
+  std::string exe;
+  ASSERT_NO_FATAL_FAILURE(dynimized_hot("dyni-hot-pkg", "45", hot, exe));
   const std::size_t caches = caches_in(hot);
   ASSERT_EQ(caches, 1u);
   const pid_t old_daemon = host.daemon_pid();
@@ -708,9 +717,7 @@ TEST_F(Daemon, ThePackagesScriptsKeepOneCacheAcrossAnUpgradeAndUndoBeforeRemoval
   EXPECT_TRUE(text_equals_file(hot, exe)) << "prerm remove undoes every target";
   EXPECT_EQ(host.daemon_pid(), 0) << "and stops dynid";
   EXPECT_EQ(host.dyni({"-caches"}).out.find(fmt::format("(pid {})", hot)), std::string::npos) << "still listed";
-  int status = 0;
-  ASSERT_EQ(waitpid(hot, &status, 0), hot);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+  expect_right_results_to_the_end(hot);
 }
 
 // Counting in bursts (counting_duty_percent below 100): the entries lead to
@@ -1277,9 +1284,7 @@ TEST_F(Daemon, AProgramWhoseOnlyThreadIsBusyIsDynimized) {
   nlohmann::json d = target_json(host, hot)["dynimized"];
   EXPECT_EQ(d["frames_registered"].get<std::string>().rfind("yes", 0), 0u) << d.dump();
   EXPECT_FALSE(text_equals_file(hot, exe));
-  int status = 0;
-  ASSERT_EQ(waitpid(hot, &status, 0), hot);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+  expect_right_results_to_the_end(hot);
 }
 
 // A server keeps running its old executable after a package upgrade removed
@@ -1299,9 +1304,7 @@ TEST_F(Daemon, ATargetWhoseExecutableWasDeletedIsDynimized) {
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   RunResult redo = host.dyni({"-redo"});
   EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
-  int status = 0;
-  ASSERT_EQ(waitpid(hot, &status, 0), hot);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+  expect_right_results_to_the_end(hot);
 }
 
 // A target under the seccomp filters of Debian's redis-server.service
@@ -1326,9 +1329,7 @@ TEST_F(Daemon, ATargetUnderDebiansRedisUnitFiltersIsDynimized) {
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   RunResult redo = host.dyni({"-redo"});
   EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
-  int status = 0;
-  ASSERT_EQ(waitpid(hot, &status, 0), hot);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << " (3: a wrong result)";
+  expect_right_results_to_the_end(hot);
 }
 
 // A filter that would fail one of dyni's calls (madvise, with EPERM): the
