@@ -12,6 +12,11 @@
 #include "profiler/symbolizer.h"
 
 namespace dyni {
+namespace {
+
+constexpr uint64_t kMaxEhFrameBytes = 16 << 20;  // dyni writes well under 1 MiB for 705 copies
+
+}  // namespace
 
 uint64_t patched_jump_target(uint64_t addr, const std::array<uint8_t, 5>& replacement) {
   if (replacement[0] != 0xe9) return 0;
@@ -22,6 +27,9 @@ uint64_t patched_jump_target(uint64_t addr, const std::array<uint8_t, 5>& replac
 
 Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record) {
   AdoptedCopies out;
+  // The record is the target's: its sizes are bounded before anything is read.
+  if (record.eh_frame_size > kMaxEhFrameBytes || record.code_size > record.cache_length)
+    return fail(fmt::format("the record's .eh_frame ({} bytes) or code is larger than dyni makes", record.eh_frame_size));
   const uint64_t eh_frame_addr = record.cache_addr + record.eh_frame_offset;
   auto bytes = read_target(pid, eh_frame_addr, record.eh_frame_size);
   if (!bytes) return std::unexpected(bytes.error());

@@ -393,6 +393,9 @@ protocol::Response Daemon::profile(const protocol::Request& request) const {
 // Undo and redo act on dynimized (resp. undone) targets, one stop window
 // each; every target is answered for.
 protocol::Response Daemon::undo_or_redo(bool undo) {
+  // Without a license dyni optimizes nothing: -undo still works, -redo not.
+  if (!undo && !license_.active)
+    return protocol::error_response("no active license: -redo would optimize again (dyni -license=status)");
   TargetState from = undo ? TargetState::Dynimized : TargetState::Undone;
   std::vector<std::string> done, failed;
   for (const Target& t : targets_.snapshot()) {

@@ -41,7 +41,8 @@ class StringTable {
 
 // The copies' source lines, where the module's debug info can be read
 // (source_lines.h); none otherwise (gdb then names the copies only).
-DebugSections copies_dwarf(const Injection& in) {
+DebugSections copies_dwarf(const Injection& in, const std::string& tier) {
+  if (tier != "optimized") return {};  // the counting copies are short-lived, and run while this would be read
   bool any = std::any_of(in.copies.begin(), in.copies.end(), [](const CopyRange& c) { return !c.lines.empty(); });
   if (!any || in.module.empty()) return {};
   auto lines = SourceLines::open(in.module, in.build_id);
@@ -126,7 +127,7 @@ Result<std::string> save_cache_symbol_file(const Injection& in, const std::strin
   if (auto made = ensure_dir_p(dir, 0700); !made) return std::unexpected(made.error());
   const std::string path = cache_symbol_file_path(in.pid, in.start_time, tier);
   std::vector<uint8_t> elf =
-      cache_symbol_file(in.copies, in.code_addr, in.code_size, in.eh_frame_addr, in.eh_frame, copies_dwarf(in));
+      cache_symbol_file(in.copies, in.code_addr, in.code_size, in.eh_frame_addr, in.eh_frame, copies_dwarf(in, tier));
   if (auto written = write_file_atomic(path, std::string(elf.begin(), elf.end()), 0600); !written)
     return std::unexpected(written.error());
   prune_process_files(dir, kMaxSymbolFiles);

@@ -182,12 +182,12 @@ bool TargetLifecycle::adopt_existing_cache() {
     adopted_ = true;
     if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
-  note_adopted_copies(*best);
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
   std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of its {} patches (entries and call sites) live",
                                 best->cache_addr, best_live, best->patches.size());
   log::info("target {} pid {}: {}", name_, pid_, why);
-  settle_adoption(to, why);
+  settle_adoption(to, why);  // first: -undo reaches it from now on
+  note_adopted_copies(*best);
   return true;
 }
 
@@ -281,10 +281,13 @@ void TargetLifecycle::dynimize() {
       injected->plan["kept_out"] = request.replacing->plan.value("kept_out", nlohmann::json::array());
     // Likewise a function the counting copies skipped (a breakpoint in it):
     // its reason stays said.
-    if (injected && request.replacing)
+    if (injected && request.replacing) {
+      auto function = [](const std::string& why) { return why.substr(0, why.find(':')); };
+      std::set<std::string> said;
+      for (const std::string& why : injected->skipped) said.insert(function(why));
       for (const std::string& why : request.replacing->skipped)
-        if (std::find(injected->skipped.begin(), injected->skipped.end(), why) == injected->skipped.end())
-          injected->skipped.push_back(why);
+        if (said.insert(function(why)).second) injected->skipped.push_back(why);
+    }
     end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
@@ -303,7 +306,6 @@ void TargetLifecycle::dynimize() {
   if (error.empty() && injected->patched.empty())
     error = "no entry could be patched" + first_reason(injected->skipped);
   Injection& kept = *injected;
-  if (!kept.copies.empty()) note_copies(kept, "optimized");
   if (!kept.plan.is_null()) {
     std::lock_guard lock(mutex_);
     plan_ = kept.plan;
@@ -315,6 +317,8 @@ void TargetLifecycle::dynimize() {
     injection_ = std::move(kept);
     if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
+  // After injection_ holds what was patched: -undo reaches it whatever happens here.
+  if (!injection_->copies.empty()) note_copies(*injection_, "optimized");
   if (!error.empty()) {
     settle_after_failure(TargetState::Dynimizing,
                          fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
@@ -369,9 +373,17 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
 // why not; where each came from, for dyni -addr2orig (copy_origins.h); and
 // gdb's symbol file of the cache (gdb_symbols.h).
 void TargetLifecycle::note_copies(const Injection& in, const std::string& tier) {
+  try {
+    write_copy_files(in, tier);
+  } catch (const std::exception& e) {  // files for people: never the target's state
+    log::warn("target {} pid {}: perf map, origins or gdb file: {}", name_, pid_, e.what());
+  }
+}
+
+void TargetLifecycle::write_copy_files(const Injection& in, const std::string& tier, bool gdb_file) {
   const std::vector<CopyRange>& copies = in.copies;
-  auto gdb = save_cache_symbol_file(in, tier);
-  if (!gdb) log::warn("target {} pid {}: gdb's symbol file: {}", name_, pid_, gdb.error().message());
+  auto gdb = gdb_file ? save_cache_symbol_file(in, tier) : fail("");
+  if (gdb_file && !gdb) log::warn("target {} pid {}: gdb's symbol file: {}", name_, pid_, gdb.error().message());
   std::vector<CopyOrigin> origins;
   for (const CopyRange& c : copies) origins.push_back({c.cache_addr, c.size, c.original_entry, tier, c.name, c.lines});
   if (auto saved = append_origins(pid_, start_time_, origins); !saved)
@@ -381,6 +393,7 @@ void TargetLifecycle::note_copies(const Injection& in, const std::string& tier) 
   std::lock_guard lock(injection_mutex_);
   perf_map_ = written ? *written : "";
   perf_map_error_ = written ? "" : written.error().message();
+  if (!gdb_file) return;
   gdb_command_ = gdb ? *gdb : "";
   gdb_error_ = gdb ? "" : gdb.error().message();
 }
@@ -391,6 +404,14 @@ void TargetLifecycle::note_copies(const Injection& in, const std::string& tier) 
 // from a dynimized process, files lost) gets them made from its memory
 // (adopted_copies.h), without line tables.
 void TargetLifecycle::note_adopted_copies(const CacheRecord& record) {
+  try {
+    write_adopted_copy_files(record);
+  } catch (const std::exception& e) {  // files for people: never the target's state
+    log::warn("target {} pid {}: the adopted cache's perf map or origins: {}", name_, pid_, e.what());
+  }
+}
+
+void TargetLifecycle::write_adopted_copy_files(const CacheRecord& record) {
   const std::string tier = record.tier == CacheTier::Counting ? "counting" : "optimized";
   if (::access(origins_path(pid_, start_time_).c_str(), F_OK) == 0) {
     const std::string gdb = cache_symbol_file_path(pid_, start_time_, tier);
@@ -403,14 +424,23 @@ void TargetLifecycle::note_adopted_copies(const CacheRecord& record) {
   }
   auto copies = adopted_copies(pid_, record);
   if (!copies) {
-    log::warn("target {} pid {}: the adopted cache's copies for perf, gdb and -addr2orig: {}", name_, pid_,
+    log::warn("target {} pid {}: the adopted cache's copies for perf and -addr2orig: {}", name_, pid_,
               copies.error().message());
     return;
   }
   Injection in = from_record(pid_, start_time_, record);
   in.copies = std::move(copies->copies);
-  in.eh_frame = std::move(copies->eh_frame);
-  note_copies(in, tier);
+  write_copy_files(in, tier, /*gdb_file=*/false);
+  // No symbol file of its own (it would hold unwind rows read from the
+  // target, for a root gdb to parse): a forked child has its cache where
+  // its parent has it, and the parent's file serves.
+  auto stat = read_proc_stat("/proc", pid_);
+  auto parent = stat ? read_proc_stat("/proc", stat->ppid) : fail("");
+  const std::string file = parent ? cache_symbol_file_path(stat->ppid, parent->start_time, tier) : "";
+  const bool have = !file.empty() && ::access(file.c_str(), F_OK) == 0;
+  std::lock_guard lock(injection_mutex_);
+  gdb_command_ = have ? "add-symbol-file " + file : "";
+  gdb_error_ = have ? "" : "no symbol file: the cache was adopted, and its maker's file is not there";
 }
 
 // The latest counts of each listed name, for dyni-scan --counts (one file a

@@ -106,8 +106,10 @@ class TargetLifecycle {
   void dynimize();
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
   void save_counts(const jit::ModuleCounts& counts);
-  void note_copies(const Injection& in, const std::string& tier);
-  void note_adopted_copies(const CacheRecord& record);
+  void note_copies(const Injection& in, const std::string& tier);  // never throws
+  void write_copy_files(const Injection& in, const std::string& tier, bool gdb_file = true);
+  void note_adopted_copies(const CacheRecord& record);  // never throws
+  void write_adopted_copy_files(const CacheRecord& record);
   void end_counting();
   std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);

@@ -56,6 +56,8 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
   if (!num(fields[11], utime) || !num(fields[12], stime) || !num(fields[19], st.start_time))
     return fail("malformed /proc stat numbers");
   st.cpu_ticks = utime + stime;
+  uint64_t ppid = 0;
+  if (num(fields[1], ppid)) st.ppid = static_cast<pid_t>(ppid);
   uint64_t start_code = 0, start_stack = 0;
   // Hidden (no ptrace access), the kernel prints startcode 1 and startstack
   // 0; in the middle of an exec start_code is still 0: no marker then.

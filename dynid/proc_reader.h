@@ -23,6 +23,7 @@ struct ProcStat {
   pid_t pid = 0;
   std::string comm;          // may contain spaces and ')' (set by the process)
   char state = '?';
+  pid_t ppid = 0;
   uint64_t cpu_ticks = 0;    // utime + stime of all threads, in clock ticks
   uint64_t start_time = 0;   // since boot, in clock ticks: (pid, start_time) names a process
   // Where exec put the code and the stack (startcode, startstack), mixed; 0

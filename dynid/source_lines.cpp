@@ -1,7 +1,16 @@
 // Source lines through LLVM's DWARF reader (source_lines.h).
 #include "dynid/source_lines.h"
 
+#include <elf.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,6 +32,7 @@ struct SourceLines::Reader {
 namespace {
 
 constexpr off_t kMaxDebugFileBytes = off_t{512} << 20;
+constexpr decltype(statfs::f_type) kFuseMagic = 0x65735546;  // FUSE_SUPER_MAGIC
 
 bool has_line_table(const llvm::object::ObjectFile& object) {
   for (const llvm::object::SectionRef& s : object.sections()) {
@@ -35,13 +45,80 @@ bool has_line_table(const llvm::object::ObjectFile& object) {
 
 }  // namespace
 
-Status trusted_debug_file(const std::string& path) {
+namespace {
+
+bool root_alone(const struct stat& st) { return st.st_uid == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0; }
+
+// Every directory on the way, from /, is root's, and writable by root alone
+// or sticky (as /tmp: no one else may move root's entries there).
+Status root_path(const std::string& resolved) {
+  for (std::size_t at = 0; (at = resolved.find('/', at + 1)) != std::string::npos;) {
+    const std::string dir = resolved.substr(0, at);
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+        ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0))
+      return fail(dir + ": a directory not root's alone on the way to the file");
+  }
+  return ok();
+}
+
+// Opens the file (resolved, every step root's) and checks what was opened.
+Result<int> open_trusted(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (!::realpath(path.c_str(), resolved)) return fail(path + ": not there");
+  if (auto dirs = root_path(resolved); !dirs) return std::unexpected(dirs.error());
+  int fd = ::open(resolved, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return fail(std::string(resolved) + ": cannot open");
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return fail(path + ": not there");
-  if (!S_ISREG(st.st_mode)) return fail(path + ": not a regular file");
-  if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-    return fail(path + ": not root's alone (owner or mode): its debug info is not read");
-  if (st.st_size > kMaxDebugFileBytes) return fail(path + ": larger than 512 MiB");
+  struct statfs fs {};
+  std::string why;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) why = "not a regular file";
+  else if (!root_alone(st)) why = "not root's alone (owner or mode): its debug info is not read";
+  else if (st.st_size > kMaxDebugFileBytes) why = "larger than 512 MiB";
+  else if (::fstatfs(fd, &fs) != 0 || fs.f_type == kFuseMagic) why = "on a FUSE file system";
+  if (why.empty()) return fd;
+  ::close(fd);
+  return fail(std::string(resolved) + ": " + why);
+}
+
+// Whether the ELF file holds a line table, from its section headers alone
+// (a stripped binary is then not read whole for nothing).
+bool has_line_section(int fd, off_t size) {
+  Elf64_Ehdr h{};
+  if (::pread(fd, &h, sizeof h, 0) != sizeof h || std::memcmp(h.e_ident, ELFMAG, SELFMAG) != 0 ||
+      h.e_shentsize != sizeof(Elf64_Shdr) || h.e_shnum == 0 || h.e_shnum > 4096 || h.e_shstrndx >= h.e_shnum ||
+      h.e_shoff > static_cast<uint64_t>(size))
+    return false;
+  std::vector<Elf64_Shdr> sections(h.e_shnum);
+  const auto bytes = static_cast<ssize_t>(sections.size() * sizeof(Elf64_Shdr));
+  if (::pread(fd, sections.data(), static_cast<std::size_t>(bytes), static_cast<off_t>(h.e_shoff)) != bytes) return false;
+  const Elf64_Shdr& names = sections[h.e_shstrndx];
+  if (names.sh_size == 0 || names.sh_size > (1 << 20) || names.sh_offset > static_cast<uint64_t>(size)) return false;
+  std::string table(names.sh_size, '\0');
+  if (::pread(fd, table.data(), table.size(), static_cast<off_t>(names.sh_offset)) != static_cast<ssize_t>(table.size()))
+    return false;
+  for (const Elf64_Shdr& s : sections)
+    if (s.sh_name < table.size() && std::strcmp(table.c_str() + s.sh_name, ".debug_line") == 0) return true;
+  return false;
+}
+
+Result<std::string> read_all(int fd, off_t size) {
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n <= 0) return fail("short read");
+    done += static_cast<std::size_t>(n);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Status trusted_debug_file(const std::string& path) {
+  auto fd = open_trusted(path);
+  if (!fd) return std::unexpected(fd.error());
+  ::close(*fd);
   return ok();
 }
 
@@ -52,16 +129,20 @@ Result<SourceLines> SourceLines::open(const std::string& path, const std::string
   candidates.push_back(path);
   std::string why;
   for (const std::string& candidate : candidates) {
-    if (auto trusted = trusted_debug_file(candidate); !trusted) {
-      why += (why.empty() ? "" : "; ") + trusted.error().message();
+    auto fd = open_trusted(candidate);
+    if (!fd) {
+      why += (why.empty() ? "" : "; ") + fd.error().message();
+      continue;
+    }
+    struct stat st {};
+    const bool lines = ::fstat(*fd, &st) == 0 && has_line_section(*fd, st.st_size);
+    auto bytes = lines ? read_all(*fd, st.st_size) : fail("no .debug_line");
+    ::close(*fd);
+    if (!bytes) {
+      why += (why.empty() ? "" : "; ") + candidate + ": " + bytes.error().message();
       continue;
     }
     auto reader = std::make_unique<Reader>();
-    auto bytes = read_file(candidate, static_cast<std::size_t>(kMaxDebugFileBytes));
-    if (!bytes) {
-      why += (why.empty() ? "" : "; ") + bytes.error().message();
-      continue;
-    }
     reader->bytes = std::move(*bytes);
     auto object = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(reader->bytes, candidate));
     if (!object) {

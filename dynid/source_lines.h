@@ -4,10 +4,13 @@
 //
 // Where: the module's separate debug file by build-id
 // (/usr/lib/debug/.build-id/xx/yyyy.debug, as -dbgsym packages and
-// libc6-dbg install them), else the module's file itself. A target's files
-// are its own input to a root daemon (I9): only files owned by root that no
-// one else may write, and under 512 MiB, are read; any other is passed over,
-// and the copies then have no lines.
+// libc6-dbg install them), else the module's file itself, if it has a
+// .debug_line. A target's files are its own input to a root daemon (I9):
+// only a file root alone may write (owner root, not group- or
+// world-writable), reached through directories root alone may change (or
+// sticky), not on FUSE, under 512 MiB, opened once and checked as opened,
+// of the module's build-id, is read; any other is passed over, and the
+// copies then have no lines. The file is read into memory, never mapped.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +47,7 @@ class SourceLines {
   std::string path_;
 };
 
-// Whether dynid may parse the file at `path` for debug info: a regular file
-// owned by root, not writable by group or others, under 512 MiB; or why not.
+// Whether dynid may parse the file at `path` for debug info (above); or why not.
 Status trusted_debug_file(const std::string& path);
 
 }  // namespace dyni

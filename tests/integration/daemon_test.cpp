@@ -615,8 +615,8 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
 }
 
 // A host whose license lapsed (or an operator removing dyni for it): the
-// new dynid optimizes nothing, but still adopts what an earlier one
-// dynimized, so that -undo reaches it.
+// new dynid optimizes nothing (-redo is refused), but still adopts what an
+// earlier one dynimized, so that -undo reaches it.
 TEST_F(Daemon, ADynidWithoutALicenseStillAdoptsAndUndoes) {
   pid_t hot = 0;
   std::string exe;
@@ -630,6 +630,10 @@ TEST_F(Daemon, ADynidWithoutALicenseStillAdoptsAndUndoes) {
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   EXPECT_TRUE(text_equals_file(hot, exe)) << "undone without a license";
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 1) << redo.out << redo.err;
+  EXPECT_NE((redo.out + redo.err).find("no active license"), std::string::npos) << redo.out << redo.err;
+  EXPECT_TRUE(text_equals_file(hot, exe)) << "-redo without a license optimized";
   expect_right_results_to_the_end(hot);
 }
 

@@ -79,6 +79,21 @@ TEST(DebugLines, DebugInfoIsReadOnlyFromFilesRootAloneMayWrite) {
   ASSERT_EQ(::chown(file.path().c_str(), 65534, 65534), 0);
   EXPECT_FALSE(trusted_debug_file(file.path()));
   EXPECT_FALSE(trusted_debug_file("/tmp"));
+  // Root's file in a directory someone else may change: not read.
+  char dir[] = "/tmp/dyni-debug-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string inside = std::string(dir) + "/exe";
+  { std::ofstream(inside) << "x"; }
+  ASSERT_EQ(::chmod(dir, 0755), 0);
+  EXPECT_TRUE(trusted_debug_file(inside));
+  ASSERT_EQ(::chown(dir, 65534, 65534), 0);
+  auto refused = trusted_debug_file(inside);
+  EXPECT_FALSE(refused);
+  if (!refused) {
+    EXPECT_NE(refused.error().message().find("not root's alone on the way"), std::string::npos);
+  }
+  ::unlink(inside.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace
