@@ -97,12 +97,10 @@ std::string refusal_from_status(pid_t pid, bool& seccomp) {
     if (!status) continue;
     if (status_field(*status, "x86_Thread_features:").find("shstk") != std::string::npos)
       return "the target uses shadow stacks";
-    std::string mode = status_field(*status, "Seccomp:");
-    std::size_t digit = mode.find_first_not_of(" \t");
-    if (digit == std::string::npos || mode[digit] == '0') continue;
-    if (mode[digit] != '2')
-      return fmt::format("thread {} runs under seccomp mode {} (1: strict): it can make no call dyni needs", tid,
-                         mode[digit]);
+    const char mode = seccomp_mode(*status);
+    if (mode == '0') continue;
+    if (mode != '2')
+      return fmt::format("thread {} runs under seccomp mode {} (1: strict): it can make no call dyni needs", tid, mode);
     seccomp = true;
   }
   return "";
@@ -271,10 +269,7 @@ SeccompCall chain_sigreturn(const SyscallSites& sites, const std::array<uint64_t
 // are installed for the whole process, or before its threads start).
 bool main_thread_filtered(pid_t pid) {
   auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
-  if (!status) return true;  // unknown: check
-  std::string mode = status_field(*status, "Seccomp:");
-  std::size_t digit = mode.find_first_not_of(" \t");
-  return digit != std::string::npos && mode[digit] != '0';
+  return !status || seccomp_mode(*status) != '0';  // unknown: check
 }
 
 }  // namespace

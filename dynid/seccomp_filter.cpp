@@ -239,15 +239,20 @@ Result<std::vector<std::vector<sock_filter>>> read_seccomp_filters(pid_t tid) {
   return fail(fmt::format("thread {} has more than {} seccomp filters", tid, kMaxFilters));
 }
 
+char seccomp_mode(const std::string& status) {
+  const std::string mode = status_field(status, "Seccomp:");
+  const std::size_t digit = mode.find_first_not_of(" \t");
+  return digit == std::string::npos ? '0' : mode[digit];
+}
+
 Status seccomp_lets_through(pid_t pid, pid_t tid, std::span<const SeccompCall> calls) {
   auto status = read_file(fmt::format("/proc/{}/task/{}/status", pid, tid), 1 << 16);
   if (!status) return std::unexpected(status.error());
-  const std::string mode = status_field(*status, "Seccomp:");
-  const std::size_t digit = mode.find_first_not_of(" \t");
-  if (digit == std::string::npos || mode[digit] == '0') return ok();
-  if (mode[digit] != '2')
+  const char mode = seccomp_mode(*status);
+  if (mode == '0') return ok();
+  if (mode != '2')
     return fail(fmt::format("thread {} runs under seccomp mode {} (1: strict): it can make no call dyni needs", tid,
-                            mode[digit]));
+                            mode));
   auto filters = read_seccomp_filters(tid);
   if (!filters) return std::unexpected(filters.error());
   for (const auto& program : *filters)

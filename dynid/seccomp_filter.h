@@ -67,6 +67,10 @@ bool may_notify_supervisor(std::span<const sock_filter> program);
 // Needs CAP_SYS_ADMIN and a dynid not itself under seccomp.
 Result<std::vector<std::vector<sock_filter>>> read_seccomp_filters(pid_t tid);
 
+// A thread's seccomp mode from its /proc status text: '0' (none, or no such
+// field), '1' (strict), '2' (filters), '3' (dead).
+char seccomp_mode(const std::string& status);
+
 // Whether `tid` (of `pid`, ptrace-stopped) may run every one of `calls`, and
 // none of its filters may notify a supervisor: ok, or why not
 // ("thread 12 runs under strict seccomp", "the seccomp filter of thread 12

@@ -144,6 +144,14 @@ class Daemon : public ::testing::Test {
     hot = host.spawn({exe, seconds, "2"});
     ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 40s)) << host.state_of(hot) << host.log();
   }
+  // `pid`'s state once it is "failed: ..." (or the last seen, after `timeout`).
+  std::string failed_state_of(pid_t pid, std::chrono::seconds timeout) {
+    std::string state;
+    for (auto until = std::chrono::steady_clock::now() + timeout;
+         state.rfind("failed", 0) != 0 && std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(100ms))
+      state = host.state_of(pid);
+    return state;
+  }
   DyniHost host;
 };
 
@@ -659,9 +667,7 @@ TEST_F(Daemon, ACacheRecordOfANewerDynidIsLeftAloneAndNeverInjectedTwice) {
   ASSERT_EQ(::pwrite(mem, &newer, 4, static_cast<off_t>(addr + 8)), 4);
   ::close(mem);
   start({"dyni-hot-newer"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
-  std::string state;
-  for (int i = 0; i < 200 && state.rfind("failed", 0) != 0; ++i, std::this_thread::sleep_for(100ms))
-    state = host.state_of(hot);
+  const std::string state = failed_state_of(hot, 20s);
   EXPECT_EQ(state.rfind("failed", 0), 0u) << state << host.log();
   EXPECT_NE(state.find(fmt::format("version {}, which this dynid cannot read", newer)), std::string::npos) << state;
   std::this_thread::sleep_for(3s);  // time enough to profile and inject, were it wrong
@@ -1343,9 +1349,7 @@ TEST_F(Daemon, ATargetWhoseFilterRefusesACallOfDynisIsLeftAloneWithTheCallNamed)
   start({"dyni-hot-nomadv"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-nomadv");
   pid_t hot = host.spawn({DYNI_TEST_SECCOMP_EXEC, "--deny", "madvise", exe, "20", "2"});
-  std::string state;
-  for (int i = 0; i < 300 && state.rfind("failed", 0) != 0; ++i, std::this_thread::sleep_for(100ms))
-    state = host.state_of(hot);
+  const std::string state = failed_state_of(hot, 30s);
   EXPECT_EQ(state.rfind("failed", 0), 0u) << state << host.log();
   EXPECT_NE(state.find("answers madvise("), std::string::npos) << state;
   EXPECT_NE(state.find("with ERRNO 1 (Operation not permitted)"), std::string::npos) << state;
