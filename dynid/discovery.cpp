@@ -2,10 +2,13 @@
 // and the symlink resolution of [exeList] that the scans match against.
 #include "dynid/discovery.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 namespace dyni {
 
@@ -71,7 +74,11 @@ std::vector<DiscoveredProcess> discover(const ExeMatcher& matcher, const std::st
     if (!match) continue;
     auto stat = read_proc_stat(proc_root, pid);
     if (!stat || stat->state == 'Z' || stat->state == 'X') continue;
-    found.push_back({*stat, *exe, basename_of(exe->path), ns, *match});
+    DiscoveredProcess p{*stat, *exe, basename_of(exe->path), ns, *match};
+    struct stat file{};
+    if (::stat(fmt::format("{}/{}/exe", proc_root, pid).c_str(), &file) == 0)
+      p.exe_dev = file.st_dev, p.exe_ino = file.st_ino;
+    found.push_back(std::move(p));
   }
   return found;
 }

@@ -58,6 +58,10 @@ struct DiscoveredProcess {
   std::string name;      // basename of the executable: what -status shows
   std::string mount_ns;  // "mnt:[...]"
   ExeMatch matched_by;
+  // The executable file itself (stat of /proc/PID/exe: the file mapped, even
+  // deleted); 0/0 when it could not be read. With mount_ns, it names the
+  // process's group (process_group.h).
+  uint64_t exe_dev = 0, exe_ino = 0;
 };
 
 std::string basename_of(const std::string& path);

@@ -348,19 +348,32 @@ Result<long> remote_syscall(WorldStop& world, pid_t tid, const SyscallSites& sit
   return static_cast<long>(after.rax);
 }
 
-Result<std::pair<pid_t, long>> syscall_in_any_thread(WorldStop& world, const SyscallSites& sites, long nr,
-                                                     const std::array<uint64_t, 6>& args) {
+namespace {
+
+// The first held thread that could take a call, or every thread's reason.
+Result<pid_t> thread_for_a_call(const WorldStop& world) {
   std::string reasons;
   for (const auto& [tid, thread] : world.threads()) {
-    if (auto fit = can_take_call(world, tid); !fit) {
-      if (reasons.size() < 400) reasons += "; " + fit.error().message();
-      continue;
-    }
-    auto r = remote_syscall(world, tid, sites, nr, args);
-    if (!r) return std::unexpected(r.error());
-    return std::pair{tid, *r};
+    if (auto fit = can_take_call(world, tid); fit) return tid;
+    else if (reasons.size() < 400) reasons += "; " + fit.error().message();
   }
   return fail("no thread could run a remote call" + reasons);
+}
+
+}  // namespace
+
+Status any_thread_can_take_call(const WorldStop& world) {
+  auto tid = thread_for_a_call(world);
+  return tid ? ok() : Status(std::unexpected(tid.error()));
+}
+
+Result<std::pair<pid_t, long>> syscall_in_any_thread(WorldStop& world, const SyscallSites& sites, long nr,
+                                                     const std::array<uint64_t, 6>& args) {
+  auto tid = thread_for_a_call(world);
+  if (!tid) return std::unexpected(tid.error());
+  auto r = remote_syscall(world, *tid, sites, nr, args);
+  if (!r) return std::unexpected(r.error());
+  return std::pair{*tid, *r};
 }
 
 }  // namespace dyni

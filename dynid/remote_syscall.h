@@ -93,6 +93,10 @@ Result<uint64_t> write_restore_frame(const WorldStop& world, const ArmedCall& ar
 // frame), without writing anything: pick a thread with this, then call once.
 // A call that fails after it was armed must not be retried in another thread.
 Status can_take_call(const WorldStop& world, pid_t tid, FrameAlignment alignment = FrameAlignment::Syscall);
+// Whether some held thread could take a call now; else every thread's
+// reason, as syscall_in_any_thread would fail ("no thread could run a
+// remote call; ..."). Writes nothing.
+Status any_thread_can_take_call(const WorldStop& world);
 
 // Steps 1 and 2, after the thread's seccomp filters, if any, were run on the
 // call and allow it (dynid/seccomp_filter.h): a call they would answer with a

@@ -37,6 +37,8 @@ struct Target {
   std::string mount_ns;
   std::string matched_entry;  // the [exeList] entry it matched
   std::string matched_via;    // "basename", "path" or "LINK -> TARGET"
+  std::string group;          // its process group's key (process_group.h)
+  bool group_leader = false;  // made busy by its group's CPU, not its own
 
   TargetState state = TargetState::Waiting;
   std::string reason;    // for Unsupported/Failed

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "dynid/process_group.h"
 
 namespace dyni {
 
@@ -42,6 +43,7 @@ Target new_target(const DiscoveredProcess& p) {
   t.mount_ns = p.mount_ns;
   t.matched_entry = p.matched_by.entry;
   t.matched_via = p.matched_by.via;
+  t.group = group_key(p.mount_ns, p.exe_dev, p.exe_ino, p.exe.path);
   t.since_ms = now_unix_ms();
   return t;
 }
@@ -109,6 +111,22 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
       set_state(t, TargetState::Profiling,
                 fmt::format("busy: {:.0f}% CPU over {} ms", t.cpu_percent, rule.window_ms));
   }
+  if (licensed) advance_groups(rule);
+}
+
+// A group busy as a whole gets one leader at a time (process_group.h).
+void TargetTable::advance_groups(const BusyRule& rule) {
+  std::vector<const Target*> all;
+  for (const auto& [pid, t] : targets_) all.push_back(&t);
+  for (const auto& [key, group] : summarize_groups(all)) {
+    pid_t leader = group_leader_to_be(group, rule.threshold_percent);
+    if (!leader) continue;
+    Target& t = targets_.at(leader);
+    t.group_leader = true;
+    set_state(t, TargetState::Profiling,
+              fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; the busiest, at {:.0f}%",
+                          group.cpu_percent, rule.window_ms, group.members, t.exe, t.cpu_percent));
+  }
 }
 
 bool TargetTable::transition(pid_t pid, uint64_t start_time, TargetState from, TargetState to,
@@ -139,7 +157,12 @@ std::size_t TargetTable::count_in(TargetState state) const {
 
 nlohmann::json TargetTable::to_json() const {
   nlohmann::json list = nlohmann::json::array();
-  for (const Target& t : snapshot()) {
+  const std::vector<Target> targets = snapshot();
+  std::vector<const Target*> all;
+  for (const Target& t : targets) all.push_back(&t);
+  const std::map<std::string, GroupSummary> groups = summarize_groups(all);
+  for (const Target& t : targets) {
+    const GroupSummary& group = groups.at(t.group);
     list.push_back({{"name", t.name},
                     {"pid", t.pid},
                     {"exe", t.exe},
@@ -152,7 +175,11 @@ nlohmann::json TargetTable::to_json() const {
                     {"status", state_text(t)},
                     {"since", format_unix_ms(t.since_ms)},
                     {"cpu_percent", t.cpu_percent < 0 ? nlohmann::json(nullptr)
-                                                      : nlohmann::json(t.cpu_percent)}});
+                                                      : nlohmann::json(t.cpu_percent)},
+                    {"group", {{"key", t.group},
+                               {"members", group.members},
+                               {"cpu_percent", group.cpu_percent},
+                               {"leader", t.group_leader}}}});
   }
   return list;
 }

@@ -27,7 +27,8 @@ class TargetTable {
   // departures, replaces reused pids, records CPU readings.
   void reconcile(const std::vector<DiscoveredProcess>& found, int64_t now_mono_ms);
 
-  // Moves targets along: the license gate, then waiting → profiling once busy.
+  // Moves targets along: the license gate, then waiting → profiling once busy,
+  // on its own CPU or as its group's leader (process_group.h).
   void advance(const BusyRule& rule, bool licensed);
 
   // Moves the target (pid, start_time) from `from` to `to`; does nothing if it
@@ -41,6 +42,7 @@ class TargetTable {
   std::size_t count_in(TargetState state) const;
 
  private:
+  void advance_groups(const BusyRule& rule);  // under mutex_
   void set_state(Target& target, TargetState state, const std::string& why,
                  const std::string& reason = "");
 

@@ -20,7 +20,11 @@ struct Mapped {
 // Maps out.cache (and out.counters) at p.place. Fails, with nothing mapped
 // or with out.error set and the cache mapped, when the target is not the
 // one prepared for (reused pid, exec, moved executable).
+// When no thread can take a call in the window (all asleep where a call
+// cannot be run), nothing is done and the window is tried again, up to 12
+// times over about 0.7 s.
 Result<Mapped> map_in_window(const InjectRequest& req, const Prepared& p, Injection& out);
+Result<Mapped> map_in_one_window(const InjectRequest& req, const Prepared& p, Injection& out, bool& no_thread);
 
 // An optimized cache whose huge pages a fork split while it was written is
 // collapsed back in one more short window. Small pages run the same code:

@@ -603,7 +603,7 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   EXPECT_FALSE(text_equals_file(hot, exe)) << "stopping dynid must leave targets as they are";
   start({"dyni-hot-inj"}, "[options]\nbusy_threshold_percent = 100000\nbusy_window_ms = 600\nscan_interval_ms = 100\n");
   ASSERT_TRUE(host.wait_for_state(hot, "dynimized", 20s)) << host.state_of(hot) << host.log();
-  d = target_json(host, hot)["dynimized"];
+  d = host.dynimized_with_files(hot);
   EXPECT_EQ(d["adopted"], true) << d.dump();
   // The files the first dynid wrote for perf and gdb still serve: named again.
   EXPECT_EQ(d.value("perf_map", ""), fmt::format("/tmp/perf-{}.map", hot)) << d.dump();

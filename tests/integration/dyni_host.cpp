@@ -208,6 +208,21 @@ bool DyniHost::wait_for_state(pid_t pid, const std::string& state,
       timeout);
 }
 
+nlohmann::json DyniHost::dynimized_with_files(pid_t pid, std::chrono::milliseconds timeout) const {
+  nlohmann::json facts = nlohmann::json::object();
+  auto named = [&](const char* file, const char* error) {
+    return facts.contains(file) && (facts[file].is_string() || !facts.value(error, "").empty());
+  };
+  bool ready = wait_for(
+      [&](const nlohmann::json& j) {
+        for (const auto& t : j.value("targets", nlohmann::json::array()))
+          if (t.value("pid", 0) == pid) facts = t.value("dynimized", nlohmann::json::object());
+        return named("perf_map", "perf_map_error") && named("gdb_command", "gdb_error");
+      },
+      timeout);
+  return ready ? facts : nlohmann::json::object();
+}
+
 pid_t DyniHost::daemon_pid() const {
   std::string text = read_text(run_dir() + "/dynid.lock");
   pid_t pid = static_cast<pid_t>(std::atoi(text.c_str()));

@@ -65,6 +65,10 @@ class DyniHost {
   bool wait_for_state(pid_t pid, const std::string& state,
                       std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
   nlohmann::json status_json() const;
+  // Target `pid`'s -status -json "dynimized" facts once its perf map and gdb
+  // file are named, or said missing (an adopted target's files come just
+  // after its state); {} when that does not happen within `timeout`.
+  nlohmann::json dynimized_with_files(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
   pid_t daemon_pid() const;
   // True while `pid` runs (a zombie awaiting its reaper does not count).
   static bool alive(pid_t pid);  // from the lock file; 0 when none

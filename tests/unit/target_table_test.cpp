@@ -110,5 +110,88 @@ TEST(TargetTable, JsonCarriesTheFacts) {
   EXPECT_TRUE(j[0]["since"].get<std::string>().ends_with("Z"));
 }
 
+// Process groups (process_group.h): the same executable file in the same
+// mount namespace.
+DiscoveredProcess member(pid_t pid, uint64_t ticks, uint64_t ino = 77, const std::string& ns = "mnt:[1]") {
+  DiscoveredProcess p = proc(pid, pid, ticks, "postgres");
+  p.mount_ns = ns;
+  p.exe_dev = 0x801;
+  p.exe_ino = ino;
+  return p;
+}
+
+// Readings 1 s apart: each member's CPU is `percent` of a core.
+void run_members(TargetTable& t, const std::vector<std::pair<pid_t, int>>& members, uint64_t ino = 77) {
+  std::vector<DiscoveredProcess> first, second;
+  for (auto [pid, percent] : members) {
+    first.push_back(member(pid, 0, ino));
+    second.push_back(member(pid, hz * static_cast<uint64_t>(percent) / 100, ino));
+  }
+  t.reconcile(first, 0);
+  t.reconcile(second, 1000);
+  t.advance(kRule, true);
+}
+
+TargetState state_of(const TargetTable& t, pid_t pid) {
+  for (const Target& target : t.snapshot())
+    if (target.pid == pid) return target.state;
+  return TargetState::Failed;
+}
+
+TEST(TargetTable, AGroupBusyAsAWholeProfilesItsBusiestMemberAlone) {
+  TargetTable t;
+  run_members(t, {{10, 2}, {11, 30}, {12, 35}, {13, 25}});  // 92 % together, none at 50 % alone
+  EXPECT_EQ(state_of(t, 12), TargetState::Profiling);
+  for (pid_t other : {10, 11, 13}) EXPECT_EQ(state_of(t, other), TargetState::Waiting) << other;
+  auto j = t.to_json();
+  ASSERT_EQ(j.size(), 4u);
+  EXPECT_EQ(j[2]["pid"], 12);
+  EXPECT_EQ(j[2]["group"]["leader"], true);
+  EXPECT_EQ(j[1]["group"]["leader"], false);
+  EXPECT_EQ(j[0]["group"]["members"], 4);
+  EXPECT_NEAR(j[0]["group"]["cpu_percent"].get<double>(), 92.0, 2.0);
+  EXPECT_EQ(j[0]["group"]["key"], j[3]["group"]["key"]);
+  EXPECT_EQ(j[0]["group"]["key"], "mnt:[1] 8:1 77");
+  // One member at a time: the group stays busy, no second leader.
+  t.reconcile({member(10, hz * 42 / 100), member(11, hz * 70 / 100), member(12, hz), member(13, hz * 65 / 100)}, 2000);
+  t.advance(kRule, true);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 1u);
+  // Once its member was dynimized (or failed), the group has its answer.
+  ASSERT_TRUE(t.transition(12, 12, TargetState::Profiling, TargetState::Failed, "no"));
+  t.advance(kRule, true);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u);
+}
+
+TEST(TargetTable, AGroupBelowTheThresholdOrOfSmallMembersWaits) {
+  TargetTable below;
+  run_members(below, {{10, 20}, {11, 20}});  // 40 %
+  EXPECT_EQ(below.count_in(TargetState::Profiling), 0u);
+  TargetTable small;  // 72 % in all, but no member does enough to be profiled alone
+  run_members(small, {{10, 8}, {11, 8}, {12, 8}, {13, 8}, {14, 8}, {15, 8}, {16, 8}, {17, 8}, {18, 8}});
+  EXPECT_EQ(small.count_in(TargetState::Profiling), 0u);
+}
+
+TEST(TargetTable, OtherFilesAndOtherNamespacesAreOtherGroups) {
+  TargetTable t;
+  t.reconcile({member(10, 0, 77), member(11, 0, 78), member(12, 0, 77, "mnt:[2]")}, 0);
+  t.reconcile({member(10, hz * 30 / 100, 77), member(11, hz * 30 / 100, 78), member(12, hz * 30 / 100, 77, "mnt:[2]")},
+              1000);
+  t.advance(kRule, true);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "three groups of 30 % each";
+  for (const auto& target : t.to_json()) EXPECT_EQ(target["group"]["members"], 1) << target.dump();
+}
+
+TEST(TargetTable, AMemberNotMeasuredOverAWholeWindowCountsForNothing) {
+  TargetTable t;
+  t.reconcile({member(10, 0)}, 0);
+  t.reconcile({member(10, hz * 30 / 100), member(11, 0), member(12, 0)}, 1000);
+  t.reconcile({member(10, hz * 60 / 100), member(11, hz), member(12, hz)}, 1500);  // 11, 12: half a window
+  t.advance(kRule, true);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u);
+  auto j = t.to_json();
+  EXPECT_TRUE(j[1]["cpu_percent"].is_null());
+  EXPECT_NEAR(j[1]["group"]["cpu_percent"].get<double>(), 40.0, 2.0);  // 10's alone
+}
+
 }  // namespace
 }  // namespace dyni

@@ -86,9 +86,11 @@ void expect_child_named_like_its_parent(const Scenario& s, pid_t child, const nl
   for (const std::string& line : child_map)
     EXPECT_NE(std::find(parent_map.begin(), parent_map.end(), line), parent_map.end())
         << "a copy the parent's map does not name so: " << line;
-  EXPECT_EQ(facts.value("perf_map", ""), fmt::format("/tmp/perf-{}.map", child)) << facts.dump();
-  const std::string gdb = facts.value("gdb_command", "");
-  EXPECT_EQ(gdb.rfind("add-symbol-file ", 0), 0u) << facts.dump();
+  EXPECT_EQ(facts.value("perf_map", nlohmann::json()), nlohmann::json(fmt::format("/tmp/perf-{}.map", child)))
+      << facts.dump();
+  const nlohmann::json gdb_command = facts.value("gdb_command", nlohmann::json());
+  const std::string gdb = gdb_command.is_string() ? gdb_command.get<std::string>() : "";
+  ASSERT_EQ(gdb.rfind("add-symbol-file ", 0), 0u) << facts.dump();
   EXPECT_EQ(::access(gdb.substr(gdb.find(' ') + 1).c_str(), R_OK), 0) << gdb;
   if (child_map.empty()) return;
   const std::string addr = "0x" + child_map.front().substr(0, child_map.front().find(' '));
@@ -123,12 +125,11 @@ TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
   std::string child_state = wait_for_state(s.host, child, "dynimized", 20s);
   EXPECT_EQ(child_state, "dynimized") << s.host.log();
   EXPECT_EQ(thp_enabled(child), "0") << "the child inherits the flag as the target set it";
-  nlohmann::json child_facts = nlohmann::json::object();
-  nlohmann::json all = s.host.status_json();
-  for (const auto& t : all.value("targets", nlohmann::json::array()))
-    if (t.value("pid", 0) == child) child_facts = t;
-  EXPECT_EQ(child_facts.value("dynimized", nlohmann::json::object()).value("adopted", false), true) << all.dump();
-  expect_child_named_like_its_parent(s, child, child_facts.value("dynimized", nlohmann::json::object()));
+  nlohmann::json child_facts = s.host.dynimized_with_files(child);
+  ASSERT_FALSE(child_facts.empty()) << "the child's perf map or gdb file was never named\n"
+                                    << s.host.status_json().dump() << s.host.log();
+  EXPECT_EQ(child_facts.value("adopted", false), true) << child_facts.dump();
+  expect_child_named_like_its_parent(s, child, child_facts);
   ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
   RunResult undo = s.host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;

@@ -1,0 +1,55 @@
+// Process groups (issue 21): the processes that run one executable file in
+// one mount namespace form a group for busy detection: a postgres cluster's
+// postmaster and its backends, a pre-forked pool's parent and workers. Each
+// of them alone may stay below the busy threshold while together they keep
+// the host busy (postgres under pgbench: one backend per client).
+//
+// The busy rule (TargetTable::advance): a waiting target is busy on its own
+// CPU, as ever, or it becomes its group's leader when
+//   - the group's CPU (its measured members', summed) reaches the threshold;
+//   - no member of the group is in the pipeline or past it (profiling,
+//     dynimizing, dynimized, undone, unsupported, failed): one member at a
+//     time is profiled, and once one was, the group's answer is known;
+//   - it is the group's busiest waiting member, with at least
+//     kLeaderFloorPercent of a core of its own.
+// A member that lived less than a busy window has no CPU reading yet
+// (cpu_percent < 0): it counts for nothing and is never chosen, so a backend
+// that lives shorter than the window costs nothing.
+//
+// Not done yet (issue 21): one profile across the busy members, one plan
+// for every member, the parent injected so that forked workers inherit.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dynid/target.h"
+
+namespace dyni {
+
+// A leader does enough of the group's work to be profiled alone: with
+// fewer samples of its own, the hot set takes long to become stable.
+constexpr double kLeaderFloorPercent = 10.0;
+
+// "mnt:[4026531841] 254:1 1835012": the mount namespace and the executable
+// file's device and inode; the path where the file could not be read.
+std::string group_key(const std::string& mount_ns, uint64_t exe_dev, uint64_t exe_ino, const std::string& exe);
+
+struct GroupSummary {
+  std::size_t members = 0;
+  double cpu_percent = 0;  // the measured members' CPU, summed (percent of one core)
+  bool settled = false;    // a member is in the pipeline or past it
+  pid_t busiest_waiting = 0;  // the waiting member with the most CPU (0: none measured)
+  double busiest_cpu = -1;
+};
+
+// Every group of `targets`, by key (pure: the caller holds the table's lock).
+std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Target*>& targets);
+
+// The group's leader to be, or 0: the rule above.
+pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent);
+
+}  // namespace dyni

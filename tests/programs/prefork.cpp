@@ -1,0 +1,114 @@
+// A pre-forking server (issue 21): an idle parent keeps WORKERS worker
+// processes, each busy BUSY percent of the time on known work, so that no
+// worker alone may reach dynid's busy threshold while the pool does. A
+// worker lives LIFETIME seconds (0: to the end) and is replaced by a new
+// fork, as servers recycle workers.
+//
+// Every round of every worker is checked against the result the parent
+// computed before its first fork: a wrong one (dyni's copies computing
+// differently) prints WRONG and the worker exits 3; a worker killed by a
+// signal or exiting non-zero makes the parent print FAILED and exit 3, after
+// killing the rest; workers die with the parent. The parent prints "forks N" to stdout once a second.
+// usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME=0]
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <thread>
+#include <utility>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <int K>
+__attribute__((noinline)) unsigned long pool_work(unsigned long x) {
+  for (int i = 0; i < 3000 * (K + 1); ++i) x = (x ^ (x >> 7)) * 0x9E3779B97F4A7C15UL + K;
+  return x;
+}
+
+template <int... K>
+unsigned long one_round(unsigned long x, std::integer_sequence<int, K...>) {
+  ((x = pool_work<K>(x)), ...);
+  return x;
+}
+
+unsigned long round_from_one() { return one_round(1, std::make_integer_sequence<int, 12>{}); }
+
+// Busy `busy_percent` of each 100 ms until `until`.
+[[noreturn]] void work(Clock::time_point until, int busy_percent, unsigned long expected) {
+  while (Clock::now() < until) {
+    auto slice_end = Clock::now() + std::chrono::milliseconds(busy_percent);
+    while (Clock::now() < slice_end) {
+      unsigned long x = round_from_one();
+      if (x != expected) {
+        std::printf("WRONG round in worker %d: %lu, not %lu\n", ::getpid(), x, expected);
+        std::fflush(stdout);
+        std::_Exit(3);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 - busy_percent));
+  }
+  std::_Exit(0);
+}
+
+pid_t fork_worker(Clock::time_point until, int busy_percent, unsigned long expected) {
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that kills the parent ends the pool
+    if (::getppid() != parent) std::_Exit(0);
+    work(until, busy_percent, expected);
+  }
+  return pid;
+}
+
+[[noreturn]] void fail_all(const std::set<pid_t>& workers, const char* why, pid_t pid, int status) {
+  std::printf("FAILED: worker %d %s %d\n", pid, why, status);
+  std::fflush(stdout);
+  for (pid_t w : workers) ::kill(w, SIGKILL);
+  std::_Exit(3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME]\n");
+    return 2;
+  }
+  const auto end = Clock::now() + std::chrono::seconds(std::atoi(argv[1]));
+  const int workers = std::atoi(argv[2]);
+  const int busy = std::min(95, std::max(1, std::atoi(argv[3])));
+  const int lifetime = argc > 4 ? std::atoi(argv[4]) : 0;
+  const unsigned long expected = round_from_one();
+  auto worker_end = [&] { return lifetime > 0 ? std::min(end, Clock::now() + std::chrono::seconds(lifetime)) : end; };
+  std::set<pid_t> pool;
+  long forks = 0;
+  for (int i = 0; i < workers; ++i, ++forks) pool.insert(fork_worker(worker_end(), busy, expected));
+  auto next_report = Clock::now();
+  while (!pool.empty()) {
+    int status = 0;
+    pid_t done = ::waitpid(-1, &status, WNOHANG);
+    if (done > 0) {
+      pool.erase(done);
+      if (WIFSIGNALED(status)) fail_all(pool, "killed by signal", done, WTERMSIG(status));
+      if (WEXITSTATUS(status) != 0) fail_all(pool, "exited with", done, WEXITSTATUS(status));
+      if (Clock::now() < end) pool.insert(fork_worker(worker_end(), busy, expected)), ++forks;
+      continue;
+    }
+    if (Clock::now() >= next_report) {
+      std::printf("forks %ld\n", forks);
+      std::fflush(stdout);
+      next_report += std::chrono::seconds(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::printf("done, forks %ld\n", forks);
+  return 0;
+}
