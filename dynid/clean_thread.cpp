@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 
 #include <algorithm>
 
@@ -14,6 +15,8 @@
 
 namespace dyni {
 namespace {
+
+constexpr long kErestartRestartblock = -516;  // the kernel's ERESTART_RESTARTBLOCK
 
 constexpr std::array<std::string_view, 22> kLockHolders = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc", "valloc",
@@ -28,6 +31,42 @@ constexpr std::array<std::string_view, 15> kLockHolderPrefixes = {
     "__libc_pvalloc", "__libc_mallopt",   "__libc_mallinfo",    "__libc_fork",     "_int_"};
 
 std::string_view basename(std::string_view path) { return path.substr(path.rfind('/') + 1); }
+
+// Why a thread stopped on its way out of a system call that is not
+// restarted cannot take a call there, or "". Such a call has returned: its
+// result is in rax and the thread's next instruction is the one after its
+// `syscall`, where the kernel would run a signal handler; the frame puts
+// that result back (orig_rax -1: nothing is restarted). A server's
+// single-threaded worker is mostly met here: a postgres backend between its
+// recv and its send, or in an epoll_wait that the stop itself ended with
+// EINTR (which it sees whether or not a call runs).
+// Not after a call that restarts through restart_block (nanosleep, poll
+// with a timeout): after a handler's return the kernel ends it with EINTR,
+// which the target would not have seen. Not after fork, clone or exec: a
+// new thread or child on a stack not yet its own, a new program.
+std::string why_not_after_syscall(const user_regs_struct& regs) {
+  const long nr = static_cast<long>(regs.orig_rax);
+  const long ret = static_cast<long>(regs.rax);
+  if (ret == kErestartRestartblock)
+    return "in a system call that restarts through restart_block (nanosleep, poll with a timeout)";
+  if (ret <= -512 && ret >= -530) return fmt::format("at the exit of system call {} with internal result {}", nr, ret);
+  for (long starts : {SYS_fork, SYS_vfork, SYS_clone, SYS_clone3, SYS_execve, SYS_execveat})
+    if (nr == starts) return fmt::format("at the exit of system call {} (fork, clone or exec)", nr);
+  return "";
+}
+
+// Why a thread in (or on its way out of) system call `nr` cannot take a
+// call, whatever its result, or "". A call that sets a temporary signal mask
+// for its wait (ppoll, pselect6, epoll_pwait, sigsuspend, io_uring_enter with
+// a mask) leaves the thread's own mask to be put back on its way to user
+// space; the PTRACE_SETSIGMASK a remote call makes cancels that, and the
+// frame would then restore the temporary mask for good.
+std::string why_not_in_syscall(long nr) {
+  for (long masked : {SYS_rt_sigsuspend, SYS_pselect6, SYS_ppoll, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_io_pgetevents,
+                      SYS_io_uring_enter})
+    if (nr == masked) return fmt::format("in system call {}, which may hold a temporary signal mask", nr);
+  return "";
+}
 
 }  // namespace
 
@@ -71,14 +110,16 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
     std::optional<uint64_t> original = copied_from ? copied_from(pc) : std::nullopt;
     return symbols.locate(original ? *original : pc);
   };
-  // Parked in a system call the kernel restarts, or stopped in the
-  // executable's own code (a CPU-bound thread, maybe the only one): the call
-  // then runs as a signal handler would at that instruction. Only there: a
-  // library's code may hold a lock its callers' frames do not show (an
-  // allocator's tail calls, an inlined lock).
+  // Parked in a system call the kernel restarts, at the exit of one that has
+  // returned, or stopped in the executable's own code (a CPU-bound thread,
+  // maybe the only one): the call then runs as a signal handler would at
+  // that instruction. Only there: a library's code may hold a lock its
+  // callers' frames do not show (an allocator's tail calls, an inlined lock).
   bool in_user_code = static_cast<long>(thread.regs.orig_rax) < 0;
+  if (!in_user_code)
+    if (std::string why = why_not_in_syscall(static_cast<long>(thread.regs.orig_rax)); !why.empty()) return fail(why);
   if (!in_user_code && !in_restartable_call(thread.regs))
-    return fail("in a system call that is not restarted");
+    if (std::string why = why_not_after_syscall(thread.regs); !why.empty()) return fail(why);
   if (in_user_code) {
     profiler::Location at = locate(thread.regs.rip);
     if (executable.empty() || at.module < 0 || symbols.modules()[static_cast<std::size_t>(at.module)].path != executable)

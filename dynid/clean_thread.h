@@ -3,11 +3,14 @@
 // in the middle of changing (DESIGN.md §7 "Calling code in the target").
 //
 // The thread must be parked in a blocking system call that the kernel will
-// restart, or stopped in the executable's own code outside any rseq critical
-// section (a CPU-bound program's only thread: the call then runs as a signal
-// handler would there), with a stack unwound to its end, no signal handler on
-// it, every frame in a file's code, and no frame in code that holds the locks
-// such a call may take:
+// restart, on its way out of one that has returned (not nanosleep's restart
+// through restart_block, not fork, clone or exec), or stopped in the
+// executable's own code outside any rseq critical section (a CPU-bound
+// program's only thread: the call then runs as a signal handler would
+// there); never in a system call that may hold a temporary signal mask
+// (ppoll, pselect6, epoll_pwait, sigsuspend); with a stack unwound to its
+// end, no signal handler on it, every frame in a file's code, and no frame in
+// code that holds the locks such a call may take:
 // malloc and its family (any allocator's, by name), the unwinder's frame
 // registry (_Unwind_*, __register_frame*, __deregister_frame*, all of
 // libgcc_s), the dynamic linker (all of ld.so: dl_iterate_phdr's lock), and

@@ -11,6 +11,7 @@
 #include "dynid/cache_record.h"
 #include "dynid/clean_thread.h"
 #include "dynid/inject/target_checks.h"
+#include "dynid/inject/window_retry.h"
 #include "dynid/remote_call.h"
 #include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
@@ -20,7 +21,6 @@ namespace dyni::inject {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr int kRegisterAttempts = 10;  // windows in which to look for a thread to run __register_frame
 
 // The file a module is mapped from, as the target sees it: through
 // /proc/PID/map_files (a container's own file, or one deleted or replaced on
@@ -91,13 +91,9 @@ Result<uint64_t> register_frame_function(pid_t pid, const std::vector<profiler::
 
 Status register_cache_frames(const Injection& out, const profiler::Symbolizer& symbols, std::string_view executable,
                              const RegisterCall& call) {
-  Status r = ok();
-  for (int attempt = 0; attempt < kRegisterAttempts; ++attempt) {
-    if (attempt) std::this_thread::sleep_for(100ms);
-    r = register_frames(out, symbols, executable, call.function, out.eh_frame_addr, call.stub, call.timeout);
-    if (r || r.error().message().find("no thread is parked") == std::string::npos) return r;
-  }
-  return r;
+  return retry_window(
+      [&] { return register_frames(out, symbols, executable, call.function, out.eh_frame_addr, call.stub, call.timeout); },
+      [](const Status& r) { return !r && r.error().message().find("no thread is parked") != std::string::npos; });
 }
 
 }  // namespace dyni::inject

@@ -3,40 +3,27 @@
 #include "dynid/inject/map_window.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <iterator>
-#include <thread>
 
 #include "dynid/cache_huge_pages.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/inject/target_checks.h"
+#include "dynid/inject/window_retry.h"
 #include "dynid/remote_call.h"
 #include "dynid/remote_syscall.h"
 #include "dynid/world_stop.h"
 
 namespace dyni::inject {
 
-namespace {
-
-// Windows in which to look for a thread that can take the mapping's calls.
-// A single-threaded process that sleeps most of the time (a pre-forked
-// worker between requests, in nanosleep) is often held where no call can
-// be run (a restart through restart_block): the next window may find it
-// running. The pauses between windows are uneven, so that a target that
-// sleeps with a fixed period is not met at the same point each time.
-constexpr int kMapWindowTries = 12;
-constexpr std::array<int, kMapWindowTries - 1> kMapRetryPauseMs = {23, 61, 37, 89, 47, 113, 29, 71, 53, 131, 41};
-
-}  // namespace
-
 Result<Mapped> map_in_window(const InjectRequest& req, const Prepared& p, Injection& out) {
-  for (int attempt = 0;; ++attempt) {
-    bool no_thread = false;
-    auto mapped = map_in_one_window(req, p, out, no_thread);
-    if (!no_thread || attempt + 1 == kMapWindowTries) return mapped;
-    std::this_thread::sleep_for(std::chrono::milliseconds(kMapRetryPauseMs[attempt]));
-  }
+  bool no_thread = false;
+  return retry_window(
+      [&] {
+        no_thread = false;
+        return map_in_one_window(req, p, out, no_thread);
+      },
+      [&](const Result<Mapped>&) { return no_thread; });
 }
 
 // One window; `no_thread` when no thread could take a call in it, and

@@ -21,8 +21,8 @@ struct Mapped {
 // or with out.error set and the cache mapped, when the target is not the
 // one prepared for (reused pid, exec, moved executable).
 // When no thread can take a call in the window (all asleep where a call
-// cannot be run), nothing is done and the window is tried again, up to 12
-// times over about 0.7 s.
+// cannot be run), nothing is done and the window is tried again
+// (window_retry.h).
 Result<Mapped> map_in_window(const InjectRequest& req, const Prepared& p, Injection& out);
 Result<Mapped> map_in_one_window(const InjectRequest& req, const Prepared& p, Injection& out, bool& no_thread);
 

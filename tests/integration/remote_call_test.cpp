@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <filesystem>
+#include <map>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -54,6 +56,8 @@ uint64_t function_in(const profiler::Symbolizer& symbols, const std::string& mod
 
 class RemoteCallTest : public test::PtraceTest {
  protected:
+  RemoteCallTest() : RemoteCallTest(static_cast<const char*>(nullptr)) {}
+  explicit RemoteCallTest(const char* mode) : target(mode) {}
   void SetUp() override {
     PtraceTest::SetUp();
     if (IsSkipped()) return;
@@ -93,7 +97,7 @@ class RemoteCallTest : public test::PtraceTest {
     return 0;
   }
 
-  StoppableTarget target{false};
+  StoppableTarget target;
   std::unique_ptr<profiler::Symbolizer> symbols;
   std::string executable;  // as the symbolizer names it
   SyscallSites syscalls;
@@ -141,6 +145,85 @@ TEST_F(RemoteCallTest, MallocAndFreeRunInACleanThreadAndLeaveItAsItWas) {
   EXPECT_EQ(target.finish(), 0);
   std::printf("calls ran in %d busy workers stopped in their own code\n", busy_callers);
   EXPECT_GE(busy_callers, 1);
+}
+
+// Threads met on their way out of a system call that has returned (getpid,
+// an epoll_wait the stop ended with EINTR) take calls: the thread goes on
+// with the call's result as it was; the sleeper in nanosleep (restarted
+// through restart_block) is refused.
+class RemoteCallAfterSyscallTest : public RemoteCallTest {
+ protected:
+  RemoteCallAfterSyscallTest() : RemoteCallTest("syscalls") {}
+};
+
+TEST_F(RemoteCallAfterSyscallTest, ThreadsAtTheExitOfACompletedCallTakeCallsAndSeeTheirResults) {
+  uint64_t malloc_fn = function_in(*symbols, "libc.so", "malloc"), free_fn = function_in(*symbols, "libc.so", "free");
+  ASSERT_TRUE(malloc_fn && free_fn);
+  std::map<long, int> calls_after;  // system call number -> calls run at its exit
+  int sleepers_refused = 0;
+  for (int round = 0; round < 300 && (calls_after[SYS_getpid] < 3 || calls_after[SYS_epoll_wait] < 1); ++round) {
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    StackReader reader(target.pid());
+    for (const auto& [tid, t] : w->threads()) {
+      const long nr = static_cast<long>(t.regs.orig_rax);
+      if (nr < 0 || in_restartable_call(t.regs)) continue;
+      auto stack = reader.unwind(tid);
+      ASSERT_TRUE(stack) << stack.error().message();
+      Status clean = clean_for_calls(tid, t, *stack, *symbols, executable);
+      if (static_cast<long>(t.regs.rax) == -516) {  // ERESTART_RESTARTBLOCK
+        ASSERT_FALSE(clean) << "a thread in system call " << nr << " restarting through restart_block took a call";
+        EXPECT_NE(clean.error().message().find("restart_block"), std::string::npos) << clean.error().message();
+        ++sleepers_refused;
+        continue;
+      }
+      if (!clean || (nr != SYS_getpid && nr != SYS_epoll_wait)) continue;
+      auto p = remote_call(*w, tid, {malloc_fn, {4096}, cache.addr}, 2000ms);
+      ASSERT_TRUE(p) << p.error().message();
+      auto f = remote_call(*w, tid, {free_fn, {*p}, cache.addr}, 2000ms);
+      ASSERT_TRUE(f) << f.error().message();
+      ++calls_after[nr];
+      break;  // a call releases the other threads: one caller per window
+    }
+    w->resume();
+    ASSERT_TRUE(target.running()) << target.read_line(100ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(round % 7));
+  }
+  std::printf("calls at the exit of getpid: %d, of epoll_wait: %d; sleepers refused: %d\n", calls_after[SYS_getpid],
+              calls_after[SYS_epoll_wait], sleepers_refused);
+  EXPECT_GE(calls_after[SYS_getpid], 3);
+  EXPECT_GE(calls_after[SYS_epoll_wait], 1);
+  EXPECT_GE(sleepers_refused, 1);
+  std::this_thread::sleep_for(50ms);  // the checking threads see their results after the calls
+  ASSERT_TRUE(target.running()) << target.read_line(100ms);
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+TEST(CleanThread, RefusesThreadsInSystemCallsWhereACallCannotRun) {
+  // Told by the registers alone, before the stack is looked at.
+  auto symbols = profiler::Symbolizer::for_process(::getpid());
+  ASSERT_TRUE(symbols);
+  ThreadStack stack;
+  stack.complete = true;
+  auto why = [&](long nr, long rax) {
+    StoppedThread t{};
+    t.regs.orig_rax = static_cast<unsigned long long>(nr);
+    t.regs.rax = static_cast<unsigned long long>(rax);
+    Status s = clean_for_calls(::gettid(), t, stack, *symbols, "");
+    return s ? std::string("accepted") : s.error().message();
+  };
+  const long kErestartnohand = -514, kErestartRestartblock = -516, kEintr = -EINTR;
+  EXPECT_NE(why(SYS_ppoll, kErestartnohand).find("temporary signal mask"), std::string::npos);
+  EXPECT_NE(why(SYS_epoll_pwait, kEintr).find("temporary signal mask"), std::string::npos);
+  EXPECT_NE(why(SYS_rt_sigsuspend, kErestartnohand).find("temporary signal mask"), std::string::npos);
+  EXPECT_NE(why(SYS_clock_nanosleep, kErestartRestartblock).find("restart_block"), std::string::npos);
+  EXPECT_NE(why(SYS_clone, 4242).find("fork, clone or exec"), std::string::npos);
+  EXPECT_NE(why(SYS_execve, 0).find("fork, clone or exec"), std::string::npos);
+  EXPECT_NE(why(SYS_read, -517).find("internal result"), std::string::npos);  // ERESTART_RESTARTBLOCK's neighbours
+  EXPECT_EQ(why(SYS_getpid, 4242), "accepted");
+  EXPECT_EQ(why(SYS_epoll_wait, kEintr), "accepted");
+  EXPECT_EQ(why(SYS_read, -512), "accepted");  // ERESTARTSYS: restarted, as before
 }
 
 // The tracer dies with the call under way (at one of malloc's system calls,

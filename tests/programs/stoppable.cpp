@@ -1,5 +1,5 @@
 // A target for stop-the-world tests: it notices if a stop changed anything.
-// usage: dyni-test-stoppable [spawner|seccomp|nothp]
+// usage: dyni-test-stoppable [spawner|seccomp|nothp|syscalls]
 //  - the line "vfork" starts a thread that vforks a child sleeping 1.5 s;
 //  - three workers recompute a known checksum forever; a wrong result prints
 //    "WRONG checksum" and exits 1 (a register or flag clobbered by a stop would show);
@@ -16,6 +16,10 @@
 //    everything: what matters is that a filter is there);
 //  - with "spawner", a thread creates and joins short-lived threads forever
 //    (threads appear while the world is being stopped);
+//  - with "syscalls", a thread makes getpid() calls in a tight loop and checks
+//    each result, and another waits in epoll_wait() on an empty set, where
+//    EINTR is the only answer allowed (threads met on their way out of a
+//    system call that is not restarted);
 //  - with "nothp", it turns transparent huge pages off for itself first, as
 //    mariadbd does (prctl(PR_SET_THP_DISABLE, 1)); the line "thp" is answered
 //    "thp N" with PR_GET_THP_DISABLE's answer, and "lift" sets the flag to
@@ -28,12 +32,14 @@
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/auxv.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -150,6 +156,21 @@ void block_all_signals() {
   }
 }
 
+[[noreturn]] void getpid_forever() {
+  const long pid = ::syscall(SYS_getpid);
+  for (;; rounds.fetch_add(1, std::memory_order_relaxed))
+    if (::syscall(SYS_getpid) != pid) wrong("getpid");
+}
+
+[[noreturn]] void epoll_forever() {
+  int ep = ::epoll_create1(0);
+  if (ep < 0) wrong("epoll_create1");
+  for (;;) {
+    epoll_event e{};
+    if (::epoll_wait(ep, &e, 1, -1) != -1 || errno != EINTR) wrong("epoll_wait");
+  }
+}
+
 [[noreturn]] void spawn_forever() {
   for (;;) std::thread([] { volatile int x = 0; for (int i = 0; i < 1000; ++i) x = x + i; }).join();
 }
@@ -198,6 +219,10 @@ int main(int argc, char** argv) {
   pthread_create(&deep, &small, [](void*) -> void* { deep_on_stack(); }, nullptr);
   std::thread(on_alternate_stack).detach();
   if (argc > 1 && std::strcmp(argv[1], "spawner") == 0) std::thread(spawn_forever).detach();
+  if (argc > 1 && std::strcmp(argv[1], "syscalls") == 0) {
+    std::thread(getpid_forever).detach();
+    std::thread(epoll_forever).detach();
+  }
   std::printf("ready\n");
   std::fflush(stdout);
   for (std::string line; std::getline(std::cin, line);) {

@@ -1,0 +1,140 @@
+// postgres from Debian (a copy, under a test-only name), a private cluster
+// on a Unix socket serving pgbench -S with 4 clients: one backend per
+// client, so the work is spread over a group of processes (issue 21). A
+// backend becomes dynimized; a fixed set of queries answers the same before,
+// while dynimized and after -undo; pgbench sees no error.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "tests/integration/dyni_host.h"
+
+namespace dyni::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kPostgresBin = "/usr/lib/postgresql/15/bin";
+
+std::vector<std::string> as_postgres(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"/usr/bin/setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"});
+  return argv;
+}
+
+class Postgres : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+    for (const char* tool : {"/postgres", "/initdb", "/pgbench", "/psql"})
+      if (::access((std::string(kPostgresBin) + tool).c_str(), X_OK) != 0)
+        GTEST_SKIP() << kPostgresBin << tool << " is not installed (apt-get install postgresql)";
+    if (host.run({"/usr/bin/id", "postgres"}).exit_code != 0) GTEST_SKIP() << "no postgres user (apt-get install postgresql)";
+    data_ = host.dir() + "/pgdata";
+    std::filesystem::create_directory(data_);
+    ASSERT_EQ(host.run({"/bin/chown", "postgres:postgres", data_}).exit_code, 0);
+    RunResult init = host.run(as_postgres({std::string(kPostgresBin) + "/initdb", "-D", data_, "-U", "postgres",
+                                           "--auth=trust", "--no-sync"}));
+    ASSERT_EQ(init.exit_code, 0) << init.out << init.err;
+    exe_ = host.install_program(std::string(kPostgresBin) + "/postgres", "dyni-postgres");
+    port_ = free_tcp_port();  // names the socket; nothing listens on TCP
+    // Its log goes to a file (exec: the pid is the postmaster's).
+    postmaster_ = host.spawn({"/bin/sh", "-c",
+                              fmt::format("exec /usr/bin/setpriv --reuid=postgres --regid=postgres --init-groups {} -D {} "
+                                          "-p {} -k {} -c listen_addresses= -c fsync=off -c max_connections=40 "
+                                          "2> {}/postgres.log",
+                                          exe_, data_, port_, data_, host.dir())});
+    for (int i = 0; i < 100 && psql("SELECT 1").out != "1\n"; ++i) std::this_thread::sleep_for(100ms);
+    ASSERT_EQ(psql("SELECT 1").out, "1\n") << "postgres did not start";
+    RunResult pgbench = host.run({std::string(kPostgresBin) + "/pgbench", "-i", "-s", "4", "-q", "-h", data_, "-p",
+                                  std::to_string(port_), "-U", "postgres", "postgres"});
+    ASSERT_EQ(pgbench.exit_code, 0) << pgbench.out << pgbench.err;
+  }
+  void TearDown() override {
+    if (postmaster_ <= 0) return;
+    ::kill(postmaster_, SIGINT);  // fast shutdown: the backends end with it
+    for (int i = 0; i < 100 && DyniHost::alive(postmaster_); ++i) std::this_thread::sleep_for(100ms);
+  }
+  RunResult psql(const std::string& sql) const {
+    return host.run({std::string(kPostgresBin) + "/psql", "-X", "-At", "-h", data_, "-p", std::to_string(port_), "-U",
+                     "postgres", "-d", "postgres", "-c", sql});
+  }
+  // The answers to a fixed set of queries over pgbench's tables.
+  std::string answers() const {
+    std::string out;
+    for (const char* sql :
+         {"SELECT count(*), sum(abalance), sum(bid), md5(string_agg(filler, '' ORDER BY aid)) FROM pgbench_accounts "
+          "WHERE aid BETWEEN 1000 AND 90000",
+          "SELECT bid, count(*), sum(aid % 97) FROM pgbench_accounts GROUP BY bid ORDER BY bid",
+          "SELECT aid, abalance FROM pgbench_accounts WHERE aid % 9973 = 1 ORDER BY aid",
+          "SELECT a.aid, b.bbalance FROM pgbench_accounts a JOIN pgbench_branches b USING (bid) "
+          "WHERE a.aid BETWEEN 5000 AND 5040 ORDER BY a.aid"})
+      out += psql(sql).out;
+    return out;
+  }
+  // The backend (a member of the group, not the postmaster) dynimized, or 0.
+  pid_t dynimized_backend(const nlohmann::json& status) const {
+    for (const auto& t : status.value("targets", nlohmann::json::array()))
+      if (t.value("name", "") == "dyni-postgres" && t.value("status", "") == "dynimized" && t["pid"] != postmaster_)
+        return t.value("pid", 0);
+    return 0;
+  }
+
+  DyniHost host;
+  std::string data_, exe_;
+  int port_ = 0;
+  pid_t postmaster_ = 0;
+};
+
+TEST_F(Postgres, UnderPgbenchABackendIsDynimizedAndAnswersTheSame) {
+  const std::string before = answers();
+  ASSERT_GT(before.size(), 300u) << before;
+  const std::string bench_out = host.dir() + "/pgbench.out";
+  // The load outlasts every step below (it is stopped at the end).
+  pid_t bench = host.spawn({"/bin/sh", "-c",
+                            fmt::format("exec {}/pgbench -S -n -c 4 -j 2 -T 400 -P 5 -h {} -p {} -U postgres postgres > "
+                                        "'{}' 2>&1",
+                                        kPostgresBin, data_, port_, bench_out)});
+  // No backend alone reaches 70 % of a core (4 of them and pgbench share 2
+  // CPUs): the group does (process_group.h), and its busiest is dynimized.
+  host.write_config({"dyni-postgres"},
+                    "[options]\nbusy_threshold_percent = 70\nbusy_window_ms = 600\nscan_interval_ms = 100\n"
+                    "profile_max_seconds = 20\n");
+  host.license_this_host();
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  pid_t backend = 0;
+  ASSERT_TRUE(host.wait_for([&](const nlohmann::json& j) { return (backend = dynimized_backend(j)) != 0; }, 240s))
+      << host.status_json().dump() << host.log();
+  nlohmann::json target;
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
+    if (t["pid"] == backend) target = t;
+  std::printf("postgres backend: %s\n", target.dump().c_str());
+  EXPECT_GE(target["group"].value("members", 0), 5) << "the postmaster, its helpers and four backends";
+  EXPECT_EQ(target["group"].value("leader", false), true) << "a backend was busy alone";
+  EXPECT_NE(target["dynimized"].value("layout", "").find("by counts"), std::string::npos) << host.log();
+  EXPECT_GE(target["dynimized"].value("functions_patched", 0), 20) << target.dump();
+  EXPECT_EQ(answers(), before) << "dynimized";
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err << host.log();
+  EXPECT_EQ(host.state_of(backend), "undone");
+  EXPECT_EQ(answers(), before) << "undone";
+  ::kill(bench, SIGINT);
+  ::waitpid(bench, nullptr, 0);
+  std::ifstream in(bench_out);
+  std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(report.find("progress:"), std::string::npos) << report;
+  EXPECT_EQ(report.find("error"), std::string::npos) << report;
+  EXPECT_EQ(report.find("aborted"), std::string::npos) << report;
+  EXPECT_TRUE(DyniHost::alive(postmaster_)) << "postgres died";
+  EXPECT_TRUE(DyniHost::alive(backend)) << "the dynimized backend ended\n" << host.log();
+}
+
+}  // namespace
+}  // namespace dyni::test
