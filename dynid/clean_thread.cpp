@@ -9,6 +9,8 @@
 #include <sys/syscall.h>
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 
 #include "dynid/remote_syscall.h"
 #include "dynid/target_memory.h"
@@ -55,16 +57,52 @@ std::string why_not_after_syscall(const user_regs_struct& regs) {
   return "";
 }
 
-// Why a thread in (or on its way out of) system call `nr` cannot take a
-// call, whatever its result, or "". A call that sets a temporary signal mask
-// for its wait (ppoll, pselect6, epoll_pwait, sigsuspend, io_uring_enter with
-// a mask) leaves the thread's own mask to be put back on its way to user
-// space; the PTRACE_SETSIGMASK a remote call makes cancels that, and the
-// frame would then restore the temporary mask for good.
-std::string why_not_in_syscall(long nr) {
-  for (long masked : {SYS_rt_sigsuspend, SYS_pselect6, SYS_ppoll, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_io_pgetevents,
-                      SYS_io_uring_enter})
-    if (nr == masked) return fmt::format("in system call {}, which may hold a temporary signal mask", nr);
+// The first 8 bytes at `addr` in thread `tid`, or nullopt when unreadable.
+std::optional<uint64_t> read_word(pid_t tid, uint64_t addr) {
+  auto bytes = read_target(tid, addr, 8);
+  if (!bytes || bytes->size() != 8) return std::nullopt;
+  uint64_t word = 0;
+  std::memcpy(&word, bytes->data(), 8);
+  return word;
+}
+
+// Whether system call `regs.orig_rax` was given a signal mask to wait with
+// (its arguments are still in their registers at the stop): ppoll's 4th,
+// epoll_pwait's 5th, pselect6's and io_pgetevents' through the struct their
+// 6th points to, io_uring_enter's 5th (or the getevents_arg it points to
+// with IORING_ENTER_EXT_ARG); sigsuspend's always. Unreadable counts as given.
+bool waits_with_a_mask(pid_t tid, const user_regs_struct& regs) {
+  constexpr unsigned long long kIoringEnterExtArg = 1u << 3;
+  switch (static_cast<long>(regs.orig_rax)) {
+    case SYS_rt_sigsuspend: return true;
+    case SYS_ppoll: return regs.r10 != 0;
+    case SYS_epoll_pwait:
+    case SYS_epoll_pwait2: return regs.r8 != 0;
+    case SYS_pselect6:
+    case SYS_io_pgetevents: return regs.r9 != 0 && read_word(tid, regs.r9).value_or(1) != 0;
+    case SYS_io_uring_enter:
+      if (regs.r8 == 0) return false;
+      return !(regs.r10 & kIoringEnterExtArg) || read_word(tid, regs.r8).value_or(1) != 0;
+    default: return false;
+  }
+}
+
+// Why thread `tid`, in (or on its way out of) a system call, cannot take a
+// call whatever the call's result, or "".
+// - A call that waits with a temporary signal mask (sigsuspend; ppoll,
+//   pselect6, epoll_pwait given one) leaves the thread's own mask to be put
+//   back on its way to user space; the PTRACE_SETSIGMASK of a remote call
+//   cancels that, and the frame would restore the temporary mask for good.
+//   (glibc's select() is pselect6 without one: accepted.)
+// - A call not made by `syscall` (int 0x80: i386 numbers, which the rules
+//   here do not know).
+std::string why_not_in_syscall(pid_t tid, const user_regs_struct& regs) {
+  const long nr = static_cast<long>(regs.orig_rax);
+  auto before = read_target(tid, regs.rip - 2, 2);
+  if (!before || before->size() != 2 || (*before)[0] != 0x0f || (*before)[1] != 0x05)
+    return fmt::format("in system call {}, not made by a syscall instruction", nr);
+  if (waits_with_a_mask(tid, regs))
+    return fmt::format("in system call {}, which waits with a temporary signal mask", nr);
   return "";
 }
 
@@ -117,7 +155,7 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
   // callers' frames do not show (an allocator's tail calls, an inlined lock).
   bool in_user_code = static_cast<long>(thread.regs.orig_rax) < 0;
   if (!in_user_code)
-    if (std::string why = why_not_in_syscall(static_cast<long>(thread.regs.orig_rax)); !why.empty()) return fail(why);
+    if (std::string why = why_not_in_syscall(tid, thread.regs); !why.empty()) return fail(why);
   if (!in_user_code && !in_restartable_call(thread.regs))
     if (std::string why = why_not_after_syscall(thread.regs); !why.empty()) return fail(why);
   if (in_user_code) {

@@ -7,8 +7,9 @@
 // through restart_block, not fork, clone or exec), or stopped in the
 // executable's own code outside any rseq critical section (a CPU-bound
 // program's only thread: the call then runs as a signal handler would
-// there); never in a system call that may hold a temporary signal mask
-// (ppoll, pselect6, epoll_pwait, sigsuspend); with a stack unwound to its
+// there); never in a system call that waits with a temporary signal mask
+// (sigsuspend; ppoll, pselect6, epoll_pwait given one) or is not made by
+// `syscall`; with a stack unwound to its
 // end, no signal handler on it, every frame in a file's code, and no frame in
 // code that holds the locks such a call may take:
 // malloc and its family (any allocator's, by name), the unwinder's frame

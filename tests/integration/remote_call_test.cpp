@@ -200,27 +200,49 @@ TEST_F(RemoteCallAfterSyscallTest, ThreadsAtTheExitOfACompletedCallTakeCallsAndS
   EXPECT_EQ(target.finish(), 0);
 }
 
+// What a thread's rip follows: a `syscall`, an `int 0x80`.
+const uint8_t kSyscall[] = {0x0f, 0x05, 0x90}, kInt80[] = {0xcd, 0x80, 0x90};
+
 TEST(CleanThread, RefusesThreadsInSystemCallsWhereACallCannotRun) {
-  // Told by the registers alone, before the stack is looked at.
+  // Told by the registers, the instruction before rip and the arguments a
+  // mask is given in, before the stack is looked at; this process stands in
+  // for the target.
   auto symbols = profiler::Symbolizer::for_process(::getpid());
   ASSERT_TRUE(symbols);
   ThreadStack stack;
   stack.complete = true;
-  auto why = [&](long nr, long rax) {
+  static const uint64_t kMask = 1;
+  static const uint64_t kSigsetArg[2] = {reinterpret_cast<uint64_t>(&kMask), 8}, kNoSigsetArg[2] = {0, 8};
+  auto why = [&](long nr, long rax, user_regs_struct regs = {}, const uint8_t* insn = kSyscall) {
     StoppedThread t{};
+    t.regs = regs;
     t.regs.orig_rax = static_cast<unsigned long long>(nr);
     t.regs.rax = static_cast<unsigned long long>(rax);
+    t.regs.rip = reinterpret_cast<uint64_t>(insn + 2);
     Status s = clean_for_calls(::gettid(), t, stack, *symbols, "");
     return s ? std::string("accepted") : s.error().message();
   };
+  auto with = [](unsigned long long user_regs_struct::*reg, const void* value) {
+    user_regs_struct r{};
+    r.*reg = reinterpret_cast<uint64_t>(value);
+    return r;
+  };
   const long kErestartnohand = -514, kErestartRestartblock = -516, kEintr = -EINTR;
-  EXPECT_NE(why(SYS_ppoll, kErestartnohand).find("temporary signal mask"), std::string::npos);
-  EXPECT_NE(why(SYS_epoll_pwait, kEintr).find("temporary signal mask"), std::string::npos);
-  EXPECT_NE(why(SYS_rt_sigsuspend, kErestartnohand).find("temporary signal mask"), std::string::npos);
+  const std::string kMasked = "temporary signal mask";
+  EXPECT_NE(why(SYS_ppoll, kErestartnohand, with(&user_regs_struct::r10, &kMask)).find(kMasked), std::string::npos);
+  EXPECT_NE(why(SYS_epoll_pwait, kEintr, with(&user_regs_struct::r8, &kMask)).find(kMasked), std::string::npos);
+  EXPECT_NE(why(SYS_pselect6, kErestartnohand, with(&user_regs_struct::r9, kSigsetArg)).find(kMasked),
+            std::string::npos);
+  EXPECT_NE(why(SYS_rt_sigsuspend, kErestartnohand).find(kMasked), std::string::npos);
+  EXPECT_EQ(why(SYS_pselect6, kErestartnohand), "accepted");  // glibc's select(): no mask
+  EXPECT_EQ(why(SYS_pselect6, kErestartnohand, with(&user_regs_struct::r9, kNoSigsetArg)), "accepted");
+  EXPECT_EQ(why(SYS_ppoll, kErestartnohand), "accepted");
+  EXPECT_EQ(why(SYS_epoll_pwait, kEintr), "accepted");
   EXPECT_NE(why(SYS_clock_nanosleep, kErestartRestartblock).find("restart_block"), std::string::npos);
   EXPECT_NE(why(SYS_clone, 4242).find("fork, clone or exec"), std::string::npos);
   EXPECT_NE(why(SYS_execve, 0).find("fork, clone or exec"), std::string::npos);
   EXPECT_NE(why(SYS_read, -517).find("internal result"), std::string::npos);  // ERESTART_RESTARTBLOCK's neighbours
+  EXPECT_NE(why(SYS_getpid, 4242, {}, kInt80).find("not made by a syscall instruction"), std::string::npos);
   EXPECT_EQ(why(SYS_getpid, 4242), "accepted");
   EXPECT_EQ(why(SYS_epoll_wait, kEintr), "accepted");
   EXPECT_EQ(why(SYS_read, -512), "accepted");  // ERESTARTSYS: restarted, as before
