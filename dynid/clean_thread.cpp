@@ -9,16 +9,13 @@
 #include <sys/syscall.h>
 
 #include <algorithm>
-#include <cstring>
-#include <optional>
 
 #include "dynid/remote_syscall.h"
+#include "dynid/syscall_stop.h"
 #include "dynid/target_memory.h"
 
 namespace dyni {
 namespace {
-
-constexpr long kErestartRestartblock = -516;  // the kernel's ERESTART_RESTARTBLOCK
 
 constexpr std::array<std::string_view, 22> kLockHolders = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc", "valloc",
@@ -34,75 +31,14 @@ constexpr std::array<std::string_view, 15> kLockHolderPrefixes = {
 
 std::string_view basename(std::string_view path) { return path.substr(path.rfind('/') + 1); }
 
-// Why a thread stopped on its way out of a system call that is not
-// restarted cannot take a call there, or "". Such a call has returned: its
-// result is in rax and the thread's next instruction is the one after its
-// `syscall`, where the kernel would run a signal handler; the frame puts
-// that result back (orig_rax -1: nothing is restarted). A server's
-// single-threaded worker is mostly met here: a postgres backend between its
-// recv and its send, or in an epoll_wait that the stop itself ended with
-// EINTR (which it sees whether or not a call runs).
-// Not after a call that restarts through restart_block (nanosleep, poll
-// with a timeout): after a handler's return the kernel ends it with EINTR,
-// which the target would not have seen. Not after fork, clone or exec: a
-// new thread or child on a stack not yet its own, a new program.
-std::string why_not_after_syscall(const user_regs_struct& regs) {
-  const long nr = static_cast<long>(regs.orig_rax);
-  const long ret = static_cast<long>(regs.rax);
-  if (ret == kErestartRestartblock)
-    return "in a system call that restarts through restart_block (nanosleep, poll with a timeout)";
-  if (ret <= -512 && ret >= -530) return fmt::format("at the exit of system call {} with internal result {}", nr, ret);
-  for (long starts : {SYS_fork, SYS_vfork, SYS_clone, SYS_clone3, SYS_execve, SYS_execveat})
-    if (nr == starts) return fmt::format("at the exit of system call {} (fork, clone or exec)", nr);
-  return "";
-}
-
-// The first 8 bytes at `addr` in thread `tid`, or nullopt when unreadable.
-std::optional<uint64_t> read_word(pid_t tid, uint64_t addr) {
-  auto bytes = read_target(tid, addr, 8);
-  if (!bytes || bytes->size() != 8) return std::nullopt;
-  uint64_t word = 0;
-  std::memcpy(&word, bytes->data(), 8);
-  return word;
-}
-
-// Whether system call `regs.orig_rax` was given a signal mask to wait with
-// (its arguments are still in their registers at the stop): ppoll's 4th,
-// epoll_pwait's 5th, pselect6's and io_pgetevents' through the struct their
-// 6th points to, io_uring_enter's 5th (or the getevents_arg it points to
-// with IORING_ENTER_EXT_ARG); sigsuspend's always. Unreadable counts as given.
-bool waits_with_a_mask(pid_t tid, const user_regs_struct& regs) {
-  constexpr unsigned long long kIoringEnterExtArg = 1u << 3;
-  switch (static_cast<long>(regs.orig_rax)) {
-    case SYS_rt_sigsuspend: return true;
-    case SYS_ppoll: return regs.r10 != 0;
-    case SYS_epoll_pwait:
-    case SYS_epoll_pwait2: return regs.r8 != 0;
-    case SYS_pselect6:
-    case SYS_io_pgetevents: return regs.r9 != 0 && read_word(tid, regs.r9).value_or(1) != 0;
-    case SYS_io_uring_enter:
-      if (regs.r8 == 0) return false;
-      return !(regs.r10 & kIoringEnterExtArg) || read_word(tid, regs.r8).value_or(1) != 0;
-    default: return false;
-  }
-}
-
-// Why thread `tid`, in (or on its way out of) a system call, cannot take a
-// call whatever the call's result, or "".
-// - A call that waits with a temporary signal mask (sigsuspend; ppoll,
-//   pselect6, epoll_pwait given one) leaves the thread's own mask to be put
-//   back on its way to user space; the PTRACE_SETSIGMASK of a remote call
-//   cancels that, and the frame would restore the temporary mask for good.
-//   (glibc's select() is pselect6 without one: accepted.)
-// - A call not made by `syscall` (int 0x80: i386 numbers, which the rules
-//   here do not know).
-std::string why_not_in_syscall(pid_t tid, const user_regs_struct& regs) {
-  const long nr = static_cast<long>(regs.orig_rax);
-  auto before = read_target(tid, regs.rip - 2, 2);
-  if (!before || before->size() != 2 || (*before)[0] != 0x0f || (*before)[1] != 0x05)
-    return fmt::format("in system call {}, not made by a syscall instruction", nr);
-  if (waits_with_a_mask(tid, regs))
-    return fmt::format("in system call {}, which waits with a temporary signal mask", nr);
+// Why a thread at the exit of system call `nr`, which has returned, cannot
+// run a function there, or "": an allocator makes these calls with its lock
+// held (glibc's sysmalloc, grow_heap and systrim; jemalloc's and tcmalloc's
+// page operations), where a frame that would name it may be missing (a tail
+// call, a libc without .symtab, an allocator linked into the executable).
+std::string why_no_function_after(long nr) {
+  for (long memory : {SYS_mmap, SYS_munmap, SYS_mremap, SYS_madvise, SYS_mprotect, SYS_brk})
+    if (nr == memory) return fmt::format("at the exit of system call {}, which an allocator makes under its lock", nr);
   return "";
 }
 
@@ -154,10 +90,10 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
   // that instruction. Only there: a library's code may hold a lock its
   // callers' frames do not show (an allocator's tail calls, an inlined lock).
   bool in_user_code = static_cast<long>(thread.regs.orig_rax) < 0;
-  if (!in_user_code)
-    if (std::string why = why_not_in_syscall(tid, thread.regs); !why.empty()) return fail(why);
+  if (std::string why = why_no_call_in_syscall(tid, thread.regs); !why.empty()) return fail(why);
   if (!in_user_code && !in_restartable_call(thread.regs))
-    if (std::string why = why_not_after_syscall(thread.regs); !why.empty()) return fail(why);
+    if (std::string why = why_no_function_after(static_cast<long>(thread.regs.orig_rax)); !why.empty())
+      return fail(why);
   if (in_user_code) {
     profiler::Location at = locate(thread.regs.rip);
     if (executable.empty() || at.module < 0 || symbols.modules()[static_cast<std::size_t>(at.module)].path != executable)

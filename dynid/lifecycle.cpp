@@ -77,7 +77,8 @@ double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
                                  profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only)
     : pid_(target.pid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
-      options_(options), dynimize_(dynimize), adopt_only_(adopt_only), started_in_(target.state),
+      group_(target.group), follows_(target.follows), options_(options), dynimize_(dynimize), adopt_only_(adopt_only),
+      started_in_(target.state),
       thread_([this] { run(); }) {}
 
 TargetLifecycle::~TargetLifecycle() {
@@ -91,7 +92,12 @@ void TargetLifecycle::run() {
   // not the main loop's (daemon.h, kMainLoopNice), which this thread inherited.
   (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 0);
   try {
-    if (!adopt_existing_cache() && !adopt_only_) run_pipeline();
+    if (!adopt_existing_cache() && !adopt_only_) {
+      if (follows_ && dynimize_.dynimize)
+        follow_group_plan();
+      else
+        run_pipeline();
+    }
   } catch (const std::exception& e) {
     log::error("target {} pid {}: internal error: {}", name_, pid_, e.what());
     std::string why = std::string("internal error: ") + e.what();
@@ -233,6 +239,7 @@ void TargetLifecycle::dynimize() {
   }
   Result<Injection> injected = fail("not injected");
   double share_copied = 0;
+  std::shared_ptr<GroupPlan> for_group;  // what the group's other members may be dynimized by
   try {
     auto exe = executable_profile(pid_, *recorder);
     if (!exe) {
@@ -290,14 +297,53 @@ void TargetLifecycle::dynimize() {
     }
     end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
+    if (counts && injected && injected->error.empty())
+      for_group = std::make_shared<GroupPlan>(GroupPlan{pid_, *counts, request.hot, request.callers});
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
     end_counting();  // never left counting: its entries back, its counters off
   }
   seconds_optimizing_ = seconds_since(t0);
+  if (settle_injection(std::move(injected), share_copied) && for_group) table_.publish_group_plan(group_, for_group);
+}
+
+// A member of a busy group that has a plan (process_group.h): dynimized by
+// it, with no profile or counting phase of its own.
+void TargetLifecycle::follow_group_plan() {
+  std::shared_ptr<const GroupPlan> plan = table_.group_plan(group_);
+  if (!plan) {
+    fail_with(TargetState::Failed, "its group's plan is gone");
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  if (!move(TargetState::Profiling, TargetState::Dynimizing,
+            fmt::format("follows its group's plan (counted in pid {})", plan->counted_in)))
+    return;
+  InjectRequest request;
+  request.options = dynimize_.jit();
+  request.pid = pid_;
+  request.image = image_;
+  request.hot = plan->hot;
+  request.callers = plan->callers;
+  request.counts = &plan->counts;
+  layout_ = fmt::format("by counts of pid {}, its group's plan ({:.1f} s of counting copies)", plan->counted_in,
+                        plan->counts.seconds);
+  Result<Injection> injected = fail("not injected");
+  try {
+    injected = inject_executable(request);
+  } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
+    injected = fail(std::string("internal error: ") + e.what());
+  }
+  seconds_optimizing_ = seconds_since(t0);
+  settle_injection(std::move(injected), std::nullopt);
+}
+
+// Where an injection leaves the target (dynimizing → dynimized, or failed
+// with every entry back); true when dynimized.
+bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional<double> share_copied) {
   if (!injected) {
     fail_injection(injected.error().message());
-    return;
+    return false;
   }
   std::string error = injected->error;
   if (!error.empty() && !injected->patched.empty()) {
@@ -310,7 +356,7 @@ void TargetLifecycle::dynimize() {
     std::lock_guard lock(mutex_);
     plan_ = kept.plan;
     plan_["injected"] = true;
-    plan_["sampled_cpu_accepted_percent"] = share_copied;
+    plan_["sampled_cpu_accepted_percent"] = share_copied ? nlohmann::json(*share_copied) : nlohmann::json(nullptr);
   }
   {
     std::lock_guard lock(injection_mutex_);
@@ -322,7 +368,7 @@ void TargetLifecycle::dynimize() {
   if (!error.empty()) {
     settle_after_failure(TargetState::Dynimizing,
                          fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
-    return;
+    return false;
   }
   // One line an operator can act on: what, how much, how long the target was held.
   std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} call sites re-pointed, "
@@ -335,7 +381,7 @@ void TargetLifecycle::dynimize() {
                                 injection_->patch_windows, injection_->longest_stop.count() / 1000.0,
                                 seconds_profiling_, seconds_optimizing_);
   log::info("target {} pid {}: dynimized: {}", name_, pid_, why);
-  move(TargetState::Dynimizing, TargetState::Dynimized, why);
+  return move(TargetState::Dynimizing, TargetState::Dynimized, why);
 }
 
 // The counting phase (counting_phase.h): counting copies of the hot set
@@ -584,6 +630,9 @@ nlohmann::json TargetLifecycle::injection_json() const {
   std::map<std::string, std::size_t> skipped = skipped_by_kind(in.skipped);
 
   return {{"adopted", adopted_},
+          // How it came to be dynimized: its own profile and counts, its group's plan, or found in it.
+          {"via", adopted_ ? "adopted" : follows_ ? "group plan" : "injected"},
+          {"plan_counted_in", follows_ ? nlohmann::json(follows_) : nlohmann::json(nullptr)},
           {"functions_patched", count_of(in.patched, PatchKind::Entry)},
           {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
           {"functions_copied", in.copies.size()},

@@ -104,6 +104,8 @@ class TargetLifecycle {
   void settle_adoption(TargetState to, const std::string& why);
   void settle_after_failure(TargetState from, const std::string& reason);
   void dynimize();
+  void follow_group_plan();
+  bool settle_injection(Result<Injection> injected, std::optional<double> share_copied);
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
   void save_counts(const jit::ModuleCounts& counts);
   void note_copies(const Injection& in, const std::string& tier);  // never throws
@@ -128,6 +130,8 @@ class TargetLifecycle {
   uint64_t image_;
   std::string name_;
   TargetTable& table_;
+  std::string group_;  // its process group's key
+  pid_t follows_;      // dynimized by its group's plan (process_group.h), counted in this member; 0: its own
   profiler::RecorderOptions options_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};

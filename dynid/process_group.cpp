@@ -19,6 +19,9 @@ std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Tar
     ++g.members;
     if (t->cpu_percent > 0) g.cpu_percent += t->cpu_percent;
     if (t->state != TargetState::Waiting && t->state != TargetState::Unlicensed) g.settled = true;
+    if (t->state == TargetState::Profiling || t->state == TargetState::Dynimizing) g.in_pipeline = true;
+    if (t->state == TargetState::Failed || t->state == TargetState::Unsupported || t->state == TargetState::Undone)
+      g.stopped = true;
     if (t->state == TargetState::Waiting && t->cpu_percent > g.busiest_cpu) {
       g.busiest_waiting = t->pid;
       g.busiest_cpu = t->cpu_percent;
@@ -29,6 +32,12 @@ std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Tar
 
 pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent) {
   if (group.settled || group.cpu_percent < threshold_percent) return 0;
+  if (group.busiest_waiting == 0 || group.busiest_cpu < kLeaderFloorPercent) return 0;
+  return group.busiest_waiting;
+}
+
+pid_t group_follower_to_be(const GroupSummary& group, double threshold_percent) {
+  if (group.in_pipeline || group.stopped || group.cpu_percent < threshold_percent) return 0;
   if (group.busiest_waiting == 0 || group.busiest_cpu < kLeaderFloorPercent) return 0;
   return group.busiest_waiting;
 }

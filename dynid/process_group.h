@@ -16,8 +16,18 @@
 // (cpu_percent < 0): it counts for nothing and is never chosen, so a backend
 // that lives shorter than the window costs nothing.
 //
-// Not done yet (issue 21): one profile across the busy members, one plan
-// for every member, the parent injected so that forked workers inherit.
+// Once a member was dynimized by counts, its plan (GroupPlan: the counts and
+// the functions that ran) serves the group's other busy members: each is
+// dynimized by it in turn, with no profile or counting phase of its own
+// (a "follower"). The follower rule (group_follower_to_be): the group has a
+// plan and is busy as a whole; no member is in the pipeline (one at a time);
+// none failed, is unsupported or was undone (the group's answer, or the
+// operator's); the busiest waiting member has at least kLeaderFloorPercent
+// of a core of its own (an idle parent is never chosen).
+//
+// Not done yet (issue 21): one profile across the busy members, the parent
+// injected so that forked workers inherit, a forked member sharing its
+// parent's cache.
 #pragma once
 
 #include <sys/types.h>
@@ -27,6 +37,7 @@
 #include <vector>
 
 #include "dynid/target.h"
+#include "jit/module_counts.h"
 
 namespace dyni {
 
@@ -42,6 +53,8 @@ struct GroupSummary {
   std::size_t members = 0;
   double cpu_percent = 0;  // the measured members' CPU, summed (percent of one core)
   bool settled = false;    // a member is in the pipeline or past it
+  bool in_pipeline = false;  // a member is profiling or dynimizing
+  bool stopped = false;      // a member failed, is unsupported or was undone
   pid_t busiest_waiting = 0;  // the waiting member with the most CPU (0: none measured)
   double busiest_cpu = -1;
 };
@@ -51,5 +64,21 @@ std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Tar
 
 // The group's leader to be, or 0: the rule above.
 pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent);
+
+// The plan a member of a group was dynimized by, for the others. The
+// group's members run one file (its key: device and inode), and counts are
+// kept by link-time address: they hold in every member, wherever its
+// executable is mapped. Each follower's injection checks its own memory as
+// any injection does.
+struct GroupPlan {
+  pid_t counted_in = 0;           // the member whose counting copies counted
+  jit::ModuleCounts counts;       // lays the copies out
+  std::vector<uint64_t> hot;      // the functions that ran in its counting copies
+  std::vector<uint64_t> callers;  // the functions its profile saw (their direct calls re-pointed)
+};
+
+// The next member to be dynimized by the group's plan, or 0: the follower
+// rule above (a group with a plan).
+pid_t group_follower_to_be(const GroupSummary& group, double threshold_percent);
 
 }  // namespace dyni

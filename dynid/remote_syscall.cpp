@@ -1,6 +1,7 @@
 // A system call run in a held thread, safe against dynid dying mid-call.
 #include "dynid/proc_reader.h"
 #include "dynid/remote_syscall.h"
+#include "dynid/syscall_stop.h"
 
 #include <elf.h>
 #include <signal.h>
@@ -57,7 +58,7 @@ constexpr std::size_t kXstateOffset = 448;
 static_assert(kXstateOffset >= 8 + sizeof(KernelUcontext) + kSiginfoBytes && kXstateOffset % 64 == 0);
 
 // Kernel-internal syscall results that make it restart the call on resume.
-constexpr long kErestartsys = -512, kErestartnointr = -513, kErestartnohand = -514, kErestartRestartblock = -516;
+constexpr long kErestartsys = -512, kErestartnointr = -513, kErestartnohand = -514;
 
 constexpr std::string_view kSyscallRet("\x0f\x05\xc3", 3);
 constexpr std::string_view kSigreturn("\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", 9);
@@ -189,10 +190,10 @@ Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid) {
   armed.tid = tid;
   if (::ptrace(PTRACE_GETREGS, tid, nullptr, &armed.saved) != 0)
     return fail(sys_error(fmt::format("PTRACE_GETREGS of thread {}", tid)));
-  // After rt_sigreturn the kernel would turn a restart through restart_block
-  // (nanosleep, poll with a timeout) into EINTR: pick another thread.
-  if (static_cast<long>(armed.saved.orig_rax) >= 0 && static_cast<long>(armed.saved.rax) == kErestartRestartblock)
-    return fail(fmt::format("thread {} is in a call that restarts through restart_block", tid));
+  // In a system call where no call may run (syscall_stop.h: a restart
+  // through restart_block, a clone at its event stop, a temporary mask).
+  if (std::string why = why_no_call_in_syscall(tid, armed.saved); !why.empty())
+    return fail(fmt::format("thread {}: {}", tid, why));
   if (::ptrace(PTRACE_GETSIGMASK, tid, sizeof armed.saved_mask, &armed.saved_mask) != 0)
     return fail(sys_error(fmt::format("PTRACE_GETSIGMASK of thread {}", tid)));
   return armed;

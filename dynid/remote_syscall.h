@@ -73,7 +73,8 @@ struct ArmedCall {
 
 // The building blocks, shared with remote_call.h:
 // the thread's registers and mask as at its stop (refused: not held, in a
-// job-control stop, or in a call that restarts through restart_block) ...
+// job-control stop, with a signal to take, or in a system call where no
+// call may run: syscall_stop.h) ...
 Result<ArmedCall> capture_thread(const WorldStop& world, pid_t tid);
 // ... and its rt_sigframe written below its red zone, inside its own stack,
 // returning to `return_to`; returns the frame's address, which becomes rsp.

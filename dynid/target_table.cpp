@@ -118,11 +118,25 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
 void TargetTable::advance_groups(const BusyRule& rule) {
   std::vector<const Target*> all;
   for (const auto& [pid, t] : targets_) all.push_back(&t);
-  for (const auto& [key, group] : summarize_groups(all)) {
+  const std::map<std::string, GroupSummary> groups = summarize_groups(all);
+  std::erase_if(plans_, [&](const auto& plan) { return !groups.contains(plan.first); });  // the group is gone
+  for (const auto& [key, group] : groups) {
+    if (auto plan = plans_.find(key); plan != plans_.end()) {
+      pid_t next = group_follower_to_be(group, rule.threshold_percent);
+      if (!next) continue;
+      Target& t = targets_.at(next);
+      t.follows = plan->second->counted_in;
+      set_state(t, TargetState::Profiling,
+                fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; at {:.0f}%, it follows "
+                            "the group's plan (counted in pid {})",
+                            group.cpu_percent, rule.window_ms, group.members, t.exe, t.cpu_percent, t.follows));
+      continue;
+    }
     pid_t leader = group_leader_to_be(group, rule.threshold_percent);
     if (!leader) continue;
     Target& t = targets_.at(leader);
     t.group_leader = true;
+    t.follows = 0;
     set_state(t, TargetState::Profiling,
               fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; the busiest, at {:.0f}%",
                           group.cpu_percent, rule.window_ms, group.members, t.exe, t.cpu_percent));
@@ -139,6 +153,17 @@ bool TargetTable::transition(pid_t pid, uint64_t start_time, TargetState from, T
   bool with_reason = to == TargetState::Failed || to == TargetState::Unsupported;
   set_state(it->second, to, reason, with_reason ? reason : "");
   return true;
+}
+
+void TargetTable::publish_group_plan(const std::string& key, std::shared_ptr<const GroupPlan> plan) {
+  std::lock_guard lock(mutex_);
+  plans_.try_emplace(key, std::move(plan));
+}
+
+std::shared_ptr<const GroupPlan> TargetTable::group_plan(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  auto it = plans_.find(key);
+  return it == plans_.end() ? nullptr : it->second;
 }
 
 std::vector<Target> TargetTable::snapshot() const {
@@ -179,7 +204,8 @@ nlohmann::json TargetTable::to_json() const {
                     {"group", {{"key", t.group},
                                {"members", group.members},
                                {"cpu_percent", group.cpu_percent},
-                               {"leader", t.group_leader}}}});
+                               {"leader", t.group_leader},
+                               {"follows", t.follows ? nlohmann::json(t.follows) : nlohmann::json(nullptr)}}}});
   }
   return list;
 }

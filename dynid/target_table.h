@@ -8,10 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "dynid/discovery.h"
+#include "dynid/process_group.h"
 #include "dynid/target.h"
 
 namespace dyni {
@@ -37,6 +39,12 @@ class TargetTable {
   bool transition(pid_t pid, uint64_t start_time, TargetState from, TargetState to,
                   const std::string& reason, uint64_t image = 0);
 
+  // The plan a member of group `key` was dynimized by (process_group.h),
+  // for its other members. The first one published stays while the group
+  // has members.
+  void publish_group_plan(const std::string& key, std::shared_ptr<const GroupPlan> plan);
+  std::shared_ptr<const GroupPlan> group_plan(const std::string& key) const;
+
   std::vector<Target> snapshot() const;  // ordered by pid
   nlohmann::json to_json() const;
   std::size_t count_in(TargetState state) const;
@@ -48,6 +56,7 @@ class TargetTable {
 
   mutable std::mutex mutex_;
   std::map<pid_t, Target> targets_;
+  std::map<std::string, std::shared_ptr<const GroupPlan>> plans_;  // by group key
 };
 
 // Wall clock in unix milliseconds; monotonic milliseconds.

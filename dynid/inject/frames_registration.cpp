@@ -58,6 +58,12 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
       why = clean.error().message();
       continue;
     }
+    // Held, no signal to take, room for the frame: else the next thread (a
+    // call that fails once armed is not tried again elsewhere).
+    if (auto fit = can_take_call(*w, tid, FrameAlignment::FunctionEntry); !fit) {
+      why = fit.error().message();
+      continue;
+    }
     auto r = remote_call(*w, tid, {register_frame, {blob}, stub}, timeout);
     return r ? ok() : Status(std::unexpected(r.error()));
   }

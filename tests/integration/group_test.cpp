@@ -1,10 +1,13 @@
 // Process groups end to end (issue 21, dynid/process_group.h): a pool of
-// processes of one executable, none busy alone, is busy as a group.
+// processes of one executable, none busy alone, is busy as a group, and one
+// plan serves its busy members.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "tests/integration/dyni_host.h"
 
@@ -29,7 +32,9 @@ int exit_status_of(pid_t pid, std::chrono::seconds timeout) {
   return -1;
 }
 
-TEST(Groups, APoolBusyOnlyAsAWholeHasItsBusiestWorkerDynimizedAndComputesTheSame) {
+// The busiest worker leads: it is profiled and counted alone; then every
+// other busy worker is dynimized by its plan in turn; the idle parent never.
+TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndComputesTheSame) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   DyniHost host;
   // busy_threshold_percent 40 (kFastOptions): each worker, busy 25 ms of
@@ -38,37 +43,60 @@ TEST(Groups, APoolBusyOnlyAsAWholeHasItsBusiestWorkerDynimizedAndComputesTheSame
   host.license_this_host();
   ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
   const std::string exe = host.install_program(DYNI_TEST_PREFORK, "dyni-prefork");
-  const pid_t parent = host.spawn({exe, "40", "4", "25"});
-  pid_t leader = 0;
+  const pid_t parent = host.spawn({exe, "75", "4", "25"});
+  std::vector<nlohmann::json> members;
+  auto dynimized = [&] {
+    std::size_t n = 0;
+    for (const auto& t : members) n += t.value("status", "") == "dynimized";
+    return n;
+  };
   ASSERT_TRUE(host.wait_for(
       [&](const nlohmann::json& j) {
-        for (const auto& t : members_of(j, "dyni-prefork"))
-          if (t.value("status", "") == "dynimized") leader = t.value("pid", 0);
-        return leader != 0;
+        members = members_of(j, "dyni-prefork");
+        return dynimized() == 4;
       },
-      60s))
-      << host.status_json().dump() << host.log();
-  EXPECT_NE(leader, parent) << "the idle parent was chosen";
-  const std::vector<nlohmann::json> members = members_of(host.status_json(), "dyni-prefork");
+      65s))
+      << "dynimized: " << dynimized() << "\n" << host.status_json().dump() << host.log();
   ASSERT_EQ(members.size(), 5u) << "the parent and four workers";
+  pid_t leader = 0;
+  for (const auto& t : members)
+    if (t["group"]["leader"] == true) leader = t.value("pid", 0);
+  ASSERT_NE(leader, 0);
+  EXPECT_NE(leader, parent) << "the idle parent was chosen";
   for (const auto& t : members) {
     SCOPED_TRACE(t.dump());
     EXPECT_EQ(t["group"]["key"], members[0]["group"]["key"]);
     EXPECT_EQ(t["group"]["members"], 5);
     EXPECT_LT(t.value("cpu_percent", 0.0), 40.0) << "a worker was busy alone";
-    const bool is_leader = t.value("pid", 0) == leader;
-    EXPECT_EQ(t["group"]["leader"], is_leader);
-    // One member at a time: the rest wait (a plan for every member is issue 21's next step).
-    if (!is_leader) {
-      EXPECT_EQ(t.value("status", ""), "waiting");
+    const pid_t pid = t.value("pid", 0);
+    if (pid == parent) {
+      EXPECT_EQ(t.value("status", ""), "waiting") << "the idle parent";
+      continue;
     }
+    ASSERT_EQ(t.value("status", ""), "dynimized");
+    if (pid == leader) {
+      EXPECT_EQ(t["dynimized"]["via"], "injected");
+      EXPECT_NE(t["dynimized"].value("layout", "").find("by counts"), std::string::npos);
+      EXPECT_EQ(t["group"]["follows"], nullptr);
+    } else {
+      EXPECT_EQ(t["dynimized"]["via"], "group plan");
+      EXPECT_EQ(t["dynimized"]["plan_counted_in"], leader);
+      EXPECT_EQ(t["group"]["follows"], leader);
+      EXPECT_NE(t["dynimized"].value("layout", "").find(fmt::format("by counts of pid {}", leader)), std::string::npos);
+      EXPECT_EQ(t.value("counting", nlohmann::json()), nullptr) << "a follower counts nothing";
+    }
+    EXPECT_GE(t["dynimized"].value("functions_patched", 0), 1);
   }
   EXPECT_NE(host.log().find("busy as a group"), std::string::npos) << host.log();
+  EXPECT_NE(host.log().find("follows the group's plan"), std::string::npos) << host.log();
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
-  EXPECT_EQ(host.state_of(leader), "undone");
+  for (const auto& t : members) {
+    if (t.value("pid", 0) == parent) continue;
+    EXPECT_EQ(host.state_of(t.value("pid", 0)), "undone") << t.value("pid", 0);
+  }
   // Every worker checked every round against the parent's result.
-  EXPECT_EQ(exit_status_of(parent, 60s), 0) << "a worker computed a wrong result or died\n" << host.log();
+  EXPECT_EQ(exit_status_of(parent, 90s), 0) << "a worker computed a wrong result or died\n" << host.log();
 }
 
 }  // namespace

@@ -203,6 +203,32 @@ TEST_F(RemoteCallAfterSyscallTest, ThreadsAtTheExitOfACompletedCallTakeCallsAndS
 // What a thread's rip follows: a `syscall`, an `int 0x80`.
 const uint8_t kSyscall[] = {0x0f, 0x05, 0x90}, kInt80[] = {0xcd, 0x80, 0x90};
 
+// A thread in ppoll with a temporary mask takes no call, not even a system
+// call: the mask it would be left with is the temporary one.
+TEST_F(RemoteCallAfterSyscallTest, AThreadWaitingWithATemporaryMaskTakesNoCall) {
+  int met = 0;
+  for (int round = 0; round < 300 && met < 3; ++round) {
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    for (const auto& [tid, t] : w->threads()) {
+      if (static_cast<long>(t.regs.orig_rax) != SYS_ppoll) continue;
+      Status fit = can_take_call(*w, tid);
+      ASSERT_FALSE(fit) << "a thread in ppoll with a mask could take a call";
+      EXPECT_NE(fit.error().message().find("temporary signal mask"), std::string::npos) << fit.error().message();
+      auto r = remote_syscall(*w, tid, syscalls, SYS_getpid, {});
+      ASSERT_FALSE(r) << "getpid ran in a thread in ppoll with a mask";
+      ++met;
+    }
+    w->resume();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + round % 5));
+  }
+  EXPECT_GE(met, 3) << "the ppoll thread was never met in its call";
+  std::this_thread::sleep_for(50ms);  // it checks its own mask after each return
+  ASSERT_TRUE(target.running()) << target.read_line(100ms);
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
 TEST(CleanThread, RefusesThreadsInSystemCallsWhereACallCannotRun) {
   // Told by the registers, the instruction before rip and the arguments a
   // mask is given in, before the stack is looked at; this process stands in
@@ -243,6 +269,16 @@ TEST(CleanThread, RefusesThreadsInSystemCallsWhereACallCannotRun) {
   EXPECT_NE(why(SYS_execve, 0).find("fork, clone or exec"), std::string::npos);
   EXPECT_NE(why(SYS_read, -517).find("internal result"), std::string::npos);  // ERESTART_RESTARTBLOCK's neighbours
   EXPECT_NE(why(SYS_getpid, 4242, {}, kInt80).find("not made by a syscall instruction"), std::string::npos);
+  EXPECT_NE(why(SYS_getpid | 0x40000000, 4242).find("x32"), std::string::npos);
+  EXPECT_NE(why(SYS_clone3, -ENOSYS).find("fork, clone or exec"), std::string::npos);  // at PTRACE_EVENT_CLONE
+  EXPECT_NE(why(SYS_futex, -ENOSYS).find("in the middle of"), std::string::npos);
+  EXPECT_NE(why(SYS_io_uring_enter, 0, with(&user_regs_struct::r10, reinterpret_cast<void*>(1 << 6))).find(kMasked),
+            std::string::npos);  // IORING_ENTER_EXT_ARG_REG: a registered argument, unread
+  EXPECT_EQ(why(SYS_io_uring_enter, 0), "accepted");
+  // An allocator's own calls, at their exits: its lock may be held there.
+  for (long memory : {SYS_mmap, SYS_munmap, SYS_mremap, SYS_madvise, SYS_mprotect, SYS_brk})
+    EXPECT_NE(why(memory, 0).find("allocator"), std::string::npos) << memory;
+  EXPECT_EQ(why(SYS_mmap, -512), "accepted");  // interrupted, to be restarted: nothing held
   EXPECT_EQ(why(SYS_getpid, 4242), "accepted");
   EXPECT_EQ(why(SYS_epoll_wait, kEintr), "accepted");
   EXPECT_EQ(why(SYS_read, -512), "accepted");  // ERESTARTSYS: restarted, as before

@@ -19,7 +19,8 @@
 //  - with "syscalls", a thread makes getpid() calls in a tight loop and checks
 //    each result, and another waits in epoll_wait() on an empty set, where
 //    EINTR is the only answer allowed (threads met on their way out of a
-//    system call that is not restarted);
+//    system call that is not restarted), and a third waits in ppoll with a
+//    temporary mask and checks its own is back after each return;
 //  - with "nothp", it turns transparent huge pages off for itself first, as
 //    mariadbd does (prctl(PR_SET_THP_DISABLE, 1)); the line "thp" is answered
 //    "thp N" with PR_GET_THP_DISABLE's answer, and "lift" sets the flag to
@@ -29,6 +30,7 @@
 //    read across stops) with "got LINE usr1=N rt=M", and exits 0 at end of input.
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/auxv.h>
@@ -171,6 +173,26 @@ void block_all_signals() {
   }
 }
 
+// Waits in ppoll with a temporary mask that lets SIGWINCH in, which its own
+// mask blocks (as a server waits in pselect for a signal it holds off
+// elsewhere); after each return its own mask must be back.
+[[noreturn]] void ppoll_forever() {
+  sigset_t own;
+  sigemptyset(&own);
+  sigaddset(&own, SIGWINCH);
+  pthread_sigmask(SIG_BLOCK, &own, nullptr);
+  sigset_t during;
+  pthread_sigmask(SIG_BLOCK, nullptr, &during);
+  sigdelset(&during, SIGWINCH);
+  for (;;) {
+    timespec ts{0, 5'000'000};
+    ::ppoll(nullptr, 0, &ts, &during);
+    sigset_t now;
+    pthread_sigmask(SIG_BLOCK, nullptr, &now);
+    if (!sigismember(&now, SIGWINCH)) wrong("ppoll's temporary mask stayed");
+  }
+}
+
 [[noreturn]] void spawn_forever() {
   for (;;) std::thread([] { volatile int x = 0; for (int i = 0; i < 1000; ++i) x = x + i; }).join();
 }
@@ -222,6 +244,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "syscalls") == 0) {
     std::thread(getpid_forever).detach();
     std::thread(epoll_forever).detach();
+    std::thread(ppoll_forever).detach();
   }
   std::printf("ready\n");
   std::fflush(stdout);

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <memory>
+
 #include "dynid/target_table.h"
 
 namespace dyni {
@@ -160,6 +162,93 @@ TEST(TargetTable, AGroupBusyAsAWholeProfilesItsBusiestMemberAlone) {
   ASSERT_TRUE(t.transition(12, 12, TargetState::Profiling, TargetState::Failed, "no"));
   t.advance(kRule, true);
   EXPECT_EQ(t.count_in(TargetState::Profiling), 0u);
+}
+
+// A reading at `second` of members busy `percent` of a core since second 0, then a step.
+void advance_at(TargetTable& t, const std::vector<std::pair<pid_t, int>>& members, int second) {
+  std::vector<DiscoveredProcess> found;
+  for (auto [pid, percent] : members)
+    found.push_back(member(pid, hz * static_cast<uint64_t>(percent) * static_cast<uint64_t>(second) / 100));
+  t.reconcile(found, second * 1000);
+  t.advance(kRule, true);
+}
+
+pid_t follows_of(const TargetTable& t, pid_t pid) {
+  for (const Target& target : t.snapshot())
+    if (target.pid == pid) return target.follows;
+  return -1;
+}
+
+void dynimized(TargetTable& t, pid_t pid) {
+  ASSERT_TRUE(t.transition(pid, static_cast<uint64_t>(pid), TargetState::Profiling, TargetState::Dynimizing, "hot"));
+  ASSERT_TRUE(t.transition(pid, static_cast<uint64_t>(pid), TargetState::Dynimizing, TargetState::Dynimized, "ok"));
+}
+
+TEST(TargetTable, AGroupWithAPlanDynimizesItsOtherBusyMembersByItOneAtATime) {
+  TargetTable t;
+  const std::vector<std::pair<pid_t, int>> members = {{10, 2}, {11, 30}, {12, 35}, {13, 25}, {14, 15}};
+  advance_at(t, members, 0);
+  advance_at(t, members, 1);
+  ASSERT_EQ(state_of(t, 12), TargetState::Profiling);
+  EXPECT_EQ(follows_of(t, 12), 0);
+  dynimized(t, 12);
+  advance_at(t, members, 2);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "no plan: the leader was the group's answer";
+  const std::string key = t.snapshot().front().group;
+  EXPECT_EQ(t.group_plan(key), nullptr);
+  t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
+  t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{99, {}, {}, {}}));  // the first stays
+  ASSERT_NE(t.group_plan(key), nullptr);
+  EXPECT_EQ(t.group_plan(key)->counted_in, 12);
+  // The busiest waiting member follows the plan; one at a time.
+  advance_at(t, members, 3);
+  EXPECT_EQ(state_of(t, 11), TargetState::Profiling);
+  EXPECT_EQ(follows_of(t, 11), 12);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 1u);
+  for (const auto& target : t.to_json()) {
+    if (target["pid"] == 11) {
+      EXPECT_EQ(target["group"]["follows"], 12) << target.dump();
+    }
+  }
+  advance_at(t, members, 4);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 1u);
+  dynimized(t, 11);
+  advance_at(t, members, 5);
+  EXPECT_EQ(state_of(t, 13), TargetState::Profiling);
+  EXPECT_EQ(follows_of(t, 13), 12);
+  // A member that failed stops the rest; the idle one is never chosen.
+  ASSERT_TRUE(t.transition(13, 13, TargetState::Profiling, TargetState::Failed, "no"));
+  advance_at(t, members, 6);
+  EXPECT_EQ(state_of(t, 14), TargetState::Waiting);
+  EXPECT_EQ(state_of(t, 10), TargetState::Waiting);
+  // Once the group has no members, its plan goes.
+  t.reconcile({}, 7000);
+  t.advance(kRule, true);
+  EXPECT_EQ(t.group_plan(key), nullptr);
+}
+
+TEST(TargetTable, AGroupWithAPlanWaitsWhileUndoneOrBelowTheThreshold) {
+  TargetTable t;
+  const std::vector<std::pair<pid_t, int>> members = {{11, 30}, {12, 35}, {13, 25}};
+  advance_at(t, members, 0);
+  advance_at(t, members, 1);
+  dynimized(t, 12);
+  const std::string key = t.snapshot().front().group;
+  t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
+  ASSERT_TRUE(t.transition(12, 12, TargetState::Dynimized, TargetState::Undone, "dyni -undo"));
+  advance_at(t, members, 2);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "the operator undid a member";
+  ASSERT_TRUE(t.transition(12, 12, TargetState::Undone, TargetState::Dynimized, "dyni -redo"));
+  // From second 2 on, each member at 5 %: 15 % in all.
+  for (int second : {3, 4}) {
+    std::vector<DiscoveredProcess> found;
+    for (auto [pid, percent] : members)
+      found.push_back(member(pid, hz * static_cast<uint64_t>(percent * 2 + 5 * (second - 2)) / 100));
+    t.reconcile(found, second * 1000);
+    t.advance(kRule, true);
+  }
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "a group below the threshold";
+  for (const auto& target : t.to_json()) EXPECT_NEAR(target["group"]["cpu_percent"].get<double>(), 15.0, 2.0);
 }
 
 TEST(TargetTable, AGroupBelowTheThresholdOrOfSmallMembersWaits) {
