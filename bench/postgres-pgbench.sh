@@ -83,7 +83,7 @@ dyni() { DYNI_CONFIG=$WORK/dyni.conf DYNI_RUN_DIR=$WORK/run DYNI_STATE_DIR=$WORK
 
 # ---- The private cluster and the load --------------------------------------
 DATA=$WORK/pgdata
-EXE=$WORK/bin/dyni-postgres
+EXE=$WORK/exe/dyni-postgres
 as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
 psql_() { "$PGBIN/psql" -X -At -h "$DATA" -p "$PORT" -U postgres -d postgres -c "$1"; }
 LOAD=""
@@ -96,9 +96,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 stop_cluster   # ours, left by an interrupted run
-mkdir -p "$WORK/bin"
-# A copy of the binary (postgres finds its libraries through the real
-# installation: lib and share directories are compiled in, relative to it).
+mkdir -p "$WORK/exe"
+# A copy of the binary, in a directory not named bin: postgres finds its lib
+# and share directories relative to a .../bin, else where they were built for.
 cp "$PGBIN/postgres" "$EXE"
 if [ ! -f "$DATA/PG_VERSION" ]; then
   say "initdb in $DATA"

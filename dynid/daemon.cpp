@@ -163,6 +163,7 @@ void Daemon::scan() {
   targets_.reconcile(discover(exe_matcher_, options_.proc_root, ::getpid()), now_mono_ms());
   targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
   sync_lifecycles();
+  keep_groups_undone();
   if (now_mono_ms() >= next_metrics_ms_) {
     write_metrics_textfile();
     next_metrics_ms_ = now_mono_ms() + kMetricsIntervalMs;
@@ -391,19 +392,33 @@ protocol::Response Daemon::profile(const protocol::Request& request) const {
 }
 
 // Undo and redo act on dynimized (resp. undone) targets, one stop window
-// each; every target is answered for.
+// each; every target is answered for. Oldest first: a parent (a postmaster)
+// before the members it forked, so that what it forks meanwhile already has
+// the code the operator asked for. The groups undone stay undone for their
+// members forked before the parent's undo and found after it.
 protocol::Response Daemon::undo_or_redo(bool undo) {
   // Without a license dyni optimizes nothing: -undo still works, -redo not.
   if (!undo && !license_.active)
     return protocol::error_response("no active license: -redo would optimize again (dyni -license=status)");
   TargetState from = undo ? TargetState::Dynimized : TargetState::Undone;
   std::vector<std::string> done, failed;
-  for (const Target& t : targets_.snapshot()) {
+  group_undo_tried_.clear();  // a new answer: each may be tried again
+  std::vector<Target> targets = targets_.snapshot();
+  std::stable_sort(targets.begin(), targets.end(),
+                   [](const Target& a, const Target& b) { return a.start_time < b.start_time; });
+  for (const Target& t : targets) {
     auto lc = lifecycles_.find(t.pid);
     bool ours = lc != lifecycles_.end() && lc->second->start_time() == t.start_time;
+    if (undo && t.state == TargetState::Dynimizing && ours && t.follows) {
+      // Following its group's plan (no counting to stop): undone as its
+      // injection ends, with its group (keep_groups_undone).
+      targets_.set_group_undone(t.group, true);
+      done.push_back(fmt::format("{} (pid {}): being injected by its group's plan; undone as that ends", t.name, t.pid));
+      continue;
+    }
     if (undo && t.state == TargetState::Dynimizing) {  // counting: stopped, on the original code
       auto r = ours ? lc->second->stop_counting() : fail("being dynimized; run dyni -undo again in a few seconds");
-      if (r) done.push_back(*r);
+      if (r) done.push_back(*r), targets_.set_group_undone(t.group, true);
       else failed.push_back(fmt::format("{} (pid {}): {}", t.name, t.pid, r.error().message()));
       continue;
     }
@@ -411,6 +426,7 @@ protocol::Response Daemon::undo_or_redo(bool undo) {
     auto r = undo ? lc->second->undo() : lc->second->redo();
     if (r) {
       done.push_back(*r);
+      targets_.set_group_undone(t.group, undo);
     } else {
       failed.push_back(fmt::format("{} (pid {}): {}", t.name, t.pid, r.error().message()));
       log::warn("target {} pid {}: {}", t.name, t.pid, r.error().message());
@@ -425,6 +441,30 @@ protocol::Response Daemon::undo_or_redo(bool undo) {
   nlohmann::json data = {{"done", done}, {"failed", failed}};
   if (!failed.empty()) return {false, text, data};
   return {true, text, data};
+}
+
+// A member of a group that dyni -undo undid, adopted dynimized since (forked
+// from its parent before the parent's undo, found after it): undone too.
+void Daemon::keep_groups_undone() {
+  const std::vector<Target> targets = targets_.snapshot();
+  std::erase_if(group_undo_tried_, [&](const auto& id) {
+    return std::none_of(targets.begin(), targets.end(),
+                        [&](const Target& t) { return t.pid == id.first && t.start_time == id.second; });
+  });
+  for (const Target& t : targets) {
+    if (t.state != TargetState::Dynimized || !targets_.group_undone(t.group)) continue;
+    auto lc = lifecycles_.find(t.pid);
+    if (lc == lifecycles_.end() || lc->second->start_time() != t.start_time || !lc->second->finished()) continue;
+    if (!group_undo_tried_.insert({t.pid, t.start_time}).second) continue;  // a failed undo is not retried each scan
+    Result<std::string> r = fail("");
+    try {  // a bug must cost this target its undo, not dynid its life
+      r = lc->second->undo();
+    } catch (const std::exception& e) {
+      r = fail(std::string("internal error: ") + e.what());
+    }
+    if (r) log::info("target {} pid {}: its group was undone by dyni -undo: {}", t.name, t.pid, *r);
+    else log::warn("target {} pid {}: its group was undone by dyni -undo, but: {}", t.name, t.pid, r.error().message());
+  }
 }
 
 }  // namespace dyni

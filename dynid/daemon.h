@@ -59,6 +59,7 @@ class Daemon {
   protocol::Response answer(const protocol::Request& request);
   protocol::Response status() const;
   protocol::Response undo_or_redo(bool undo);
+  void keep_groups_undone();
   int poll_timeout_ms(int64_t now);
   void warn_if_slow(const char* what, int64_t since_ms);
   static constexpr int64_t kSlowLoopMs = 1000;
@@ -84,6 +85,9 @@ class Daemon {
   std::map<pid_t, std::unique_ptr<TargetLifecycle>> retiring_;
   // Waiting targets already checked for a cache of dyni's (pid, start time).
   std::set<std::pair<pid_t, uint64_t>> adoption_checked_;
+  // Members of groups dyni -undo undid (TargetTable::group_undone) that
+  // keep_groups_undone tried to undo since the last -undo or -redo: once each.
+  std::set<std::pair<pid_t, uint64_t>> group_undo_tried_;
   license::LicenseState license_;
   bool stopping_ = false;
   int64_t started_unix_ms_;

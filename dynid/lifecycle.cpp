@@ -72,11 +72,20 @@ double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& 
   return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
 }
 
+// `pid` maps a cache at `cache_addr`: a child adopting it got it by fork
+// from that parent (a postmaster's backend). Only a label: nothing is
+// written on its account.
+bool maps_cache_at(pid_t pid, uint64_t cache_addr) {
+  if (pid <= 1) return false;
+  auto maps = profiler::read_maps(pid);
+  return maps && std::any_of(maps->begin(), maps->end(), [&](const profiler::Mapping& m) { return m.start == cache_addr; });
+}
+
 }  // namespace
 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
                                  profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only)
-    : pid_(target.pid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
+    : pid_(target.pid), ppid_(target.ppid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
       group_(target.group), follows_(target.follows), options_(options), dynimize_(dynimize), adopt_only_(adopt_only),
       started_in_(target.state),
       thread_([this] { run(); }) {}
@@ -186,11 +195,13 @@ bool TargetLifecycle::adopt_existing_cache() {
     for (const CacheRecord& r : all)  // threads may still run in any of them (a counting cache ended, I8)
       if (r.cache_addr != best->cache_addr) injection_->other_frames.push_back(from_record(pid_, start_time_, r).frames);
     adopted_ = true;
+    inherited_ = maps_cache_at(ppid_, best->cache_addr);
     if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
   }
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
-  std::string why = fmt::format("found dyni's cache at {:#x} in the target: {} of its {} patches (entries and call sites) live",
-                                best->cache_addr, best_live, best->patches.size());
+  std::string why = fmt::format("found dyni's cache at {:#x} in the target{}: {} of its {} patches (entries and call sites) live",
+                                best->cache_addr, inherited_ ? fmt::format(", inherited from its parent pid {}", ppid_) : "",
+                                best_live, best->patches.size());
   log::info("target {} pid {}: {}", name_, pid_, why);
   settle_adoption(to, why);  // first: -undo reaches it from now on
   note_adopted_copies(*best);
@@ -631,7 +642,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
 
   return {{"adopted", adopted_},
           // How it came to be dynimized: its own profile and counts, its group's plan, or found in it.
-          {"via", adopted_ ? "adopted" : follows_ ? "group plan" : "injected"},
+          {"via", inherited_ ? "inherited" : adopted_ ? "adopted" : follows_ ? "group plan" : "injected"},
           {"plan_counted_in", follows_ ? nlohmann::json(follows_) : nlohmann::json(nullptr)},
           {"functions_patched", count_of(in.patched, PatchKind::Entry)},
           {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},

@@ -123,6 +123,7 @@ class TargetLifecycle {
   void fail_with(TargetState state, const std::string& reason);
 
   pid_t pid_;
+  pid_t ppid_;  // its parent when found
   uint64_t start_time_;
   std::string layout_;  // how the copies' blocks were laid out (injection_json)
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
@@ -148,6 +149,7 @@ class TargetLifecycle {
   mutable std::mutex injection_mutex_;
   std::optional<Injection> injection_;
   bool adopted_ = false;  // found in the target, not made by this dynid
+  bool inherited_ = false;  // adopted, and its parent maps that cache: it came with a fork
   std::optional<uint64_t> huge_page_bytes_;  // of the cache, measured once after injection
   std::size_t redo_count_ = 0, undo_count_ = 0;
 

@@ -43,7 +43,7 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
     return fail("malformed /proc stat pid");
   st.comm = text.substr(open + 1, close - open - 1);
   std::istringstream rest(text.substr(close + 1));
-  // Fields from 3 (state) on; utime=14, stime=15, starttime=22, startcode=26,
+  // Fields from 3 (state) on; utime=14, stime=15, num_threads=20, starttime=22, startcode=26,
   // startstack=28 (proc(5)).
   std::vector<std::string> fields;
   for (std::string f; rest >> f && fields.size() < 26;) fields.push_back(f);
@@ -58,6 +58,7 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
   st.cpu_ticks = utime + stime;
   uint64_t ppid = 0;
   if (num(fields[1], ppid)) st.ppid = static_cast<pid_t>(ppid);
+  (void)num(fields[17], st.threads);
   uint64_t start_code = 0, start_stack = 0;
   // Hidden (no ptrace access), the kernel prints startcode 1 and startstack
   // 0; in the middle of an exec start_code is still 0: no marker then.

@@ -24,6 +24,7 @@ struct ProcStat {
   std::string comm;          // may contain spaces and ')' (set by the process)
   char state = '?';
   pid_t ppid = 0;
+  uint64_t threads = 0;      // num_threads
   uint64_t cpu_ticks = 0;    // utime + stime of all threads, in clock ticks
   uint64_t start_time = 0;   // since boot, in clock ticks: (pid, start_time) names a process
   // Where exec put the code and the stack (startcode, startstack), mixed; 0

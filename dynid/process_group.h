@@ -21,18 +21,32 @@
 // dynimized by it in turn, with no profile or counting phase of its own
 // (a "follower"). The follower rule (group_follower_to_be): the group has a
 // plan and is busy as a whole; no member is in the pipeline (one at a time);
-// none failed, is unsupported or was undone (the group's answer, or the
-// operator's); the busiest waiting member has at least kLeaderFloorPercent
-// of a core of its own (an idle parent is never chosen).
+// no member but the parent failed or is unsupported (the group's answer),
+// and dyni -undo has not undone the group since the last -redo (the
+// operator's: TargetTable::set_group_undone); the busiest waiting member
+// has at least kLeaderFloorPercent of a core of its own.
 //
-// Not done yet (issue 21): one profile across the busy members, the parent
-// injected so that forked workers inherit, a forked member sharing its
-// parent's cache.
+// Inherit, don't repeat: once no busy member is left to follow, the group's
+// parent (a waiting, single-threaded member whose child is a member:
+// postgres's postmaster, a pre-forked pool's parent) follows the plan too,
+// idle as it is. Every
+// worker it forks afterwards starts with the parent's cache and patched
+// entries, at the same address and in the same pages (fork), and is adopted
+// from the cache's record (lifecycle.h: "inherited"), with no stop window
+// of its own. A worker forked between the parent's windows is correct
+// either way: before the entries are patched it runs the original code
+// beside an unused cache (adopted as undone, which does not stop the
+// group), after them the copies.
+//
+// Not done yet (issue 21): one profile across the busy members (backends
+// born during profiling), so that a group of short-lived members only
+// (pgbench -C) gets a plan.
 #pragma once
 
 #include <sys/types.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,9 +68,10 @@ struct GroupSummary {
   double cpu_percent = 0;  // the measured members' CPU, summed (percent of one core)
   bool settled = false;    // a member is in the pipeline or past it
   bool in_pipeline = false;  // a member is profiling or dynimizing
-  bool stopped = false;      // a member failed, is unsupported or was undone
+  bool stopped = false;      // a member (not the parent) failed or is unsupported; or -undo undid the group
   pid_t busiest_waiting = 0;  // the waiting member with the most CPU (0: none measured)
   double busiest_cpu = -1;
+  pid_t waiting_parent = 0;   // a waiting member that is the parent of another member (0: none)
 };
 
 // Every group of `targets`, by key (pure: the caller holds the table's lock).
@@ -77,8 +92,11 @@ struct GroupPlan {
   std::vector<uint64_t> callers;  // the functions its profile saw (their direct calls re-pointed)
 };
 
+// The members of `targets` whose child is a member of the same group.
+std::set<pid_t> group_parents(const std::vector<const Target*>& targets);
+
 // The next member to be dynimized by the group's plan, or 0: the follower
-// rule above (a group with a plan).
+// rule above (a group with a plan), busy members first, then the parent.
 pid_t group_follower_to_be(const GroupSummary& group, double threshold_percent);
 
 }  // namespace dyni

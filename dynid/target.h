@@ -28,6 +28,8 @@ const char* state_name(TargetState state);
 struct Target {
   // Identity: a pid is reused, (pid, start_time) is not.
   pid_t pid = 0;
+  pid_t ppid = 0;  // its parent (a forking server's members are its children)
+  uint64_t threads = 0;  // at the last scan
   uint64_t start_time = 0;
   uint64_t image = 0;  // ProcStat::image: changes when the process execs
 

@@ -35,6 +35,8 @@ namespace {
 Target new_target(const DiscoveredProcess& p) {
   Target t;
   t.pid = p.stat.pid;
+  t.ppid = p.stat.ppid;
+  t.threads = p.stat.threads;
   t.start_time = p.stat.start_time;
   t.image = p.stat.image;
   t.name = p.name;
@@ -72,6 +74,8 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
       log::info("target found: {} pid {} exe {}{}, listed as {} (via {})", p.name, p.stat.pid,
                 p.exe.path, p.exe.deleted ? " (deleted)" : "", p.matched_by.entry, p.matched_by.via);
     }
+    it->second.ppid = p.stat.ppid;  // a parent's death reparents it
+    it->second.threads = p.stat.threads;
     it->second.exe_deleted = p.exe.deleted;
     it->second.matched_entry = p.matched_by.entry;  // a reload may change the entry that matches
     it->second.matched_via = p.matched_by.via;
@@ -120,16 +124,21 @@ void TargetTable::advance_groups(const BusyRule& rule) {
   for (const auto& [pid, t] : targets_) all.push_back(&t);
   const std::map<std::string, GroupSummary> groups = summarize_groups(all);
   std::erase_if(plans_, [&](const auto& plan) { return !groups.contains(plan.first); });  // the group is gone
+  std::erase_if(undone_groups_, [&](const std::string& key) { return !groups.contains(key); });
   for (const auto& [key, group] : groups) {
     if (auto plan = plans_.find(key); plan != plans_.end()) {
+      if (undone_groups_.contains(key)) continue;  // the operator's answer
       pid_t next = group_follower_to_be(group, rule.threshold_percent);
       if (!next) continue;
       Target& t = targets_.at(next);
       t.follows = plan->second->counted_in;
+      const std::string role = next == group.waiting_parent && (t.cpu_percent < kLeaderFloorPercent)
+                                   ? "the parent of its members, idle: it follows the group's plan so that what it "
+                                     "forks starts dynimized"
+                                   : fmt::format("at {:.0f}%, it follows the group's plan", t.cpu_percent);
       set_state(t, TargetState::Profiling,
-                fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; at {:.0f}%, it follows "
-                            "the group's plan (counted in pid {})",
-                            group.cpu_percent, rule.window_ms, group.members, t.exe, t.cpu_percent, t.follows));
+                fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; {} (counted in pid {})",
+                            group.cpu_percent, rule.window_ms, group.members, t.exe, role, t.follows));
       continue;
     }
     pid_t leader = group_leader_to_be(group, rule.threshold_percent);
@@ -166,6 +175,17 @@ std::shared_ptr<const GroupPlan> TargetTable::group_plan(const std::string& key)
   return it == plans_.end() ? nullptr : it->second;
 }
 
+void TargetTable::set_group_undone(const std::string& key, bool undone) {
+  std::lock_guard lock(mutex_);
+  if (undone) undone_groups_.insert(key);
+  else undone_groups_.erase(key);
+}
+
+bool TargetTable::group_undone(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  return undone_groups_.contains(key);
+}
+
 std::vector<Target> TargetTable::snapshot() const {
   std::lock_guard lock(mutex_);
   std::vector<Target> out;
@@ -186,6 +206,7 @@ nlohmann::json TargetTable::to_json() const {
   std::vector<const Target*> all;
   for (const Target& t : targets) all.push_back(&t);
   const std::map<std::string, GroupSummary> groups = summarize_groups(all);
+  const std::set<pid_t> parents = group_parents(all);
   for (const Target& t : targets) {
     const GroupSummary& group = groups.at(t.group);
     list.push_back({{"name", t.name},
@@ -205,6 +226,8 @@ nlohmann::json TargetTable::to_json() const {
                                {"members", group.members},
                                {"cpu_percent", group.cpu_percent},
                                {"leader", t.group_leader},
+                               {"parent", parents.contains(t.pid)},  // a member forked from it is in the group
+                               {"ppid", t.ppid},
                                {"follows", t.follows ? nlohmann::json(t.follows) : nlohmann::json(nullptr)}}}});
   }
   return list;

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "dynid/discovery.h"
@@ -44,6 +45,11 @@ class TargetTable {
   // has members.
   void publish_group_plan(const std::string& key, std::shared_ptr<const GroupPlan> plan);
   std::shared_ptr<const GroupPlan> group_plan(const std::string& key) const;
+  // dyni -undo undid a member of group `key` (true), or -redo redid one
+  // (false). An undone group takes no follower, and its members adopted
+  // dynimized since are to be undone too (Daemon::keep_groups_undone).
+  void set_group_undone(const std::string& key, bool undone);
+  bool group_undone(const std::string& key) const;
 
   std::vector<Target> snapshot() const;  // ordered by pid
   nlohmann::json to_json() const;
@@ -57,6 +63,7 @@ class TargetTable {
   mutable std::mutex mutex_;
   std::map<pid_t, Target> targets_;
   std::map<std::string, std::shared_ptr<const GroupPlan>> plans_;  // by group key
+  std::set<std::string> undone_groups_;  // keys; dropped with the group
 };
 
 // Wall clock in unix milliseconds; monotonic milliseconds.

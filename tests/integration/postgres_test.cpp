@@ -1,8 +1,10 @@
 // postgres from Debian (a copy, under a test-only name), a private cluster
 // on a Unix socket serving pgbench -S with 4 clients: one backend per
 // client, so the work is spread over a group of processes (issue 21). A
-// backend becomes dynimized; a fixed set of queries answers the same before,
-// while dynimized and after -undo; pgbench sees no error.
+// backend becomes dynimized, then the others by its plan, then the idle
+// postmaster, whose new backends start dynimized in its cache; a fixed set
+// of queries answers the same before, while dynimized and after -undo;
+// pgbench sees no error.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -89,6 +92,12 @@ class Postgres : public ::testing::Test {
     return out;
   }
 
+  static nlohmann::json target_of(const nlohmann::json& status, pid_t pid) {
+    for (const auto& t : status.value("targets", nlohmann::json::array()))
+      if (t.value("pid", 0) == pid) return t;
+    return nullptr;
+  }
+
   DyniHost host;
   std::string data_, exe_;
   int port_ = 0;
@@ -140,9 +149,47 @@ TEST_F(Postgres, UnderPgbenchItsBusyBackendsAreDynimizedByOnePlanAndAnswerTheSam
   EXPECT_GE(followers, 2u) << "the leader's plan served the others";
   std::printf("postgres: %zu backends dynimized, %zu by the group's plan\n", backends.size(), followers);
   EXPECT_EQ(answers(), before) << "dynimized";
+
+  // Inherit, don't repeat: the idle postmaster follows the plan last, and
+  // every backend it forks from then on starts dynimized, in its cache.
+  nlohmann::json postmaster;
+  ASSERT_TRUE(host.wait_for([&](const nlohmann::json& j) { return !(postmaster = target_of(j, postmaster_)).is_null() &&
+                                                                  postmaster.value("status", "") == "dynimized"; },
+                            120s))
+      << host.status_json().dump() << host.log();
+  EXPECT_EQ(postmaster["dynimized"]["via"], "group plan") << postmaster.dump();
+  EXPECT_TRUE(postmaster["group"].value("parent", false)) << postmaster.dump();
+  const std::string cache = postmaster["dynimized"]["cache"].value("addr", "");
+  std::set<pid_t> known;
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array())) known.insert(t.value("pid", 0));
+  pid_t sleeper = host.spawn({std::string(kPostgresBin) + "/psql", "-X", "-At", "-h", data_, "-p",
+                              std::to_string(port_), "-U", "postgres", "-d", "postgres", "-c", "SELECT pg_sleep(5)"});
+  nlohmann::json child;
+  auto new_backend = [&](const nlohmann::json& j) {
+    for (const auto& t : j.value("targets", nlohmann::json::array()))
+      if (!known.contains(t.value("pid", 0)) && t["group"].value("ppid", 0) == postmaster_ &&
+          t.value("status", "") == "dynimized")
+        return !(child = t).is_null();
+    return false;
+  };
+  EXPECT_TRUE(host.wait_for(new_backend, 4s)) << host.status_json().dump() << host.log();
+  if (!child.is_null()) {
+    std::printf("postgres: a new connection's backend: %s\n", child.dump().c_str());
+    EXPECT_EQ(child["dynimized"]["via"], "inherited") << child.dump();
+    EXPECT_EQ(child["dynimized"]["cache"].value("addr", ""), cache) << "the postmaster's cache, by fork";
+    EXPECT_EQ(child["dynimized"].value("patch_windows", -1), 0) << "no stop window of its own";
+  }
+  int sleeper_status = -1;
+  ::waitpid(sleeper, &sleeper_status, 0);
+  EXPECT_EQ(sleeper_status, 0) << "the new connection's query";
+  EXPECT_EQ(answers(), before) << "in backends forked by the dynimized postmaster";
+
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err << host.log();
   for (const auto& t : backends) EXPECT_EQ(host.state_of(t.value("pid", 0)), "undone") << t.dump();
+  EXPECT_EQ(host.state_of(postmaster_), "undone");
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
+    EXPECT_NE(t.value("state", ""), "dynimized") << "-undo reaches every member\n" << t.dump();
   EXPECT_EQ(answers(), before) << "undone";
   ::kill(bench, SIGINT);
   ::waitpid(bench, nullptr, 0);

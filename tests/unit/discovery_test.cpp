@@ -34,6 +34,8 @@ TEST(ProcStat, ParsesCommWithParensAndSpaces) {
   EXPECT_EQ(st->state, 'R');
   EXPECT_EQ(st->cpu_ticks, 300u);
   EXPECT_EQ(st->start_time, 98765u);
+  EXPECT_EQ(st->ppid, 1);
+  EXPECT_EQ(st->threads, 3u) << "num_threads, field 20";
   EXPECT_EQ(st->image, 0u) << "no startcode and startstack fields";
 }
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <tuple>
 
 #include "dynid/target_table.h"
 
@@ -227,6 +228,97 @@ TEST(TargetTable, AGroupWithAPlanDynimizesItsOtherBusyMembersByItOneAtATime) {
   EXPECT_EQ(t.group_plan(key), nullptr);
 }
 
+// A reading at `second`: (pid, parent, percent of a core since second 0),
+// each single-threaded but `threaded`.
+void advance_family_at(TargetTable& t, const std::vector<std::tuple<pid_t, pid_t, int>>& members, int second,
+                       pid_t threaded = 0) {
+  std::vector<DiscoveredProcess> found;
+  for (auto [pid, parent, percent] : members) {
+    found.push_back(member(pid, hz * static_cast<uint64_t>(percent) * static_cast<uint64_t>(second) / 100));
+    found.back().stat.ppid = parent;
+    found.back().stat.threads = pid == threaded ? 4 : 1;
+  }
+  t.reconcile(found, second * 1000);
+  t.advance(kRule, true);
+}
+
+TEST(TargetTable, AGroupsIdleParentFollowsThePlanOnceNoBusyMemberIsLeft) {
+  TargetTable t;
+  // A postmaster (10, idle), a helper (11, idle) and three busy backends, all its children.
+  const std::vector<std::tuple<pid_t, pid_t, int>> members = {
+      {10, 1, 0}, {11, 10, 1}, {12, 10, 35}, {13, 10, 30}, {14, 10, 25}};
+  advance_family_at(t, members, 0);
+  advance_family_at(t, members, 1);
+  ASSERT_EQ(state_of(t, 12), TargetState::Profiling) << "the busiest leads";
+  EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "no plan yet: the parent waits";
+  dynimized(t, 12);
+  const std::string key = t.snapshot().front().group;
+  t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
+  // The busy members first, one at a time ...
+  for (pid_t busy : {13, 14}) {
+    advance_family_at(t, members, busy - 11);
+    ASSERT_EQ(state_of(t, busy), TargetState::Profiling) << busy;
+    EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "busy members come first";
+    dynimized(t, busy);
+  }
+  // ... then the parent, idle as it is; never the idle helper, which forks
+  // nothing. A child adopted undone (forked between the parent's record and
+  // its patches) does not stop the group; the operator's -undo does.
+  ASSERT_TRUE(t.transition(11, 11, TargetState::Waiting, TargetState::Undone, "adopted, no live patch"));
+  t.set_group_undone(key, true);
+  advance_family_at(t, members, 4);
+  EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "dyni -undo undid the group";
+  EXPECT_TRUE(t.group_undone(key));
+  t.set_group_undone(key, false);
+  advance_family_at(t, members, 5);
+  EXPECT_EQ(state_of(t, 10), TargetState::Profiling);
+  EXPECT_EQ(follows_of(t, 10), 12);
+  dynimized(t, 10);
+  advance_family_at(t, members, 6);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u);
+  for (const auto& target : t.to_json()) {
+    EXPECT_EQ(target["group"]["parent"], target["pid"] == 10) << target.dump();
+    EXPECT_EQ(target["group"]["ppid"], target["pid"] == 10 ? 1 : 10) << target.dump();
+  }
+}
+
+TEST(TargetTable, AParentWaitsWithoutAPlanOrAfterAMemberFailedOrWhenThreaded) {
+  TargetTable t;
+  const std::vector<std::tuple<pid_t, pid_t, int>> members = {{10, 1, 0}, {12, 10, 35}, {13, 10, 30}};
+  advance_family_at(t, members, 0);
+  advance_family_at(t, members, 1);
+  dynimized(t, 12);
+  advance_family_at(t, members, 2);
+  EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "without a plan the parent is never injected";
+  const std::string key = t.snapshot().front().group;
+  t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
+  advance_family_at(t, members, 3, /*threaded=*/10);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 1u) << "the busy member follows";
+  ASSERT_TRUE(t.transition(13, 13, TargetState::Profiling, TargetState::Failed, "its own reason"));
+  advance_family_at(t, members, 4, /*threaded=*/10);
+  EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "a member failed: the group's answer";
+  // A multi-threaded parent is never injected (a thread of it could fork
+  // while __register_frame holds the unwinder's lock in another).
+  TargetTable mt;
+  const std::vector<std::tuple<pid_t, pid_t, int>> pool = {{10, 1, 0}, {12, 10, 35}, {13, 10, 30}};
+  advance_family_at(mt, pool, 0, 10);
+  advance_family_at(mt, pool, 1, 10);
+  dynimized(mt, 12);
+  mt.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
+  advance_family_at(mt, pool, 2, 10);
+  dynimized(mt, 13);
+  advance_family_at(mt, pool, 3, 10);
+  EXPECT_EQ(state_of(mt, 10), TargetState::Waiting) << "four threads";
+  advance_family_at(mt, pool, 4);
+  EXPECT_EQ(state_of(mt, 10), TargetState::Profiling) << "one thread";
+  // A parent of another group's process is not this group's parent.
+  TargetTable other;
+  std::vector<DiscoveredProcess> found = {member(20, 0, 77), member(21, 0, 78)};
+  found[1].stat.ppid = 20;
+  other.reconcile(found, 0);
+  for (const auto& target : other.to_json()) EXPECT_EQ(target["group"]["parent"], false) << target.dump();
+}
+
 TEST(TargetTable, AGroupWithAPlanWaitsWhileUndoneOrBelowTheThreshold) {
   TargetTable t;
   const std::vector<std::pair<pid_t, int>> members = {{11, 30}, {12, 35}, {13, 25}};
@@ -236,9 +328,11 @@ TEST(TargetTable, AGroupWithAPlanWaitsWhileUndoneOrBelowTheThreshold) {
   const std::string key = t.snapshot().front().group;
   t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
   ASSERT_TRUE(t.transition(12, 12, TargetState::Dynimized, TargetState::Undone, "dyni -undo"));
+  t.set_group_undone(key, true);
   advance_at(t, members, 2);
   EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "the operator undid a member";
   ASSERT_TRUE(t.transition(12, 12, TargetState::Undone, TargetState::Dynimized, "dyni -redo"));
+  t.set_group_undone(key, false);
   // From second 2 on, each member at 5 %: 15 % in all.
   for (int second : {3, 4}) {
     std::vector<DiscoveredProcess> found;
