@@ -2,7 +2,7 @@
 # dyni on a postgres cluster under pgbench -S (issue 21): its busy backends
 # dynimized as one group, measured side by side on the same cluster.
 #
-#   sudo bench/postgres-pgbench.sh [--clients N] [--block SECONDS] [--groups MIN[:MAX]] [--build DIR]
+#   sudo bench/postgres-pgbench.sh [--clients N] [--block SECONDS] [--groups MIN[:MAX]] [--churn GROUPS] [--idle N] [--build DIR]
 #
 # It touches nothing but what it starts itself: its own cluster (initdb as
 # the postgres user, datadir and socket under /var/tmp/dyni-pgbench, no TCP),
@@ -16,11 +16,20 @@
 # 2. alternates original and dynimized windows on those same backends with
 #    `dyni -undo` and `-redo` (every member at once), in ABBA groups, until the
 #    95 % interval of the TPS ratio is within +-3 % (default 6:20 groups);
-# 3. prints one table: TPS (pg_stat_database's xact_commit) and the backends'
-#    user CPU per transaction, dynimized/original, each with its interval.
+# 3. churn (issue 21 item 3): pgbench -S -C, a new connection and so a new
+#    backend per transaction, forked by the postmaster, which followed the
+#    group's plan: ABBA groups (--churn, default 3) through -undo/-redo, TPS
+#    dynimized/original, dynid's CPU meanwhile, and how many backends dynid
+#    found at all;
+# 4. --idle N (default 200) connections held open by psql sessions: every
+#    backend inherited from the postmaster, the time `dyni -status` takes
+#    with them, dynid's CPU while they idle;
+# 5. prints one table: TPS (pg_stat_database's xact_commit) and the backends'
+#    user CPU per transaction, dynimized/original, each with its interval,
+#    and the churn figures.
 set -euo pipefail
 
-CLIENTS=4; BLOCK=5; MIN_GROUPS=6; MAX_GROUPS=20; BUILD=""
+CLIENTS=4; BLOCK=5; MIN_GROUPS=6; MAX_GROUPS=20; BUILD=""; CHURN_GROUPS=3; IDLE=200
 HALF_WIDTH=0.03
 WORK=${DYNI_PGBENCH_DIR:-/var/tmp/dyni-pgbench}
 PGBIN=${DYNI_PGBIN:-/usr/lib/postgresql/15/bin}
@@ -36,6 +45,8 @@ while [ $# -gt 0 ]; do
     --block) BLOCK=${2:?}; shift ;;
     --groups) G=${2:?}; shift; MIN_GROUPS=${G%%:*}; [[ $G == *:* ]] && MAX_GROUPS=${G#*:} ;;
     --build) BUILD=${2:?}; shift ;;
+    --churn) CHURN_GROUPS=${2:?}; shift ;;
+    --idle) IDLE=${2:?}; shift ;;
     -h|--help) usage ;;
     *) echo "postgres-pgbench: unknown argument: $1" >&2; usage ;;
   esac
@@ -43,6 +54,9 @@ while [ $# -gt 0 ]; do
 done
 for n in "$CLIENTS" "$BLOCK" "$MIN_GROUPS" "$MAX_GROUPS"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || die "--clients, --block and --groups take positive integers, not '$n'"
+done
+for n in "$CHURN_GROUPS" "$IDLE"; do
+  [[ $n =~ ^[0-9]+$ ]] || die "--churn and --idle take integers (0: skip), not '$n'"
 done
 [ "$MIN_GROUPS" -le "$MAX_GROUPS" ] || die "--groups MIN:MAX needs MIN <= MAX"
 
@@ -107,7 +121,7 @@ if [ ! -f "$DATA/PG_VERSION" ]; then
 fi
 chown -R postgres:postgres "$DATA"
 say "starting a private cluster (socket in $DATA)"
-as_pg "$EXE" -D "$DATA" -p "$PORT" -k "$DATA" -c listen_addresses= -c max_connections=40 \
+as_pg "$EXE" -D "$DATA" -p "$PORT" -k "$DATA" -c listen_addresses= -c max_connections=$((IDLE + 40)) \
   > "$WORK/postgres.log" 2>&1 &
 for _ in $(seq 100); do [ "$(psql_ 'SELECT 1' 2>/dev/null)" = 1 ] && break; sleep 0.1; done
 [ "$(psql_ 'SELECT 1' 2>/dev/null)" = 1 ] || die "the cluster did not start (see $WORK/postgres.log)"
@@ -201,7 +215,69 @@ for g in $(seq 1 "$MAX_GROUPS"); do
 done
 dyni -redo >/dev/null 2>&1 || true
 
-# ---- 3. The table ----------------------------------------------------------
+# ---- 3. Churn: a new backend per transaction --------------------------------
+DYNID_PID=$(dyni -status -json | jq -r '.daemon.pid')
+dynid_ticks() { awk '{ print $14 + $15 }' "/proc/$DYNID_PID/stat"; }
+found_targets() { grep -c 'target found: dyni-postgres' "$WORK/dynid.log" || true; }
+kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; LOAD=""
+POSTMASTER_STATE=$(dyni -status -json | jq -r --argjson pid "$POSTMASTER" '.targets[] | select(.pid == $pid) | .status')
+say "the postmaster (pid $POSTMASTER) is $POSTMASTER_STATE"
+CHURN=$WORK/churn.txt
+: > "$CHURN"
+if [ "$CHURN_GROUPS" -gt 0 ]; then
+  say "churn: pgbench -S -C (a connection per transaction), ABBA groups of $BLOCK s, ratios B/A"
+  churn_block() {  # A|B: prints "tps dynid_cpu_percent"
+    if [ "$1" = A ]; then dyni -undo >/dev/null || die "dyni -undo failed"
+    else dyni -redo >/dev/null || die "dyni -redo failed"; fi
+    sleep 1
+    local t0 c0 out
+    t0=$(now); c0=$(dynid_ticks)
+    out=$("$PGBIN/pgbench" -S -C -n -c "$CLIENTS" -j 2 -T "$BLOCK" -h "$DATA" -p "$PORT" -U postgres postgres 2>&1) ||
+      die "pgbench -C failed: $out"
+    local tps
+    tps=$(printf '%s\n' "$out" | awk '/^tps = / { print $3; exit }')
+    awk -v tps="${tps:-0}" -v t0="$t0" -v t1="$(now)" -v c0="$c0" -v c1="$(dynid_ticks)" -v hz="$TICK" \
+      'BEGIN { printf "%.2f %.3f\n", tps, (c1 - c0) / hz / (t1 - t0) * 100 }'
+  }
+  FOUND0=$(found_targets)
+  for g in $(seq 1 "$CHURN_GROUPS"); do
+    order="A B B A"; [ $((g % 2)) = 0 ] && order="B A A B"
+    ta=0; tb=0; cpu_max=0
+    for s in $order; do
+      read -r tps cpu < <(churn_block "$s")
+      if [ "$s" = A ]; then ta=$(awk -v a="$ta" -v b="$tps" 'BEGIN { print a + b }')
+      else tb=$(awk -v a="$tb" -v b="$tps" 'BEGIN { print a + b }'); fi
+      cpu_max=$(awk -v a="$cpu_max" -v b="$cpu" 'BEGIN { print (b > a ? b : a) }')
+    done
+    awk -v g="$g" -v a="$ta" -v b="$tb" -v c="$cpu_max" 'BEGIN { printf "%d %.4f %.3f\n", g, b / a, c }' | tee -a "$CHURN" |
+      awk '{ printf "postgres-pgbench:   churn %d  TPS %6.3f  dynid %.2f %% of a core (busiest block)\n", $1, $2, $3 }' >&2
+  done
+  CHURN_FOUND=$(( $(found_targets) - FOUND0 ))
+  dyni -redo >/dev/null 2>&1 || true
+fi
+
+# ---- 4. Many idle connections: inherited backends, -status -----------------
+STATUS_MS=""; IDLE_INHERITED=""; IDLE_CPU=""
+if [ "$IDLE" -gt 0 ]; then
+  say "opening $IDLE idle connections (psql sessions in pg_sleep)"
+  SLEEPERS=()
+  for _ in $(seq "$IDLE"); do
+    "$PGBIN/psql" -X -At -h "$DATA" -p "$PORT" -U postgres -d postgres -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
+    SLEEPERS+=($!)
+  done
+  sleep 10
+  c0=$(dynid_ticks); t0=$(now); sleep 10
+  IDLE_CPU=$(awk -v c0="$c0" -v c1="$(dynid_ticks)" -v t0="$t0" -v t1="$(now)" -v hz="$TICK" \
+             'BEGIN { printf "%.2f", (c1 - c0) / hz / (t1 - t0) * 100 }')
+  IDLE_INHERITED=$(dyni -status -json | jq '[.targets[] | select(.dynimized.via == "inherited")] | length')
+  STATUS_MS=$(for _ in 1 2 3 4 5; do
+                t0=$(now); dyni -status >/dev/null; awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
+              done | sort -n | tail -1)
+  kill "${SLEEPERS[@]}" 2>/dev/null || true
+  wait "${SLEEPERS[@]}" 2>/dev/null || true
+fi
+
+# ---- 5. The table ----------------------------------------------------------
 read -r TPS TPS_HW N < <(stats 2 "$RATIOS")
 read -r USER USER_HW _ < <(stats 3 "$RATIOS")
 read -r CPU CPU_HW _ < <(stats 4 "$RATIOS")
@@ -215,3 +291,14 @@ printf "%-42s %6.3f  (±%.3f)\n" "backends' user CPU per transaction" "$USER" "$
 printf "%-42s %6.3f  (±%.3f)\n" "backends' CPU per transaction" "$CPU" "$CPU_HW"
 printf "%-42s %s s (first backend), %s s (all %s)\n" "load start to dynimized" "$FIRST" "$ALL" "$CLIENTS"
 printf "%-42s %s of %s by the group's plan; layout: %s\n" "dynimized backends" "$FOLLOWERS" "$CLIENTS" "$LAYOUT"
+printf "%-42s %s\n" "the postmaster" "$POSTMASTER_STATE"
+if [ -s "$CHURN" ]; then
+  read -r CH CH_HW CH_N < <(stats 2 "$CHURN")
+  printf "%-42s %6.3f  (±%.3f, %s groups)\n" "pgbench -C TPS, dynimized/original" "$CH" "$CH_HW" "$CH_N"
+  printf "%-42s %s %% of a core (busiest block)\n" "dynid's CPU under pgbench -C" "$(sort -k3 -n "$CHURN" | tail -1 | cut -d' ' -f3)"
+  printf "%-42s %s\n" "backends dynid found under pgbench -C" "$CHURN_FOUND"
+fi
+if [ -n "$STATUS_MS" ]; then
+  printf "%-42s %s of %s inherited; dyni -status %s ms (slowest of 5); dynid %s %% of a core\n" \
+    "idle connections" "$IDLE_INHERITED" "$IDLE" "$STATUS_MS" "$IDLE_CPU"
+fi

@@ -54,8 +54,9 @@ pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent) {
 
 pid_t group_follower_to_be(const GroupSummary& group, double threshold_percent) {
   if (group.in_pipeline || group.stopped || group.cpu_percent < threshold_percent) return 0;
-  if (group.busiest_waiting != 0 && group.busiest_cpu >= kLeaderFloorPercent) return group.busiest_waiting;
-  return group.waiting_parent;  // idle, but what it forks inherits
+  if (group.waiting_parent) return group.waiting_parent;  // idle, but what it forks inherits
+  if (group.busiest_waiting == 0 || group.busiest_cpu < kLeaderFloorPercent) return 0;
+  return group.busiest_waiting;
 }
 
 }  // namespace dyni

@@ -26,10 +26,11 @@
 // operator's: TargetTable::set_group_undone); the busiest waiting member
 // has at least kLeaderFloorPercent of a core of its own.
 //
-// Inherit, don't repeat: once no busy member is left to follow, the group's
-// parent (a waiting, single-threaded member whose child is a member:
-// postgres's postmaster, a pre-forked pool's parent) follows the plan too,
-// idle as it is. Every
+// Inherit, don't repeat: the group's parent (a waiting, single-threaded
+// member whose child is a member: postgres's postmaster, a pre-forked
+// pool's parent) follows the plan first, idle as it is: one injection then
+// serves every worker forked later, where busy members come and go (a pool
+// that recycles its workers would otherwise keep it waiting). Every
 // worker it forks afterwards starts with the parent's cache and patched
 // entries, at the same address and in the same pages (fork), and is adopted
 // from the cache's record (lifecycle.h: "inherited"), with no stop window
@@ -96,7 +97,7 @@ struct GroupPlan {
 std::set<pid_t> group_parents(const std::vector<const Target*>& targets);
 
 // The next member to be dynimized by the group's plan, or 0: the follower
-// rule above (a group with a plan), busy members first, then the parent.
+// rule above (a group with a plan): the parent first, then busy members.
 pid_t group_follower_to_be(const GroupSummary& group, double threshold_percent);
 
 }  // namespace dyni

@@ -33,7 +33,8 @@ int exit_status_of(pid_t pid, std::chrono::seconds timeout) {
 }
 
 // The busiest worker leads: it is profiled and counted alone; then every
-// other busy worker is dynimized by its plan in turn; the idle parent never.
+// other busy worker is dynimized by its plan in turn; then the idle parent,
+// by the same plan (what it forks later inherits it).
 TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndComputesTheSame) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   DyniHost host;
@@ -53,7 +54,7 @@ TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndCompute
   ASSERT_TRUE(host.wait_for(
       [&](const nlohmann::json& j) {
         members = members_of(j, "dyni-prefork");
-        return dynimized() == 4;
+        return dynimized() == 5;
       },
       65s))
       << "dynimized: " << dynimized() << "\n" << host.status_json().dump() << host.log();
@@ -69,11 +70,13 @@ TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndCompute
     EXPECT_EQ(t["group"]["members"], 5);
     EXPECT_LT(t.value("cpu_percent", 0.0), 40.0) << "a worker was busy alone";
     const pid_t pid = t.value("pid", 0);
+    ASSERT_EQ(t.value("status", ""), "dynimized");
+    EXPECT_EQ(t["group"]["parent"], pid == parent);
     if (pid == parent) {
-      EXPECT_EQ(t.value("status", ""), "waiting") << "the idle parent";
+      EXPECT_EQ(t["dynimized"]["via"], "group plan") << "the idle parent, last";
+      EXPECT_EQ(t["group"]["follows"], leader);
       continue;
     }
-    ASSERT_EQ(t.value("status", ""), "dynimized");
     if (pid == leader) {
       EXPECT_EQ(t["dynimized"]["via"], "injected");
       EXPECT_NE(t["dynimized"].value("layout", "").find("by counts"), std::string::npos);
@@ -91,11 +94,54 @@ TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndCompute
   EXPECT_NE(host.log().find("follows the group's plan"), std::string::npos) << host.log();
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
-  for (const auto& t : members) {
-    if (t.value("pid", 0) == parent) continue;
-    EXPECT_EQ(host.state_of(t.value("pid", 0)), "undone") << t.value("pid", 0);
-  }
+  for (const auto& t : members) EXPECT_EQ(host.state_of(t.value("pid", 0)), "undone") << t.value("pid", 0);
   // Every worker checked every round against the parent's result.
+  EXPECT_EQ(exit_status_of(parent, 90s), 0) << "a worker computed a wrong result or died\n" << host.log();
+}
+
+// Workers born and dying all the while (three recycled ones, each 1 s):
+// once the parent is dynimized by the plan, the workers it forks start in
+// its cache ("inherited"), with no stop window of their own; none computes
+// differently or dies, whatever instant of an injection it was forked at.
+TEST(Groups, WorkersForkedByADynimizedParentInheritItsCacheWhileOthersComeAndGo) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  DyniHost host;
+  host.write_config({"dyni-prefork"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  host.license_this_host();
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  const std::string exe = host.install_program(DYNI_TEST_PREFORK, "dyni-prefork");
+  // Four workers to the end, busy 25 %; three more, busy 12 %, 1 s each.
+  const pid_t parent = host.spawn({exe, "80", "4", "25", "0", "3"});
+  nlohmann::json parent_status, child;
+  auto parent_dynimized = [&](const nlohmann::json& j) {
+    for (const auto& t : members_of(j, "dyni-prefork"))
+      if (t.value("pid", 0) == parent) return (parent_status = t).value("status", "") == "dynimized";
+    return false;
+  };
+  ASSERT_TRUE(host.wait_for(parent_dynimized, 70s)) << host.status_json().dump() << host.log();
+  EXPECT_EQ(parent_status["dynimized"]["via"], "group plan") << parent_status.dump();
+  const std::string cache = parent_status["dynimized"]["cache"].value("addr", "");
+  const std::string since = parent_status.value("since", "");
+  auto inherited = [&](const nlohmann::json& j) {
+    for (const auto& t : members_of(j, "dyni-prefork"))
+      if (t.value("status", "") == "dynimized" && t["dynimized"]["via"] == "inherited" && t.value("since", "") > since)
+        return !(child = t).is_null();
+    return false;
+  };
+  ASSERT_TRUE(host.wait_for(inherited, 10s)) << host.status_json().dump() << host.log();
+  SCOPED_TRACE(child.dump());
+  EXPECT_EQ(child["group"]["ppid"], parent);
+  EXPECT_EQ(child["dynimized"]["cache"].value("addr", ""), cache) << "the parent's cache, by fork";
+  EXPECT_EQ(child["dynimized"].value("patch_windows", -1), 0) << "no stop window of its own";
+  EXPECT_GE(child["dynimized"].value("functions_patched", 0), 1);
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err << host.log();
+  EXPECT_EQ(host.state_of(parent), "undone");
+  // What the parent forks from now on runs the original code; what it forked
+  // before and is found after is undone as it is found.
+  std::this_thread::sleep_for(3s);
+  for (const auto& t : members_of(host.status_json(), "dyni-prefork"))
+    EXPECT_NE(t.value("status", ""), "dynimized") << "-undo reaches every worker\n" << t.dump() << host.log();
   EXPECT_EQ(exit_status_of(parent, 90s), 0) << "a worker computed a wrong result or died\n" << host.log();
 }
 

@@ -2,14 +2,17 @@
 // processes, each busy BUSY percent of the time on known work, so that no
 // worker alone may reach dynid's busy threshold while the pool does. A
 // worker lives LIFETIME seconds (0: to the end) and is replaced by a new
-// fork, as servers recycle workers.
+// fork, as servers recycle workers. CHURNERS more workers, busy half as
+// much, live LIFETIME seconds each (1 if 0) and are replaced as they end,
+// beside the WORKERS: short-lived workers born and dying while dynid
+// injects the others and the parent.
 //
 // Every round of every worker is checked against the result the parent
 // computed before its first fork: a wrong one (dyni's copies computing
 // differently) prints WRONG and the worker exits 3; a worker killed by a
 // signal or exiting non-zero makes the parent print FAILED and exit 3, after
 // killing the rest; workers die with the parent. The parent prints "forks N" to stdout once a second.
-// usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME=0]
+// usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME=0 [CHURNERS=0]]
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -79,18 +82,24 @@ pid_t fork_worker(Clock::time_point until, int busy_percent, unsigned long expec
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME]\n");
+    std::fprintf(stderr, "usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME [CHURNERS]]\n");
     return 2;
   }
   const auto end = Clock::now() + std::chrono::seconds(std::atoi(argv[1]));
   const int workers = std::atoi(argv[2]);
   const int busy = std::min(95, std::max(1, std::atoi(argv[3])));
   const int lifetime = argc > 4 ? std::atoi(argv[4]) : 0;
+  const int churners = argc > 5 ? std::atoi(argv[5]) : 0;
   const unsigned long expected = round_from_one();
   auto worker_end = [&] { return lifetime > 0 ? std::min(end, Clock::now() + std::chrono::seconds(lifetime)) : end; };
-  std::set<pid_t> pool;
+  auto churner_end = [&] { return std::min(end, Clock::now() + std::chrono::seconds(std::max(1, lifetime))); };
+  std::set<pid_t> pool, churning;
   long forks = 0;
   for (int i = 0; i < workers; ++i, ++forks) pool.insert(fork_worker(worker_end(), busy, expected));
+  for (int i = 0; i < churners; ++i, ++forks) {
+    pid_t c = fork_worker(churner_end(), std::max(1, busy / 2), expected);
+    pool.insert(c), churning.insert(c);
+  }
   auto next_report = Clock::now();
   while (!pool.empty()) {
     int status = 0;
@@ -99,7 +108,14 @@ int main(int argc, char** argv) {
       pool.erase(done);
       if (WIFSIGNALED(status)) fail_all(pool, "killed by signal", done, WTERMSIG(status));
       if (WEXITSTATUS(status) != 0) fail_all(pool, "exited with", done, WEXITSTATUS(status));
-      if (Clock::now() < end) pool.insert(fork_worker(worker_end(), busy, expected)), ++forks;
+      if (Clock::now() >= end) continue;
+      ++forks;
+      if (churning.erase(done)) {
+        pid_t c = fork_worker(churner_end(), std::max(1, busy / 2), expected);
+        pool.insert(c), churning.insert(c);
+      } else {
+        pool.insert(fork_worker(worker_end(), busy, expected));
+      }
       continue;
     }
     if (Clock::now() >= next_report) {

@@ -242,7 +242,7 @@ void advance_family_at(TargetTable& t, const std::vector<std::tuple<pid_t, pid_t
   t.advance(kRule, true);
 }
 
-TEST(TargetTable, AGroupsIdleParentFollowsThePlanOnceNoBusyMemberIsLeft) {
+TEST(TargetTable, AGroupsIdleParentFollowsThePlanFirstThenItsBusyMembers) {
   TargetTable t;
   // A postmaster (10, idle), a helper (11, idle) and three busy backends, all its children.
   const std::vector<std::tuple<pid_t, pid_t, int>> members = {
@@ -254,28 +254,28 @@ TEST(TargetTable, AGroupsIdleParentFollowsThePlanOnceNoBusyMemberIsLeft) {
   dynimized(t, 12);
   const std::string key = t.snapshot().front().group;
   t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
-  // The busy members first, one at a time ...
-  for (pid_t busy : {13, 14}) {
-    advance_family_at(t, members, busy - 11);
-    ASSERT_EQ(state_of(t, busy), TargetState::Profiling) << busy;
-    EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "busy members come first";
-    dynimized(t, busy);
-  }
-  // ... then the parent, idle as it is; never the idle helper, which forks
-  // nothing. A child adopted undone (forked between the parent's record and
-  // its patches) does not stop the group; the operator's -undo does.
+  // The parent first, idle as it is; not while the operator's -undo holds
+  // the group. A child adopted undone (forked between the parent's record
+  // and its patches) does not stop the group.
   ASSERT_TRUE(t.transition(11, 11, TargetState::Waiting, TargetState::Undone, "adopted, no live patch"));
   t.set_group_undone(key, true);
-  advance_family_at(t, members, 4);
-  EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "dyni -undo undid the group";
+  advance_family_at(t, members, 2);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "dyni -undo undid the group";
   EXPECT_TRUE(t.group_undone(key));
   t.set_group_undone(key, false);
-  advance_family_at(t, members, 5);
+  advance_family_at(t, members, 3);
   EXPECT_EQ(state_of(t, 10), TargetState::Profiling);
   EXPECT_EQ(follows_of(t, 10), 12);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 1u) << "one at a time";
   dynimized(t, 10);
+  // ... then the busy members, one at a time.
+  for (pid_t busy : {13, 14}) {
+    advance_family_at(t, members, busy - 9);
+    ASSERT_EQ(state_of(t, busy), TargetState::Profiling) << busy;
+    dynimized(t, busy);
+  }
   advance_family_at(t, members, 6);
-  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "never the idle helper, which forks nothing";
   for (const auto& target : t.to_json()) {
     EXPECT_EQ(target["group"]["parent"], target["pid"] == 10) << target.dump();
     EXPECT_EQ(target["group"]["ppid"], target["pid"] == 10 ? 1 : 10) << target.dump();
@@ -293,9 +293,9 @@ TEST(TargetTable, AParentWaitsWithoutAPlanOrAfterAMemberFailedOrWhenThreaded) {
   const std::string key = t.snapshot().front().group;
   t.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
   advance_family_at(t, members, 3, /*threaded=*/10);
-  EXPECT_EQ(t.count_in(TargetState::Profiling), 1u) << "the busy member follows";
+  EXPECT_EQ(state_of(t, 13), TargetState::Profiling) << "the busy member follows";
   ASSERT_TRUE(t.transition(13, 13, TargetState::Profiling, TargetState::Failed, "its own reason"));
-  advance_family_at(t, members, 4, /*threaded=*/10);
+  advance_family_at(t, members, 4);
   EXPECT_EQ(state_of(t, 10), TargetState::Waiting) << "a member failed: the group's answer";
   // A multi-threaded parent is never injected (a thread of it could fork
   // while __register_frame holds the unwinder's lock in another).
@@ -306,6 +306,7 @@ TEST(TargetTable, AParentWaitsWithoutAPlanOrAfterAMemberFailedOrWhenThreaded) {
   dynimized(mt, 12);
   mt.publish_group_plan(key, std::make_shared<GroupPlan>(GroupPlan{12, {}, {0x1000}, {}}));
   advance_family_at(mt, pool, 2, 10);
+  EXPECT_EQ(state_of(mt, 13), TargetState::Profiling) << "the parent, of four threads, is passed over";
   dynimized(mt, 13);
   advance_family_at(mt, pool, 3, 10);
   EXPECT_EQ(state_of(mt, 10), TargetState::Waiting) << "four threads";
