@@ -63,9 +63,14 @@ bool holds_jump(pid_t pid, const PatchRecord& patch) {
   return bytes && std::equal(bytes->begin(), bytes->end(), patch.replacement.begin());
 }
 
+// One descriptor of /proc/PID/mem, each page read once: an adopted child
+// (a new backend) costs a few reads, not an open per patch (issue 21 item 3).
 std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches) {
-  return static_cast<std::size_t>(std::count_if(patches.begin(), patches.end(),
-                                                [&](const PatchRecord& p) { return holds_jump(pid, p); }));
+  WindowMemory memory(pid);
+  return static_cast<std::size_t>(std::count_if(patches.begin(), patches.end(), [&](const PatchRecord& p) {
+    auto bytes = memory.read(p.addr, p.replacement.size());
+    return bytes && std::equal(bytes->begin(), bytes->end(), p.replacement.begin());
+  }));
 }
 
 }  // namespace dyni

@@ -33,7 +33,8 @@ std::vector<std::string> unreadable_cache_records(pid_t pid, const std::vector<p
 
 // Whether the entry holds dyni's jump (the patch is live).
 bool holds_jump(pid_t pid, const PatchRecord& patch);
-// How many of the patches are live.
+// How many of the patches are live: a reading of a running target's memory,
+// each page read once.
 std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches);
 
 }  // namespace dyni

@@ -212,12 +212,15 @@ void Daemon::sync_lifecycles() {
     auto t = live.find(id.first);
     return t == live.end() || t->second.start_time != id.second;
   });
+  std::size_t adopting = 0;  // adoption checks under way
+  for (const auto& [pid, lc] : lifecycles_) adopting += lc->adopt_only() && !lc->finished();
   for (const auto& [pid, t] : live) {
     if (lifecycles_.count(pid) || retiring_.count(pid)) continue;
     if (t.state == TargetState::Profiling) {
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options()));
     } else if ((t.state == TargetState::Waiting || t.state == TargetState::Unlicensed) &&
-               adoption_checked_.insert({pid, t.start_time}).second) {
+               adopting < kMaxAdoptionChecks && adoption_checked_.insert({pid, t.start_time}).second) {
+      ++adopting;
       // Idle (or the license lapsed), but maybe dynimized by an earlier
       // dynid: -undo must reach it. Adopting optimizes nothing.
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options(),

@@ -63,6 +63,10 @@ class Daemon {
   int poll_timeout_ms(int64_t now);
   void warn_if_slow(const char* what, int64_t since_ms);
   static constexpr int64_t kSlowLoopMs = 1000;
+  // Adoption checks (a thread each) under way at once: 200 connections
+  // opened together must not starve the main loop of the CPU (-status
+  // answers meanwhile); the rest wait for the next scans.
+  static constexpr std::size_t kMaxAdoptionChecks = 4;
   // The main loop's nice value: it answers the control socket and does
   // little work, so that -status, -undo and -stop answer while the target
   // keeps every CPU busy. Lifecycle threads (profiling, the jit) go back to

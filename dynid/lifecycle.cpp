@@ -160,8 +160,6 @@ void TargetLifecycle::run_pipeline() {
 bool TargetLifecycle::adopt_existing_cache() {
   auto maps = profiler::read_maps(pid_);
   if (!maps) return false;  // gone: the next scan drops it
-  auto file = elf::ElfFile::open(fmt::format("/proc/{}/exe", pid_));
-  std::string build_id = file ? file->build_id() : "";
   // A cache whose record this dynid cannot read (a newer dynid's, after a
   // package downgrade) may hold live patches: never a second cache beside it.
   if (std::vector<std::string> unreadable = unreadable_cache_records(pid_, *maps); !unreadable.empty()) {
@@ -174,6 +172,10 @@ bool TargetLifecycle::adopt_existing_cache() {
   std::vector<CacheRecord> all = find_cache_records(pid_, *maps);
   std::vector<CacheRecord> records = end_counting_caches(all);
   if (records.empty()) return false;
+  // Only now the executable's build-id, from its notes alone: every new
+  // process of a listed name comes here (a backend per connection).
+  auto file = elf::ElfFile::open_notes(fmt::format("/proc/{}/exe", pid_));
+  std::string build_id = file ? file->build_id() : "";
   const CacheRecord* best = nullptr;
   std::size_t best_live = 0;
   for (const CacheRecord& r : records) {

@@ -81,8 +81,19 @@ Result<int> open_trusted(const std::string& path) {
   return fail(std::string(resolved) + ": " + why);
 }
 
-// Whether the ELF file holds a line table, from its section headers alone
-// (a stripped binary is then not read whole for nothing).
+Result<std::string> read_all(int fd, off_t size) {
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n <= 0) return fail("short read");
+    done += static_cast<std::size_t>(n);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 bool has_line_section(int fd, off_t size) {
   Elf64_Ehdr h{};
   if (::pread(fd, &h, sizeof h, 0) != sizeof h || std::memcmp(h.e_ident, ELFMAG, SELFMAG) != 0 ||
@@ -101,19 +112,6 @@ bool has_line_section(int fd, off_t size) {
     if (s.sh_name < table.size() && std::strcmp(table.c_str() + s.sh_name, ".debug_line") == 0) return true;
   return false;
 }
-
-Result<std::string> read_all(int fd, off_t size) {
-  std::string bytes(static_cast<std::size_t>(size), '\0');
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-    if (n <= 0) return fail("short read");
-    done += static_cast<std::size_t>(n);
-  }
-  return bytes;
-}
-
-}  // namespace
 
 Status trusted_debug_file(const std::string& path) {
   auto fd = open_trusted(path);
@@ -142,31 +140,28 @@ Result<SourceLines> SourceLines::open(const std::string& path, const std::string
       why += (why.empty() ? "" : "; ") + candidate + ": " + bytes.error().message();
       continue;
     }
-    auto reader = std::make_unique<Reader>();
-    reader->bytes = std::move(*bytes);
-    auto object = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(reader->bytes, candidate));
-    if (!object) {
-      why += (why.empty() ? "" : "; ") + candidate + ": " + llvm::toString(object.takeError());
-      continue;
-    }
-    reader->object = std::move(*object);
-    // The same build: a path read in dynid's mount namespace may name
-    // another file than the target's.
-    auto id = llvm::object::getBuildID(reader->object.get());
-    if (!build_id.empty() && (!id || llvm::toHex(*id, true) != build_id)) {
-      why += (why.empty() ? "" : "; ") + candidate + ": another build";
-      continue;
-    }
-    if (!has_line_table(*reader->object)) {
-      why += (why.empty() ? "" : "; ") + candidate + ": no .debug_line";
-      continue;
-    }
-    auto quiet = [](llvm::Error e) { llvm::consumeError(std::move(e)); };
-    reader->dwarf = llvm::DWARFContext::create(*reader->object, llvm::DWARFContext::ProcessDebugRelocations::Process,
-                                               nullptr, "", quiet, quiet);
-    return SourceLines(std::move(reader), candidate);
+    auto read = from_bytes(std::move(*bytes), candidate, build_id);
+    if (read) return read;
+    why += (why.empty() ? "" : "; ") + read.error().message();
   }
   return fail("no source lines: " + why);
+}
+
+Result<SourceLines> SourceLines::from_bytes(std::string bytes, const std::string& name, const std::string& build_id) {
+  auto reader = std::make_unique<Reader>();
+  reader->bytes = std::move(bytes);
+  auto object = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(reader->bytes, name));
+  if (!object) return fail(name + ": " + llvm::toString(object.takeError()));
+  reader->object = std::move(*object);
+  // The same build: a path read in dynid's mount namespace may name
+  // another file than the target's.
+  auto id = llvm::object::getBuildID(reader->object.get());
+  if (!build_id.empty() && (!id || llvm::toHex(*id, true) != build_id)) return fail(name + ": another build");
+  if (!has_line_table(*reader->object)) return fail(name + ": no .debug_line");
+  auto quiet = [](llvm::Error e) { llvm::consumeError(std::move(e)); };
+  reader->dwarf = llvm::DWARFContext::create(*reader->object, llvm::DWARFContext::ProcessDebugRelocations::Process,
+                                             nullptr, "", quiet, quiet);
+  return SourceLines(std::move(reader), name);
 }
 
 SourceLines::SourceLines(std::unique_ptr<Reader> reader, std::string path)

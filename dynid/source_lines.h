@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <sys/types.h>
 #include <string>
 
 #include "common/result.h"
@@ -32,6 +33,10 @@ class SourceLines {
   // The lines of the module at `path` with GNU build-id `build_id` (hex):
   // fails, saying why, when there are none to read.
   static Result<SourceLines> open(const std::string& path, const std::string& build_id);
+  // The part of open() after the file's checks: the lines of an ELF file
+  // read into `bytes` (`name` for messages), of build-id `build_id` unless
+  // empty. The bytes are untrusted (I9): tests/fuzz/debug_line_fuzzer.cpp.
+  static Result<SourceLines> from_bytes(std::string bytes, const std::string& name, const std::string& build_id);
   SourceLines(SourceLines&&) noexcept;
   SourceLines& operator=(SourceLines&&) noexcept;
   ~SourceLines();
@@ -49,5 +54,10 @@ class SourceLines {
 
 // Whether dynid may parse the file at `path` for debug info (above); or why not.
 Status trusted_debug_file(const std::string& path);
+
+// Whether the ELF file open at `fd`, of `size` bytes, has a .debug_line
+// section, from its section headers alone (a stripped binary is then not
+// read whole for nothing). Untrusted: every read is bounded (fuzzed too).
+bool has_line_section(int fd, off_t size);
 
 }  // namespace dyni

@@ -108,9 +108,11 @@ bool is_symbol_section(uint32_t type) {
   return type == SHT_SYMTAB || type == SHT_DYNSYM || type == SHT_STRTAB;
 }
 
+bool is_note_section(uint32_t type) { return type == SHT_NOTE || type == SHT_STRTAB; }
+
 // A compact image of the file: header, section headers, then the bytes of the
-// symbol and string tables only, with section offsets rewritten to match.
-Result<std::vector<uint8_t>> read_symbol_image(int fd, uint64_t file_size) {
+// sections `keep` names by type only, with section offsets rewritten to match.
+Result<std::vector<uint8_t>> read_section_image(int fd, uint64_t file_size, bool (*keep)(uint32_t type)) {
   std::vector<uint8_t> image(sizeof(Elf64_Ehdr));
   if (file_size < image.size() || !pread_all(fd, image.data(), image.size(), 0))
     return fail("truncated ELF: ELF header");
@@ -126,7 +128,7 @@ Result<std::vector<uint8_t>> read_symbol_image(int fd, uint64_t file_size) {
   eh.e_phnum = 0;
   image.resize(sizeof eh + shdrs.size() * sizeof(Elf64_Shdr));
   for (auto& sh : shdrs) {
-    if (!is_symbol_section(sh.sh_type) || !fits(sh.sh_offset, sh.sh_size, file_size) ||
+    if (!keep(sh.sh_type) || !fits(sh.sh_offset, sh.sh_size, file_size) ||
         sh.sh_size > ElfFile::kMaxFileBytes - image.size()) {
       sh.sh_size = sh.sh_type == SHT_NOBITS ? sh.sh_size : 0;
       sh.sh_offset = 0;
@@ -134,7 +136,7 @@ Result<std::vector<uint8_t>> read_symbol_image(int fd, uint64_t file_size) {
     }
     std::size_t at = image.size();
     image.resize(at + sh.sh_size);
-    if (!pread_all(fd, image.data() + at, sh.sh_size, sh.sh_offset)) return fail("truncated symbol table");
+    if (!pread_all(fd, image.data() + at, sh.sh_size, sh.sh_offset)) return fail("truncated section");
     sh.sh_offset = at;
   }
   std::memcpy(image.data(), &eh, sizeof eh);
@@ -144,15 +146,23 @@ Result<std::vector<uint8_t>> read_symbol_image(int fd, uint64_t file_size) {
 
 }  // namespace
 
-Result<ElfFile> ElfFile::open_symbols(const std::string& path) {
+namespace {
+
+Result<ElfFile> open_sections(const std::string& path, bool (*keep)(uint32_t type)) {
   auto f = open_regular(path);
   if (!f) return std::unexpected(f.error());
-  auto image = read_symbol_image(f->fd, f->size);
+  auto image = read_section_image(f->fd, f->size, keep);
   if (!image) return fail(path + ": " + image.error().message());
-  auto file = from_bytes(std::move(*image));
+  auto file = ElfFile::from_bytes(std::move(*image));
   if (!file) return fail(path + ": " + file.error().message());
   return file;
 }
+
+}  // namespace
+
+Result<ElfFile> ElfFile::open_symbols(const std::string& path) { return open_sections(path, is_symbol_section); }
+
+Result<ElfFile> ElfFile::open_notes(const std::string& path) { return open_sections(path, is_note_section); }
 
 std::string ElfFile::build_id() const {
   for (const auto& s : sections_) {
