@@ -13,7 +13,7 @@
 #include "common/paths.h"
 #include "common/log.h"
 #include "dynid/process_files.h"
-#include "dynid/source_lines.h"
+#include "dynid/line_reader.h"
 
 namespace dyni {
 namespace {
@@ -45,16 +45,20 @@ DebugSections copies_dwarf(const Injection& in, const std::string& tier) {
   if (tier != "optimized") return {};  // the counting copies are short-lived, and run while this would be read
   bool any = std::any_of(in.copies.begin(), in.copies.end(), [](const CopyRange& c) { return !c.lines.empty(); });
   if (!any || in.module.empty()) return {};
-  auto lines = SourceLines::open(in.module, in.build_id);
+  std::vector<uint64_t> addrs;  // link-time, every copied instruction's
+  for (const CopyRange& c : in.copies)
+    for (const auto& [offset, original] : c.lines) addrs.push_back(original - in.module_bias);
+  auto lines = read_source_lines(in.module, in.build_id, addrs);
   if (!lines) {
     log::debug("pid {}: gdb's symbol file has no lines: {}", in.pid, lines.error().message());
     return {};
   }
   std::vector<CopyLines> out;
+  std::size_t next = 0;
   for (const CopyRange& c : in.copies) {
     CopyLines copy{c.cache_addr, c.cache_addr + c.size, c.name + " [dyni]", {}};
     for (const auto& [offset, original] : c.lines)
-      if (auto at = lines->at(original - in.module_bias))
+      if (std::optional<SourceLine>& at = (*lines)[next++])
         copy.rows.push_back({c.cache_addr + offset, std::move(at->file), at->line});
     out.push_back(std::move(copy));
   }

@@ -120,21 +120,39 @@ Status trusted_debug_file(const std::string& path) {
   return ok();
 }
 
-Result<SourceLines> SourceLines::open(const std::string& path, const std::string& build_id) {
+std::vector<std::string> debug_info_candidates(const std::string& path, const std::string& build_id) {
   std::vector<std::string> candidates;
   if (build_id.size() > 2)
     candidates.push_back(fmt::format("/usr/lib/debug/.build-id/{}/{}.debug", build_id.substr(0, 2), build_id.substr(2)));
   candidates.push_back(path);
+  return candidates;
+}
+
+Result<int> open_debug_info(const std::string& path) {
+  auto fd = open_trusted(path);
+  if (!fd) return fd;
+  struct stat st {};
+  if (::fstat(*fd, &st) == 0 && has_line_section(*fd, st.st_size)) return fd;
+  ::close(*fd);
+  return fail(path + ": no .debug_line");
+}
+
+Result<std::string> read_debug_info(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fail("not a regular file");
+  if (st.st_size > kMaxDebugFileBytes) return fail("larger than 512 MiB");
+  return read_all(fd, st.st_size);
+}
+
+Result<SourceLines> SourceLines::open(const std::string& path, const std::string& build_id) {
   std::string why;
-  for (const std::string& candidate : candidates) {
-    auto fd = open_trusted(candidate);
+  for (const std::string& candidate : debug_info_candidates(path, build_id)) {
+    auto fd = open_debug_info(candidate);
     if (!fd) {
       why += (why.empty() ? "" : "; ") + fd.error().message();
       continue;
     }
-    struct stat st {};
-    const bool lines = ::fstat(*fd, &st) == 0 && has_line_section(*fd, st.st_size);
-    auto bytes = lines ? read_all(*fd, st.st_size) : fail("no .debug_line");
+    auto bytes = read_debug_info(*fd);
     ::close(*fd);
     if (!bytes) {
       why += (why.empty() ? "" : "; ") + candidate + ": " + bytes.error().message();

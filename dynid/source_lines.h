@@ -18,6 +18,7 @@
 #include <optional>
 #include <sys/types.h>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -54,6 +55,17 @@ class SourceLines {
 
 // Whether dynid may parse the file at `path` for debug info (above); or why not.
 Status trusted_debug_file(const std::string& path);
+
+// The files that may hold the debug info of the module at `path`: its
+// separate debug file by build-id, then the module itself.
+std::vector<std::string> debug_info_candidates(const std::string& path, const std::string& build_id);
+
+// `path` opened for reading when dynid may parse it (trusted_debug_file)
+// and it has a .debug_line section; or why not. The caller closes it.
+Result<int> open_debug_info(const std::string& path);
+
+// The whole of the open file `fd` (at most 512 MiB), read, never mapped.
+Result<std::string> read_debug_info(int fd);
 
 // Whether the ELF file open at `fd`, of `size` bytes, has a .debug_line
 // section, from its section headers alone (a stripped binary is then not
