@@ -223,8 +223,11 @@ void Daemon::sync_lifecycles() {
       ++adopting;
       // Idle (or the license lapsed), but maybe dynimized by an earlier
       // dynid: -undo must reach it. Adopting optimizes nothing.
-      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options(),
-                                                                 /*adopt_only=*/true));
+      auto parent = lifecycles_.find(t.ppid);
+      const bool same_group = parent != lifecycles_.end() && live.contains(t.ppid) && live.at(t.ppid).group == t.group;
+      lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(
+                                   t, targets_, recorder_options(), dynimize_options(), /*adopt_only=*/true,
+                                   same_group ? parent->second->copies_for_children() : std::nullopt));
     }
   }
 }

@@ -84,11 +84,20 @@ bool maps_cache_at(pid_t pid, uint64_t cache_addr) {
 }  // namespace
 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
-                                 profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only)
+                                 profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only,
+                                 std::optional<ParentCopies> parent)
     : pid_(target.pid), ppid_(target.ppid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
       group_(target.group), follows_(target.follows), options_(options), dynimize_(dynimize), adopt_only_(adopt_only),
-      started_in_(target.state),
+      started_in_(target.state), parent_copies_(std::move(parent)),
       thread_([this] { run(); }) {}
+
+std::optional<ParentCopies> TargetLifecycle::copies_for_children() const {
+  std::lock_guard lock(injection_mutex_);
+  if (!injection_ || injection_->copies.empty()) return std::nullopt;
+  ParentCopies out{injection_->cache.addr, injection_->copies};
+  for (CopyRange& c : out.copies) c.lines.clear();
+  return out;
+}
 
 TargetLifecycle::~TargetLifecycle() {
   stop_ = true;
@@ -481,6 +490,16 @@ void TargetLifecycle::write_adopted_copy_files(const CacheRecord& record) {
     gdb_error_ = have_gdb ? "" : "no symbol file left by the dynid that made the cache";
     return;
   }
+  if (inherited_ && parent_copies_ && parent_copies_->cache_addr == record.cache_addr) {
+    // Forked from a target this dynid dynimized: the same cache at the
+    // same address, so the parent's copies (a child per connection must
+    // cost little: issue 21 item 3).
+    Injection in = from_record(pid_, start_time_, record);
+    in.copies = std::move(parent_copies_->copies);
+    write_copy_files(in, tier, /*gdb_file=*/false);
+    note_parent_symbol_file(tier);
+    return;
+  }
   auto copies = adopted_copies(pid_, record);
   if (!copies) {
     log::warn("target {} pid {}: the adopted cache's copies for perf and -addr2orig: {}", name_, pid_,
@@ -490,9 +509,13 @@ void TargetLifecycle::write_adopted_copy_files(const CacheRecord& record) {
   Injection in = from_record(pid_, start_time_, record);
   in.copies = std::move(copies->copies);
   write_copy_files(in, tier, /*gdb_file=*/false);
-  // No symbol file of its own (it would hold unwind rows read from the
-  // target, for a root gdb to parse): a forked child has its cache where
-  // its parent has it, and the parent's file serves.
+  note_parent_symbol_file(tier);
+}
+
+// No symbol file of its own (it would hold unwind rows read from the
+// target, for a root gdb to parse): a forked child has its cache where its
+// parent has it, and the parent's file serves.
+void TargetLifecycle::note_parent_symbol_file(const std::string& tier) {
   auto stat = read_proc_stat("/proc", pid_);
   auto parent = stat ? read_proc_stat("/proc", stat->ppid) : fail("");
   const std::string file = parent ? cache_symbol_file_path(stat->ppid, parent->start_time, tier) : "";

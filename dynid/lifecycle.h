@@ -58,13 +58,23 @@ struct DynimizeOptions {
   }
 };
 
+// The copies of a parent's cache, for the children that inherit it (their
+// perf maps and origins, named without reading a symbol table again).
+struct ParentCopies {
+  uint64_t cache_addr = 0;
+  std::vector<CopyRange> copies;  // without their instruction tables
+};
+
 class TargetLifecycle {
  public:
   // `adopt_only`: for a target that is not busy: only look for a cache of
   // dyni's in it (a restarted dynid must see an idle dynimized target, so
   // that -undo reaches it); the lifecycle ends when there is none.
+  // `parent`: its parent's copies, where the parent is a target dynimized by
+  // this dynid (an adopted child that inherited that cache names its copies
+  // from them).
   TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options,
-                  DynimizeOptions dynimize, bool adopt_only = false);
+                  DynimizeOptions dynimize, bool adopt_only = false, std::optional<ParentCopies> parent = {});
   ~TargetLifecycle();  // stops the thread and waits for it (≤ one step, ~100 ms)
 
   pid_t pid() const { return pid_; }
@@ -76,6 +86,8 @@ class TargetLifecycle {
   // An adopt-only lifecycle that found a cache (and so must be kept: it
   // holds what -undo needs); read once finished().
   bool adopted() const { return adopted_; }
+  // Its cache's copies for a child that inherits them, once injected.
+  std::optional<ParentCopies> copies_for_children() const;
   uint64_t start_time() const { return start_time_; }
   uint64_t image() const { return image_; }
   // The profile so far (or final); null before sampling started.
@@ -112,6 +124,7 @@ class TargetLifecycle {
   void write_copy_files(const Injection& in, const std::string& tier, bool gdb_file = true);
   void note_adopted_copies(const CacheRecord& record);  // never throws
   void write_adopted_copy_files(const CacheRecord& record);
+  void note_parent_symbol_file(const std::string& tier);
   void end_counting();
   std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);
@@ -150,6 +163,7 @@ class TargetLifecycle {
   std::optional<Injection> injection_;
   bool adopted_ = false;  // found in the target, not made by this dynid
   bool inherited_ = false;  // adopted, and its parent maps that cache: it came with a fork
+  std::optional<ParentCopies> parent_copies_;  // set before the thread starts
   std::optional<uint64_t> huge_page_bytes_;  // of the cache, measured once after injection
   std::size_t redo_count_ = 0, undo_count_ = 0;
 
