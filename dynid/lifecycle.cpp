@@ -94,8 +94,9 @@ TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
 std::optional<ParentCopies> TargetLifecycle::copies_for_children() const {
   std::lock_guard lock(injection_mutex_);
   if (!injection_ || injection_->copies.empty()) return std::nullopt;
-  ParentCopies out{injection_->cache.addr, injection_->copies};
-  for (CopyRange& c : out.copies) c.lines.clear();
+  ParentCopies out{injection_->cache.addr, {}, huge_page_bytes_};
+  out.copies.reserve(injection_->copies.size());
+  for (const CopyRange& c : injection_->copies) out.copies.push_back({c.cache_addr, c.size, c.original_entry, c.name, {}});
   return out;
 }
 
@@ -207,7 +208,11 @@ bool TargetLifecycle::adopt_existing_cache() {
       if (r.cache_addr != best->cache_addr) injection_->other_frames.push_back(from_record(pid_, start_time_, r).frames);
     adopted_ = true;
     inherited_ = maps_cache_at(ppid_, best->cache_addr);
-    if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
+    // An inherited cache is its parent's pages (smaps is slow to read).
+    if (inherited_ && parent_copies_ && parent_copies_->cache_addr == best->cache_addr)
+      huge_page_bytes_ = parent_copies_->huge_page_bytes;
+    else if (auto huge = huge_page_bytes(pid_, injection_->cache))
+      huge_page_bytes_ = *huge;
   }
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
   std::string why = fmt::format("found dyni's cache at {:#x} in the target{}: {} of its {} patches (entries and call sites) live",

@@ -63,6 +63,7 @@ struct DynimizeOptions {
 struct ParentCopies {
   uint64_t cache_addr = 0;
   std::vector<CopyRange> copies;  // without their instruction tables
+  std::optional<uint64_t> huge_page_bytes;  // of the cache, as measured in the parent
 };
 
 class TargetLifecycle {
