@@ -214,7 +214,13 @@ void Daemon::sync_lifecycles() {
   });
   std::size_t adopting = 0;  // adoption checks under way
   for (const auto& [pid, lc] : lifecycles_) adopting += lc->adopt_only() && !lc->finished();
-  for (const auto& [pid, t] : live) {
+  // Oldest first: under a stream of new processes none waits for ever.
+  std::vector<const Target*> by_age;
+  for (const auto& [pid, t] : live) by_age.push_back(&t);
+  std::stable_sort(by_age.begin(), by_age.end(), [](const Target* a, const Target* b) { return a->start_time < b->start_time; });
+  for (const Target* target : by_age) {
+    const pid_t pid = target->pid;
+    const Target& t = *target;
     if (lifecycles_.count(pid) || retiring_.count(pid)) continue;
     if (t.state == TargetState::Profiling) {
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options()));
@@ -438,6 +444,15 @@ protocol::Response Daemon::undo_or_redo(bool undo) {
       log::warn("target {} pid {}: {}", t.name, t.pid, r.error().message());
     }
   }
+  // Processes not yet checked for a cache of dyni's (a few start a second):
+  // one forked by a dynimized parent may run its copies.
+  std::size_t unchecked = 0;
+  for (const Target& t : targets)
+    unchecked += (t.state == TargetState::Waiting || t.state == TargetState::Unlicensed) && !lifecycles_.contains(t.pid) &&
+                 !adoption_checked_.contains({t.pid, t.start_time});
+  if (undo && unchecked)
+    done.push_back(fmt::format("{} processes not yet checked for dyni's code (a few are checked a second): run dyni "
+                               "-undo again in a few seconds", unchecked));
   if (done.empty() && failed.empty())
     return {true, undo ? "nothing to undo: no target is dynimized"
                        : "nothing to redo: no target has been undone", {}};

@@ -201,18 +201,23 @@ bool TargetLifecycle::adopt_existing_cache() {
     settle_adoption(TargetState::Failed, why);
     return true;
   }
+  Injection adopted = from_record(pid_, start_time_, *best);
+  for (const CacheRecord& r : all)  // threads may still run in any of them (a counting cache ended, I8)
+    if (r.cache_addr != best->cache_addr) adopted.other_frames.push_back(from_record(pid_, start_time_, r).frames);
+  const bool inherited = maps_cache_at(ppid_, best->cache_addr);
+  // An inherited cache is its parent's pages; smaps, slow to read, is read
+  // outside the lock (status requests take it).
+  std::optional<uint64_t> huge;
+  if (inherited && parent_copies_ && parent_copies_->cache_addr == best->cache_addr)
+    huge = parent_copies_->huge_page_bytes;
+  else if (auto bytes = huge_page_bytes(pid_, adopted.cache))
+    huge = *bytes;
   {
     std::lock_guard lock(injection_mutex_);
-    injection_ = from_record(pid_, start_time_, *best);
-    for (const CacheRecord& r : all)  // threads may still run in any of them (a counting cache ended, I8)
-      if (r.cache_addr != best->cache_addr) injection_->other_frames.push_back(from_record(pid_, start_time_, r).frames);
+    injection_ = std::move(adopted);
     adopted_ = true;
-    inherited_ = maps_cache_at(ppid_, best->cache_addr);
-    // An inherited cache is its parent's pages (smaps is slow to read).
-    if (inherited_ && parent_copies_ && parent_copies_->cache_addr == best->cache_addr)
-      huge_page_bytes_ = parent_copies_->huge_page_bytes;
-    else if (auto huge = huge_page_bytes(pid_, injection_->cache))
-      huge_page_bytes_ = *huge;
+    inherited_ = inherited;
+    huge_page_bytes_ = huge;
   }
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
   std::string why = fmt::format("found dyni's cache at {:#x} in the target{}: {} of its {} patches (entries and call sites) live",
@@ -385,10 +390,11 @@ bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional
     plan_["injected"] = true;
     plan_["sampled_cpu_accepted_percent"] = share_copied ? nlohmann::json(*share_copied) : nlohmann::json(nullptr);
   }
+  auto huge = huge_page_bytes(pid_, kept.cache);  // outside the lock: smaps is slow to read
   {
     std::lock_guard lock(injection_mutex_);
     injection_ = std::move(kept);
-    if (auto huge = huge_page_bytes(pid_, injection_->cache)) huge_page_bytes_ = *huge;
+    if (huge) huge_page_bytes_ = *huge;
   }
   // After injection_ holds what was patched: -undo reaches it whatever happens here.
   if (!injection_->copies.empty()) note_copies(*injection_, "optimized");

@@ -45,13 +45,19 @@ Status make_pipe(Pipe& p) {
 }
 
 // Writes every address (the helper reads them all before it answers, so
-// this never waits on its answer), then closes its stdin.
-Status send_addresses(Pipe& to, const std::vector<uint64_t>& addrs) {
+// this never waits on its answer), by the deadline (a helper stopped by a
+// signal must not hold dynid's thread), then closes its stdin.
+Status send_addresses(Pipe& to, const std::vector<uint64_t>& addrs, std::chrono::steady_clock::time_point deadline) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(addrs.data());
   std::size_t left = addrs.size() * sizeof(uint64_t);
+  if (::fcntl(to.write, F_SETFL, O_NONBLOCK) != 0) return fail(sys_error("fcntl of the line reader's pipe"));
   while (left > 0) {
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (wait.count() <= 0) return fail(fmt::format("the line reader took no addresses in {} s", kLineReaderTimeout.count()));
+    pollfd p{to.write, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) continue;
     ssize_t n = ::write(to.write, bytes, left);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return fail(sys_error("writing to the line reader"));
     bytes += n, left -= static_cast<std::size_t>(n);
   }
@@ -105,15 +111,23 @@ Result<std::vector<std::optional<SourceLine>>> ask_helper(const std::string& hel
   const std::string id = build_id.empty() ? "-" : build_id;
   char* argv[] = {const_cast<char*>("dyni-lines"), const_cast<char*>(id.c_str()), nullptr};
   char* envp[] = {nullptr};
+  // No signal blocked in the helper (the calling thread's mask is not its).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  int err = posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv, envp);
+  int err = posix_spawn(&pid, helper.c_str(), &actions, &attr, argv, envp);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   if (err != 0) return fail(sys_error("cannot start the line reader " + helper, err));
   ::close(in.read), in.read = -1;
   ::close(out.write), out.write = -1;
-  auto sent = send_addresses(in, addrs);
-  auto answer = sent ? receive(out.read, std::chrono::steady_clock::now() + kLineReaderTimeout)
-                     : Result<std::vector<uint8_t>>(std::unexpected(sent.error()));
+  const auto deadline = std::chrono::steady_clock::now() + kLineReaderTimeout;
+  auto sent = send_addresses(in, addrs, deadline);
+  auto answer = sent ? receive(out.read, deadline) : Result<std::vector<uint8_t>>(std::unexpected(sent.error()));
   const std::string ended = reap(pid, !answer);
   if (!answer) return fail(answer.error().message() + (ended.empty() ? "" : "; it was " + ended));
   if (!ended.empty()) return fail("the line reader was " + ended + " (malformed debug info?)");

@@ -104,15 +104,21 @@ bool pread_all(int fd, uint8_t* out, std::size_t size, uint64_t offset) {
   return true;
 }
 
-bool is_symbol_section(uint32_t type) {
+bool is_symbol_section(std::size_t, uint32_t type, std::size_t) {
   return type == SHT_SYMTAB || type == SHT_DYNSYM || type == SHT_STRTAB;
 }
 
-bool is_note_section(uint32_t type) { return type == SHT_NOTE || type == SHT_STRTAB; }
+// The notes and the section names (whatever the names' section's type).
+bool is_note_section(std::size_t index, uint32_t type, std::size_t names_index) {
+  return type == SHT_NOTE || index == names_index;
+}
 
 // A compact image of the file: header, section headers, then the bytes of the
-// sections `keep` names by type only, with section offsets rewritten to match.
-Result<std::vector<uint8_t>> read_section_image(int fd, uint64_t file_size, bool (*keep)(uint32_t type)) {
+// sections `keep` names (by index, type and the names' section's index)
+// only, with section offsets rewritten to match; never more bytes than the
+// file has (overlapping sections of a hostile file are not read twice over).
+Result<std::vector<uint8_t>> read_section_image(int fd, uint64_t file_size,
+                                                bool (*keep)(std::size_t index, uint32_t type, std::size_t names_index)) {
   std::vector<uint8_t> image(sizeof(Elf64_Ehdr));
   if (file_size < image.size() || !pread_all(fd, image.data(), image.size(), 0))
     return fail("truncated ELF: ELF header");
@@ -127,9 +133,11 @@ Result<std::vector<uint8_t>> read_section_image(int fd, uint64_t file_size, bool
   eh.e_shoff = sizeof eh;
   eh.e_phnum = 0;
   image.resize(sizeof eh + shdrs.size() * sizeof(Elf64_Shdr));
-  for (auto& sh : shdrs) {
-    if (!keep(sh.sh_type) || !fits(sh.sh_offset, sh.sh_size, file_size) ||
-        sh.sh_size > ElfFile::kMaxFileBytes - image.size()) {
+  const std::size_t limit = std::min<uint64_t>(ElfFile::kMaxFileBytes, image.size() + file_size);
+  for (std::size_t i = 0; i < shdrs.size(); ++i) {
+    Elf64_Shdr& sh = shdrs[i];
+    if (!keep(i, sh.sh_type, eh.e_shstrndx) || !fits(sh.sh_offset, sh.sh_size, file_size) ||
+        sh.sh_size > limit - image.size()) {
       sh.sh_size = sh.sh_type == SHT_NOBITS ? sh.sh_size : 0;
       sh.sh_offset = 0;
       continue;
@@ -148,7 +156,7 @@ Result<std::vector<uint8_t>> read_section_image(int fd, uint64_t file_size, bool
 
 namespace {
 
-Result<ElfFile> open_sections(const std::string& path, bool (*keep)(uint32_t type)) {
+Result<ElfFile> open_sections(const std::string& path, bool (*keep)(std::size_t, uint32_t, std::size_t)) {
   auto f = open_regular(path);
   if (!f) return std::unexpected(f.error());
   auto image = read_section_image(f->fd, f->size, keep);

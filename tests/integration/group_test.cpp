@@ -32,18 +32,23 @@ int exit_status_of(pid_t pid, std::chrono::seconds timeout) {
   return -1;
 }
 
+// A running dynid listing dyni-prefork, licensed; returns the program's path.
+// busy_threshold_percent 40 (kFastOptions): a worker busy 25 ms of each
+// 100 ms can never reach it; a pool of four does.
+std::string start_for_pools(DyniHost& host) {
+  host.write_config({"dyni-prefork"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  host.license_this_host();
+  EXPECT_EQ(host.dyni({"-start"}).exit_code, 0);
+  return host.install_program(DYNI_TEST_PREFORK, "dyni-prefork");
+}
+
 // The busiest worker leads: it is profiled and counted alone; then every
 // other busy worker is dynimized by its plan in turn; then the idle parent,
 // by the same plan (what it forks later inherits it).
 TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndComputesTheSame) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   DyniHost host;
-  // busy_threshold_percent 40 (kFastOptions): each worker, busy 25 ms of
-  // each 100 ms, can never reach it; the pool of four does.
-  host.write_config({"dyni-prefork"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
-  host.license_this_host();
-  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
-  const std::string exe = host.install_program(DYNI_TEST_PREFORK, "dyni-prefork");
+  const std::string exe = start_for_pools(host);
   const pid_t parent = host.spawn({exe, "75", "4", "25"});
   std::vector<nlohmann::json> members;
   auto dynimized = [&] {
@@ -106,10 +111,7 @@ TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndCompute
 TEST(Groups, WorkersForkedByADynimizedParentInheritItsCacheWhileOthersComeAndGo) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   DyniHost host;
-  host.write_config({"dyni-prefork"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
-  host.license_this_host();
-  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
-  const std::string exe = host.install_program(DYNI_TEST_PREFORK, "dyni-prefork");
+  const std::string exe = start_for_pools(host);
   // Four workers to the end, busy 25 %; three more, busy 12 %, 1 s each.
   const pid_t parent = host.spawn({exe, "80", "4", "25", "0", "3"});
   nlohmann::json parent_status, child;

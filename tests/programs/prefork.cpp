@@ -15,6 +15,7 @@
 // usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME=0 [CHURNERS=0]]
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/select.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,7 +124,10 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       next_report += std::chrono::seconds(1);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // The parent waits as postgres's postmaster and apache's do, in
+    // select() (a thread in nanosleep cannot take dynid's remote calls).
+    timeval tick{0, 20000};
+    ::select(0, nullptr, nullptr, nullptr, &tick);
   }
   std::printf("done, forks %ld\n", forks);
   return 0;

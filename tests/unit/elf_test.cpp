@@ -282,5 +282,19 @@ TEST(ByteReader, Leb128EdgeCases) {
   EXPECT_FALSE(ByteReader(empty).cstring());
 }
 
+// An adopted child's check reads the build-id alone: the notes and the
+// section names, not the code (ElfFile::open_notes).
+TEST(ElfNotes, TheBuildIdFromANotesOnlyImage) {
+  const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
+  auto whole = ElfFile::open(libc);
+  auto notes = ElfFile::open_notes(libc);
+  ASSERT_TRUE(whole) << whole.error().message();
+  ASSERT_TRUE(notes) << notes.error().message();
+  ASSERT_FALSE(whole->build_id().empty());
+  EXPECT_EQ(notes->build_id(), whole->build_id());
+  EXPECT_LT(notes->bytes().size(), 64u << 10) << "only headers, notes and section names";
+  EXPECT_GT(whole->bytes().size(), 1u << 20);
+}
+
 }  // namespace
 }  // namespace dyni::elf
