@@ -97,17 +97,23 @@ Result<int> open_existing(pid_t pid, int root, const std::string& path, uid_t ui
   if (::fstat(at, &st) != 0) why = "fstat: " + errno_text();
   else if (!S_ISREG(st.st_mode)) why = "not a regular file";
   else if (st.st_nlink != 1) why = "it has other links";
-  else if (st.st_uid != uid) why = fmt::format("owned by uid {}, not the target's {}", st.st_uid, uid);
   else if (held_open_by(pid, st.st_dev, st.st_ino)) why = "the target's own JIT keeps this map (it holds it open)";
   if (!why.empty()) {
     ::close(at);
     return fail(why);
   }
-  // Older than the process: a dead process's with the same pid. Removed (as
-  // the target's owner, who may) and made anew by the caller.
+  // Older than the process: a dead process's with the same pid, whoever
+  // owned it (a postgres backend's map, and then a root process with its
+  // pid). Removed as the target's owner (the kernel says whether it may:
+  // the sticky /tmp) and made anew by the caller, never appended to: perf
+  // would name the new process's code by the dead one's lines.
   if (static_cast<double>(st.st_mtim.tv_sec) < started - 2) {
     ::close(at);
     return -1;
+  }
+  if (st.st_uid != uid) {
+    ::close(at);
+    return fail(fmt::format("owned by uid {}, not the target's {}", st.st_uid, uid));
   }
   int fd = ::open(fmt::format("/proc/self/fd/{}", at).c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
   const int err = errno;

@@ -18,7 +18,8 @@
 //   appends to its own map of this process). A map the target holds open is
 //   its own JIT's, which writes at its own offset: it is left alone, and
 //   -status says so. A map older than the target is a dead process's with
-//   the same pid: it is removed (as the target's owner) and made anew.
+//   the same pid, whoever owned it: it is removed (as the target's owner;
+//   the sticky /tmp may refuse, and -status then says so) and made anew.
 // - function names lose their control bytes: one line a copy.
 // The map is left when the process exits (perf reads it at report time) and
 // stays true after -undo: the caches stay mapped (I8).

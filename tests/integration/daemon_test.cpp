@@ -869,9 +869,9 @@ TEST_F(Daemon, UndoAndStopDuringCountingPutTheOriginalCodeBack) {
 
 // perf's map (dynid/perf_map.h): a target's /tmp/perf-PID.map names its
 // copies "<function> [dyni]" at their addresses in dyni's caches; a map left
-// by a dead process with the same pid is replaced; a symlink planted at the
-// name is never followed (the file it points to stays as it was), and a FIFO
-// there is never opened.
+// by a dead process with the same pid is replaced, whoever owned it; a
+// symlink planted at the name is never followed (the file it points to stays
+// as it was), and a FIFO there is never opened.
 TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   start({"dyni-hot-map"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-map");
@@ -891,6 +891,8 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   ASSERT_TRUE(write_file_atomic(stale_map, "1000 10 a dead process's function\n", 0644));
   struct timespec an_hour_ago[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, stale_map.c_str(), an_hour_ago, 0), 0);
+  // Another user's, as a postgres backend's map is when a root process gets its pid.
+  ASSERT_EQ(::chown(stale_map.c_str(), 65534, 65534), 0) << errno_text();
   struct Remove {
     std::vector<std::string> paths;
     ~Remove() { for (const auto& p : paths) ::unlink(p.c_str()); }
