@@ -435,10 +435,12 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
     plan_["injected"] = true;
     plan_["tier"] = "counting";
   }
-  log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites; at most {} s, counting {} % "
-            "of the time",
-            name_, pid_, counting->injection().patched.size(), counting->injection().counter_sites.size(),
-            dynimize_.counting_max.count(), dynimize_.counting_duty_percent);
+  const Injection& made = counting->injection();
+  log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites, {} bytes of code at {:#x}; "
+            "{} patch windows, longest stop {:.1f} ms; at most {} s, counting {} % of the time",
+            name_, pid_, made.patched.size(), made.counter_sites.size(), made.code_size, made.code_addr,
+            made.patch_windows, made.longest_stop.count() / 1000.0, dynimize_.counting_max.count(),
+            dynimize_.counting_duty_percent);
   CountingPhase::Bounds bounds{dynimize_.counting_min, dynimize_.counting_max, dynimize_.counting_duty_percent};
   auto counts = counting->count(bounds, [this] { return stop_.load(); });
   if (!counts) return counts;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -520,6 +521,35 @@ TEST_F(Daemon, AMalformedExecutableMakesItsTargetUnsupported) {
 // a new dynid finds the cache's record and adopts the target instead of
 // injecting it twice, and undoes it from the record alone. The target checks
 // every result it computes (WRONG and exit 3 on a difference).
+// Each injection logs one line an operator can act on (issue 23 item 7):
+// functions, cache bytes, patch windows, seconds; its figures are the ones
+// -status -json reports. The counting injection before it says as much.
+void expect_injection_log_lines(const std::string& log, pid_t pid, const nlohmann::json& dynimized) {
+  const std::string who = fmt::format(" pid {}: ", pid);
+  std::vector<std::string> injected, counting;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(who + "dynimized: ") != std::string::npos) injected.push_back(line);
+    if (line.find(who + "counting: ") != std::string::npos) counting.push_back(line);
+  }
+  ASSERT_EQ(injected.size(), 1u) << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(injected[0], m,
+                                std::regex(R"(dynimized: (\d+) functions patched, .* (\d+) bytes of code at 0x[0-9a-f]+ .*; )"
+                                           R"((\d+) patch windows, longest stop [0-9.]+ ms; ([0-9.]+) s profiling, )"
+                                           R"(([0-9.]+) s counting and jit)")))
+      << injected[0];
+  EXPECT_EQ(std::stoi(m[1]), dynimized["functions_patched"].get<int>()) << injected[0];
+  EXPECT_EQ(std::stoi(m[2]), dynimized["cache"]["code_bytes"].get<int>()) << injected[0];
+  EXPECT_EQ(std::stoi(m[3]), dynimized["patch_windows"].get<int>()) << injected[0];
+  EXPECT_NEAR(std::stod(m[4]), dynimized["seconds_profiling"].get<double>(), 0.06) << injected[0];
+  ASSERT_EQ(counting.size(), 1u) << log;
+  EXPECT_TRUE(std::regex_search(counting[0], std::regex(R"(counting: [1-9]\d* entries on counting copies, \d+ counter )"
+                                                        R"(sites, [1-9]\d* bytes of code at 0x[0-9a-f]+; [1-9]\d* )"
+                                                        R"(patch windows, longest stop [0-9.]+ ms)")))
+      << counting[0];
+}
+
 TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   const std::string options = std::string(kFastOptions) + "profile_min_samples = 1000\nprofile_max_seconds = 20\n";
   start({"dyni-hot-inj"}, options);
@@ -548,6 +578,7 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
       << "every counter site off but those at a page's edge: " << counting.dump();
   EXPECT_NE(d.value("layout", "").find("by counts"), std::string::npos) << d.dump();
   EXPECT_NE(host.dyni({"-status"}).out.find(", dynimized\n"), std::string::npos);
+  expect_injection_log_lines(host.log(), hot, d);
   // The counts are saved for dyni-scan --counts, under the listed name.
   ASSERT_TRUE(counting["counts_file"].is_string()) << counting.dump();
   EXPECT_EQ(counting["counts_file"].get<std::string>(), host.dir() + "/state/counts/dyni-hot-inj.json");
