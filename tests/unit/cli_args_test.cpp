@@ -1,12 +1,68 @@
 // dyni's flags: accepted combinations and refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
 #include "dyni-cli/cli_args.h"
 
 namespace dyni::cli {
 namespace {
 
 Result<Command> parse(std::vector<std::string> args) { return parse_args(args); }
+
+// The commands in the first column of README.md's "### Commands" table
+// ("`dyni -profile=PID [-json]`"), which dyni(8)'s SYNOPSIS is made from
+// (tools/docs/manpage.sh), as argument lists with example values.
+std::vector<std::vector<std::string>> readme_commands() {
+  std::ifstream readme(DYNI_SOURCE_DIR "/README.md");
+  std::vector<std::vector<std::string>> out;
+  bool inside = false;
+  for (std::string line; std::getline(readme, line);) {
+    if (line.starts_with("#")) {
+      if (inside) break;
+      inside = line == "### Commands";
+      continue;
+    }
+    if (!inside || !line.starts_with("| `")) continue;
+    std::string cell = line.substr(2, line.find(" | ", 2) - 2);
+    for (std::size_t at = 0; (at = cell.find('`', at)) != std::string::npos;) {
+      std::size_t end = cell.find('`', at + 1);
+      std::istringstream words(cell.substr(at + 1, end - at - 1));
+      std::vector<std::string> args;
+      for (std::string w; words >> w;) {
+        if (w == "dyni") continue;
+        if (w.front() == '[') w = w.substr(1, w.size() - 2);
+        for (auto [name, value] : {std::pair{"PID", "4242"}, {"ADDR...", "0x1000"}, {"TOKEN", "abc"}})
+          if (std::size_t p = w.find(name); p != std::string::npos) w.replace(p, std::string(name).size(), value);
+        args.push_back(w);
+      }
+      out.push_back(args);
+      at = end + 1;
+    }
+  }
+  return out;
+}
+
+// The README's table (and so the man page's SYNOPSIS) names every command
+// dyni takes, each as dyni parses it, and the usage text names each too.
+TEST(CliArgs, TheReadmeAndTheUsageNameEveryCommand) {
+  std::set<Action> documented;
+  const std::vector<std::vector<std::string>> commands = readme_commands();
+  ASSERT_GE(commands.size(), 10u) << "README.md's ### Commands table was not found";
+  for (const auto& args : commands) {
+    auto c = parse(args);
+    ASSERT_TRUE(c) << args.front() << ": " << c.error().message();
+    documented.insert(c->action);
+    const std::string& first = args.front();  // "-status", or "-profile=" of "-profile=4242"
+    const std::string flag = first.substr(0, std::min(first.size(), first.find('=') + 1));
+    EXPECT_NE(std::string(kUsage).find("  " + flag), std::string::npos) << flag << " is not in dyni's usage text";
+  }
+  for (int a = 0; a <= static_cast<int>(Action::Help); ++a)
+    EXPECT_TRUE(documented.count(static_cast<Action>(a))) << "README.md's Commands table lacks action " << a;
+}
 
 TEST(CliArgs, AcceptsEachCommand) {
   EXPECT_EQ(parse({"-start"})->action, Action::Start);
