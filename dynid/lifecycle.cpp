@@ -631,16 +631,24 @@ bool TargetLifecycle::gone() const {
 Result<std::string> TargetLifecycle::undo() {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return fail("nothing was injected");
-  if (auto r = undo_patches(*injection_); !r) {
+  std::vector<uint64_t> probed;  // under a uprobe's int3
+  if (auto r = undo_patches(*injection_, false, &probed); !r) {
     if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
     return fail("undo: " + r.error().message());
   }
   ++undo_count_;
-  move(TargetState::Dynimized, TargetState::Undone, "dyni -undo");
+  const std::string probes =
+      probed.empty() ? ""
+                     : fmt::format("; {} of them held a uprobe's int3 over dyni's jump (first at {:#x}): the file's "
+                                   "bytes are back under it, the probe is left to its owner",
+                                   probed.size(), probed.front());
+  move(TargetState::Dynimized, TargetState::Undone, "dyni -undo" + probes);
   const std::size_t entries = count_of(injection_->patched, PatchKind::Entry);
   const std::size_t calls = count_of(injection_->patched, PatchKind::CallSite);
-  log::info("target {} pid {}: undone: {} entries and {} call sites have their original bytes", name_, pid_, entries, calls);
-  return fmt::format("{} (pid {}): original code restored ({} entries, {} call sites)", name_, pid_, entries, calls);
+  log::info("target {} pid {}: undone: {} entries and {} call sites have their original bytes{}", name_, pid_, entries,
+            calls, probes);
+  return fmt::format("{} (pid {}): original code restored ({} entries, {} call sites){}", name_, pid_, entries, calls,
+                     probes);
 }
 
 Result<std::string> TargetLifecycle::redo() {

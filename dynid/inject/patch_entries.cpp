@@ -175,11 +175,25 @@ namespace dyni {
 using inject::patch_in_order;
 using inject::same_target_with_record;
 
-Status undo_patches(const Injection& in, bool one_window) {
+namespace {
+
+// dyni's patch with an int3 over its first byte: a uprobe attached after
+// injection (the kernel wrote it, and keeps the FILE's first instruction to
+// run out of line, then resumes after it: inside dyni's jump, where the
+// process would crash on the probe's first hit).
+bool holds_jump_under_int3(const Result<std::vector<uint8_t>>& live, const PatchRecord& p) {
+  return live && live->size() == p.replacement.size() && (*live)[0] == 0xcc &&
+         std::equal(live->begin() + 1, live->end(), p.replacement.begin() + 1);
+}
+
+}  // namespace
+
+Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>* under_int3) {
   const pid_t pid = in.pid;
   // Only dynid writes dyni's jumps: none there now, none there in the window.
-  if (one_window && std::none_of(in.patched.begin(), in.patched.end(),
-                                 [&](const PatchRecord& p) { return holds_jump(pid, p); }))
+  if (one_window && std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) {
+        return holds_jump(pid, p) || holds_jump_under_int3(read_target(pid, p.addr, kPatchBytes), p);
+      }))
     return ok();
   RaisedPriority priority;
   auto w = one_window ? WorldStop::stop(pid, kWindowStopTimeout) : stop_world(pid);
@@ -194,12 +208,23 @@ Status undo_patches(const Injection& in, bool one_window) {
       if (p.kind == kind) order.push_back(&p);
   for (const PatchRecord* patch : order) {
     const PatchRecord& p = *patch;
-    if (!holds_jump(pid, p)) continue;  // not ours any more
     // Only where a patch can be (a record read from the target is
     // untrusted): a file's executable code, the 5 bytes within one page.
     const profiler::Mapping* text = mapping_at(*maps, p.addr);
     if (!text || !text->executable || !text->file_backed() || p.addr % 4096 > 4096 - kPatchBytes) continue;
-    if (auto r = write_in_mapping(pid, *text, p.addr, p.original); !r) return r;
+    if (holds_jump(pid, p)) {
+      if (auto r = write_in_mapping(pid, *text, p.addr, p.original); !r) return r;
+      continue;
+    }
+    // An int3 over dyni's jump is a uprobe's: no debugger can hold a
+    // breakpoint here now, since the world is stopped through ptrace and a
+    // tracer would have refused it. The file's bytes go back under it, so
+    // that the probe's out-of-line run of the file's first instruction
+    // resumes in the file's code (right from its next hit), and the kernel
+    // writes the file's first byte back when the probe goes. Said, not skipped.
+    if (!holds_jump_under_int3(read_target(pid, p.addr, kPatchBytes), p)) continue;  // not ours any more
+    if (auto r = write_in_mapping(pid, *text, p.addr + 1, std::span(p.original).subspan(1)); !r) return r;
+    if (under_int3) under_int3->push_back(p.addr);
   }
   return ok();
 }

@@ -1466,5 +1466,82 @@ TEST_F(Daemon, BadFlagsPrintUsageAndExit2) {
   EXPECT_NE(help.out.find("-license=start -token=TOKEN"), std::string::npos);
 }
 
+// The bytes at `vaddr` of an ELF file (from its PT_LOAD segment).
+std::vector<uint8_t> file_bytes(const std::string& path, uint64_t vaddr, std::size_t n) {
+  auto file = elf::ElfFile::open(path);
+  std::vector<uint8_t> out(n);
+  for (const elf::Segment& seg : file->segments())
+    if (seg.type == PT_LOAD && vaddr >= seg.vaddr && vaddr + n <= seg.vaddr + seg.filesz) {
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      EXPECT_EQ(::pread(fd, out.data(), n, static_cast<off_t>(vaddr - seg.vaddr + seg.offset)), static_cast<ssize_t>(n));
+      ::close(fd);
+    }
+  return out;
+}
+
+std::vector<uint8_t> live_bytes(pid_t pid, uint64_t addr, std::size_t n) {
+  std::vector<uint8_t> out(n);
+  int fd = ::open(fmt::format("/proc/{}/mem", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_EQ(::pread(fd, out.data(), n, static_cast<off_t>(addr)), static_cast<ssize_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// A uprobe attached after injection to a patched entry writes an int3 over
+// dyni's jump, and the kernel then runs the FILE's first instruction out of
+// line and resumes after it, inside the jump (the process would die of
+// SIGILL on the probe's first hit: README, "Probes"). -undo puts the file's
+// bytes back under the int3 and says so: the probe then fires on the
+// original code with results right, and once it is removed the entry is
+// the file's again.
+TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-upr");
+  auto file = elf::ElfFile::open(exe);
+  ASSERT_TRUE(file) << file.error().message();
+  auto table = elf::FunctionTable::build(*file, &*file);
+  ASSERT_TRUE(table) << table.error().message();
+  const std::string pause = host.dir() + "/pause";
+  ::setenv("DYNI_HOT_PAUSE", pause.c_str(), 1);
+  pid_t pid = host.spawn({exe, "60", "0"});  // main works, in the original run() it entered before injection
+  ::unsetenv("DYNI_HOT_PAUSE");
+  RemovesPerfMap removes{pid};
+  start({"dyni-hot-upr"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+  ASSERT_TRUE(write_file_atomic(pause, "", 0644));
+  std::this_thread::sleep_for(300ms);  // the worker waits between rounds, outside the hot code
+  auto maps = profiler::read_maps(pid);
+  ASSERT_TRUE(maps);
+  uint64_t base = 0;
+  for (const auto& m : *maps)
+    if (m.path == exe && m.offset == 0) base = m.start;
+  uint64_t probed = 0;
+  for (const auto& f : table->functions())
+    if (elf::display_name(f).starts_with("unsigned long hot_work<") && live_bytes(pid, base + f.addr, 1)[0] == 0xe9) {
+      probed = f.addr;
+      break;
+    }
+  ASSERT_NE(probed, 0u) << "no hot_work entry holds dyni's jump";
+  const std::vector<uint8_t> original = file_bytes(exe, probed, 5);
+  int fd = open_uprobe(pid, exe, probed);
+  ASSERT_GE(fd, 0) << errno_text();
+  EXPECT_EQ(live_bytes(pid, base + probed, 1)[0], 0xcc) << "the uprobe's int3";
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_NE(undo.out.find("1 of them held a uprobe's int3 over dyni's jump"), std::string::npos) << undo.out;
+  std::vector<uint8_t> under = original;
+  under[0] = 0xcc;
+  EXPECT_EQ(live_bytes(pid, base + probed, 5), under);
+  ::unlink(pause.c_str());
+  std::this_thread::sleep_for(1s);
+  EXPECT_GT(hits(fd), 0u) << "the probe fires on the original code";
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died: status " << status;
+  close(fd);
+  EXPECT_EQ(live_bytes(pid, base + probed, 5), original) << "the entry is the file's once the probe is gone";
+  kill(pid, SIGTERM);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
+}
+
 }  // namespace
 }  // namespace dyni::test

@@ -3,6 +3,10 @@
 // Every round's result is checked against the first one's: a wrong result
 // (dyni's copies computing differently) prints WRONG and exits 3.
 // usage: dyni-test-hot [SECONDS=30] [THREADS=2]   (THREADS workers; main waits; 0: main works)
+// With DYNI_HOT_PAUSE=FILE, the workers wait between rounds while FILE exists
+// (in nanosleep, outside the hot functions).
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -28,7 +32,10 @@ unsigned long one_round(unsigned long x, std::integer_sequence<int, K...>) {
 static unsigned long round_from_one() { return one_round(1, std::make_integer_sequence<int, 24>{}); }
 
 static void run(std::chrono::steady_clock::time_point until, unsigned long expected) {
+  static const char* const pause = std::getenv("DYNI_HOT_PAUSE");
   while (std::chrono::steady_clock::now() < until) {
+    while (pause && ::access(pause, F_OK) == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     unsigned long x = round_from_one();
     if (x != expected) {
       std::printf("WRONG round: %lu, not %lu\n", x, expected);
