@@ -1269,23 +1269,50 @@ TEST_F(Daemon, GdbNamesTheCopiesAndUnwindsThroughThem) {
   EXPECT_NE(frame_line.find("hot_functions.cpp:"), std::string::npos) << "no source line in the copy's frame:\n" << bt.out;
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(DyniHost::alive(pid)) << "gdb detached, the target runs on";
-  // While gdb holds the target, dynid cannot stop it: -undo says who holds it.
-  pid_t gdb = host.spawn({"/usr/bin/gdb", "-nx", "-batch", "-p", std::to_string(pid), "-ex", "shell sleep 6"});
+  // While gdb holds the target, dynid cannot stop it: -undo, and -redo
+  // after it, say who holds it, and work once gdb is gone.
   auto tracer = [&] { return status_field(read_file("/proc/" + std::to_string(pid) + "/status", 1 << 16).value_or(""), "TracerPid:"); };
-  for (int i = 0; i < 100 && tracer().find(std::to_string(gdb)) == std::string::npos; ++i) std::this_thread::sleep_for(100ms);
-  ASSERT_NE(tracer().find(std::to_string(gdb)), std::string::npos) << "gdb did not attach within 10 s";
-  RunResult undo = host.dyni({"-undo"});
-  std::printf("%s%s", undo.out.c_str(), undo.err.c_str());
-  EXPECT_EQ(undo.exit_code, 1) << undo.out << undo.err;
-  EXPECT_NE((undo.out + undo.err).find("traced by pid " + std::to_string(gdb) + " (gdb)"), std::string::npos)
-      << undo.out << undo.err;
-  int gdb_status = 0;
-  waitpid(gdb, &gdb_status, 0);
-  RunResult after = host.dyni({"-undo"});
-  EXPECT_EQ(after.exit_code, 0) << "gdb gone: " << after.out << after.err;
+  for (const char* command : {"-undo", "-redo"}) {
+    pid_t gdb = host.spawn({"/usr/bin/gdb", "-nx", "-batch", "-p", std::to_string(pid), "-ex", "shell sleep 5"});
+    for (int i = 0; i < 100 && tracer().find(std::to_string(gdb)) == std::string::npos; ++i) std::this_thread::sleep_for(100ms);
+    ASSERT_NE(tracer().find(std::to_string(gdb)), std::string::npos) << "gdb did not attach within 10 s";
+    RunResult held = host.dyni({command});
+    std::printf("%s: %s%s", command, held.out.c_str(), held.err.c_str());
+    EXPECT_EQ(held.exit_code, 1) << command << ": " << held.out << held.err;
+    EXPECT_NE((held.out + held.err).find("traced by pid " + std::to_string(gdb) + " (gdb)"), std::string::npos)
+        << command << ": " << held.out << held.err;
+    int gdb_status = 0;
+    waitpid(gdb, &gdb_status, 0);
+    RunResult after = host.dyni({command});
+    EXPECT_EQ(after.exit_code, 0) << "gdb gone: " << command << ": " << after.out << after.err;
+  }
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
+}
+
+// A target whose own JIT keeps its perf map (it holds /tmp/perf-PID.map
+// open, as the JVM's agent or node does) keeps it as it is: dyni's lines
+// could be cut into the JIT's at its own offset. -status says why dyni
+// wrote none.
+TEST_F(Daemon, PerfMapOfATargetsOwnJitIsLeftAsItIs) {
+  start({"dyni-hot-jit"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-jit");
+  ::setenv("DYNI_HOT_PERF_MAP", "1", 1);
+  pid_t pid = host.spawn({exe, "60", "1"});
+  ::unsetenv("DYNI_HOT_PERF_MAP");
+  RemovesPerfMap removes{pid};
+  const std::string map = fmt::format("/tmp/perf-{}.map", pid);
+  for (int i = 0; i < 50 && ::access(map.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+  nlohmann::json d = target_json(host, pid)["dynimized"];
+  EXPECT_TRUE(d["perf_map"].is_null()) << d.dump();
+  EXPECT_NE(d.value("perf_map_error", "").find("the target's own JIT keeps this map"), std::string::npos) << d.dump();
+  auto text = read_file(map, 1 << 20);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text, "1000 10 jit_code\n") << "the JIT's map was written to";
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
 }
 
 // perf's map goes where perf looks for the process: a target in a mount

@@ -4,8 +4,13 @@
 // (dyni's copies computing differently) prints WRONG and exits 3.
 // usage: dyni-test-hot [SECONDS=30] [THREADS=2]   (THREADS workers; main waits; 0: main works)
 // With DYNI_HOT_PAUSE=FILE, the workers wait between rounds while FILE exists
-// (in nanosleep, outside the hot functions).
+// (in nanosleep, outside the hot functions). With DYNI_HOT_PERF_MAP=1 it
+// keeps a perf map of its own open, as a JIT does (/tmp/perf-PID.map, one
+// line: "1000 10 jit_code"), and prints "map" once it is written.
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <string>
 
 #include <atomic>
 #include <chrono>
@@ -52,6 +57,13 @@ int main(int argc, char** argv) {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   std::vector<std::thread> pool;
   const unsigned long expected = round_from_one();
+  if (const char* map = std::getenv("DYNI_HOT_PERF_MAP"); map && std::string(map) == "1") {
+    const std::string path = "/tmp/perf-" + std::to_string(::getpid()) + ".map";
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);  // kept open
+    if (fd < 0 || ::write(fd, "1000 10 jit_code\n", 17) != 17) return 4;
+    std::printf("map\n");
+    std::fflush(stdout);
+  }
   // The main thread waits, parked in a system call, as a server's threads do;
   // with THREADS=0 it does the work alone (a CPU-bound program).
   if (threads == 0) run(until, expected);
