@@ -58,20 +58,28 @@ bool jumps_into(const PatchRecord& p, uint64_t cache_addr, uint64_t cache_length
   return target >= cache_addr && target - cache_addr < cache_length;
 }
 
+// The entry patch of the function that starts at `start`: at `start`, or
+// (version 7) at most one instruction after it (a kept first instruction).
+bool entry_patched_at(const std::set<uint64_t>& entries, uint64_t start, uint32_t version) {
+  auto it = entries.lower_bound(start);
+  return it != entries.end() && (*it == start || (version >= 7 && *it - start <= jit::kMaxEntryPatchOffset));
+}
+
 // A call site's patch (I9: undo writes its `original` back) changes only
-// the displacement of a call or jmp rel32, from an entry this record patches
-// to the cache.
+// the displacement of a call or jmp rel32, from a function whose entry this
+// record patches to the cache.
 bool repoints_a_call(const PatchRecord& p, const std::set<uint64_t>& entries, uint64_t cache_addr,
-                     uint64_t cache_length) {
+                     uint64_t cache_length, uint32_t version) {
   const uint8_t op = p.original[0];
   if (op != p.replacement[0] || !(op == 0xe8 || op == 0xe9)) return false;
   uint64_t target = jit::rel32_target(p.addr, p.replacement);
-  return entries.count(jit::rel32_target(p.addr, p.original)) && target >= cache_addr && target - cache_addr < cache_length;
+  return entry_patched_at(entries, jit::rel32_target(p.addr, p.original), version) && target >= cache_addr &&
+         target - cache_addr < cache_length;
 }
 
 // Every patch is an entry's jump into the cache, or a call site re-pointed
 // from one of those entries into the cache.
-Status check_patches(const CacheRecord& rec) {
+Status check_patches(const CacheRecord& rec, uint32_t version) {
   std::set<uint64_t> entries;
   for (const PatchRecord& p : rec.patches) {
     if (p.kind != PatchKind::Entry) continue;
@@ -80,7 +88,7 @@ Status check_patches(const CacheRecord& rec) {
     entries.insert(p.addr);
   }
   for (const PatchRecord& p : rec.patches)
-    if (p.kind == PatchKind::CallSite && !repoints_a_call(p, entries, rec.cache_addr, rec.cache_length))
+    if (p.kind == PatchKind::CallSite && !repoints_a_call(p, entries, rec.cache_addr, rec.cache_length, version))
       return fail(fmt::format("cache record: call site at {:#x} is not a call re-pointed from an entry to the cache",
                               p.addr));
   // No call site shares a byte with another patch. Patches are 5 bytes
@@ -135,8 +143,18 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
   auto any = [&](bool jit::CounterForm::*bit) {
     return std::any_of(r.counter_sites.begin(), r.counter_sites.end(), [&](const CounterSiteRecord& c) { return c.form.*bit; });
   };
+  std::set<uint64_t> entries;
+  for (const PatchRecord& p : r.patches)
+    if (p.kind == PatchKind::Entry) entries.insert(p.addr);
   const bool call_sites = count_of(r.patches, PatchKind::CallSite) > 0;
-  put<uint32_t>(out, call_sites ? 6 : any(&jit::CounterForm::value) ? 5 : any(&jit::CounterForm::striped) ? 4 : 3);
+  const bool from_starts = std::any_of(r.patches.begin(), r.patches.end(), [&](const PatchRecord& p) {
+    return p.kind == PatchKind::CallSite && !entries.count(jit::rel32_target(p.addr, p.original));
+  });
+  put<uint32_t>(out, from_starts  ? 7
+                     : call_sites ? 6
+                     : any(&jit::CounterForm::value)   ? 5
+                     : any(&jit::CounterForm::striped) ? 4
+                                                       : 3);
   put<uint32_t>(out, 0);  // total size, set below
   std::vector<uint8_t> id = unhex(r.build_id);
   out.push_back(static_cast<uint8_t>(id.size()));
@@ -227,7 +245,7 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     p.kind = *version >= 6 ? static_cast<PatchKind>(kind) : PatchKind::Entry;
     rec.patches.push_back(p);
   }
-  if (auto checked = check_patches(rec); !checked) return std::unexpected(checked.error());
+  if (auto checked = check_patches(rec, *version); !checked) return std::unexpected(checked.error());
   for (uint32_t i = 0; i < *sites; ++i) {
     CounterSiteRecord c;
     c.addr = *r.read<uint64_t>();

@@ -52,8 +52,12 @@ struct CallSitePlan {
 };
 
 // What the cache copies, as the call sites see it.
+// An entry patch lies at its function's start or one instruction after it
+// (a kept endbr64 or first instruction, patch_plan.h).
+constexpr uint64_t kMaxEntryPatchOffset = 15;
+
 struct CopiedCode {
-  std::map<uint64_t, uint64_t> entries;  // original entry patched at its first byte → where its patch jumps
+  std::map<uint64_t, uint64_t> entries;  // start of a function whose entry is patched → its copy's start
   std::set<uint64_t> functions;          // every copied function's start: never a caller
   std::set<uint64_t> patch_bytes;        // the first byte of every entry patch (5 bytes each)
 };

@@ -142,6 +142,41 @@ Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const
   return ok();
 }
 
+// Where the entry patch of `cfg` lands in its copy `code`: the copy's start,
+// or, with the first instruction kept (patch_plan.h), just after that
+// instruction's copy, on what the copy runs before the second instruction
+// (its block counter, or its copy). Checked on the translation (I6): the
+// copy must begin with the first instruction's copy and go straight on to
+// the second; else the entry is left unpatched.
+Result<uint64_t> landing(const FunctionCfg& cfg, const EmittedCode& code) {
+  if (!keeps_first_instruction(cfg)) return code.base;
+  const std::vector<TranslationEntry>& t = code.translation;
+  const Instruction& first = cfg.instructions[0];
+  const uint64_t second = first.end();
+  if (t.size() < 2 || t[0].new_addr != code.base || t[0].original_addr != first.addr || t[0].kind != Translation::Copied)
+    return fail(fmt::format("the copy does not begin with the kept first instruction at {:#x}", first.addr));
+  // The second's copy (a jcc inverted by the layout too, a promoted call),
+  // or the counter code that runs before it; not an added jmp or padding.
+  const Translation k = t[1].kind;
+  const bool runs_second = t[1].original_addr == second && k != Translation::Jump && k != Translation::Padding &&
+                           k != Translation::EdgeCounter;
+  if (!runs_second) return fail(fmt::format("the copy does not go on to the instruction at {:#x}", second));
+  return t[1].new_addr;
+}
+
+// Each entry patch's jmp re-aimed at its landing, once the copies are emitted.
+void aim_patches(CodeCache& cache, const std::vector<HotCode>& functions) {
+  for (std::size_t i = 0; i < functions.size(); ++i) {
+    CachedFunction& copy = cache.functions[i];
+    if (copy.patch.entries.empty()) continue;
+    auto to = landing(*functions[i].cfg, copy.code);
+    Status aimed = to ? aim_entry_patch(copy.patch.entries[0], *to) : std::unexpected(to.error());
+    if (aimed) continue;
+    copy.patch.entries.clear();
+    copy.unpatched = aimed.error().message();
+  }
+}
+
 }  // namespace
 
 std::vector<TranslationEntry> CodeCache::translation() const {
@@ -183,6 +218,7 @@ Result<CodeCache> build_code_cache(const std::vector<HotCode>& functions, uint64
       }
     }
     if (failed.empty()) {
+      aim_patches(cache, kept);
       cache.rejected = std::move(rejected);
       return cache;
     }

@@ -13,6 +13,7 @@
 #include "jit/count_flow.h"
 #include "jit/encoding.h"
 #include "jit/flags_liveness.h"
+#include "jit/patch_plan.h"
 #include "jit/relocator.h"
 
 namespace dyni::jit {
@@ -33,14 +34,17 @@ std::vector<unsigned> ways_in(const FunctionCfg& cfg) {
 // first call, before which the plain code may run; else the block's start.
 // Never before a last jmp after other instructions, which the layout may
 // drop (the counter would then stand for an instruction not in the copy).
+// The entry block of a function whose entry patch keeps its first
+// instruction (patch_plan.h) counts after it: the patch lands there.
 CounterSite block_site(const FunctionCfg& cfg, const Block& b, const std::vector<uint16_t>& live) {
-  for (std::size_t i = b.first; i < b.first + b.count; ++i) {
+  const std::size_t from = b.first + (b.start == cfg.start && keeps_first_instruction(cfg) ? 1 : 0);
+  for (std::size_t i = from; i < b.first + b.count; ++i) {
     bool droppable = i > b.first && i + 1 == b.first + b.count && cfg.instructions[i].flow == Flow::Branch;
     if (!droppable && !(live[i] & kCounterClobbers)) return {CounterKind::Block, b.start, cfg.instructions[i].addr, false, 0};
     Flow f = cfg.instructions[i].flow;
     if (f == Flow::Call || f == Flow::IndirectCall) break;
   }
-  return {CounterKind::Block, b.start, b.start, true, 0};
+  return {CounterKind::Block, b.start, cfg.instructions[from].addr, true, 0};
 }
 
 // Whether the conditional branch ending `b` needs a fall-through counter:

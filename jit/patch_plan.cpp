@@ -5,39 +5,69 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
 
 namespace dyni::jit {
 
 // With CET's indirect-branch tracking, indirect calls must land on endbr64:
 // it stays, and the jmp goes right after it.
+namespace {
+
+// Why 5 bytes at `entry` cannot take the jmp, if they cannot: past the
+// function's end, a branch target inside them, a call returning inside them.
+std::optional<std::string> refusal(const FunctionCfg& cfg, uint64_t entry) {
+  const uint64_t end = entry + kEntryPatchSize;
+  if (cfg.end < end) return fmt::format("too small to patch at {:#x}", entry);
+  auto inside_entry = [&](uint64_t a) { return a > entry && a < end; };  // landing on `entry` itself is fine
+  for (const Instruction& in : cfg.instructions)
+    if (in.has_target && in.flow != Flow::Call && inside_entry(in.target))
+      return fmt::format("branch target in the entry bytes at {:#x}", in.target);
+  for (const JumpTable& t : cfg.tables)
+    for (uint64_t a : t.targets)
+      if (inside_entry(a)) return fmt::format("branch target in the entry bytes at {:#x}", a);
+  for (const Instruction& in : cfg.instructions) {
+    if (in.addr >= end) break;
+    bool returns_inside = (in.flow == Flow::Call || in.flow == Flow::IndirectCall) && in.end() > entry && in.end() < end;
+    if (returns_inside) return fmt::format("call in the entry bytes at {:#x}", in.addr);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool keeps_first_instruction(const FunctionCfg& cfg) {
+  if (cfg.blocks.empty() || cfg.blocks[0].start != cfg.start || cfg.blocks[0].count < 2) return false;
+  const Instruction& first = cfg.instructions[cfg.blocks[0].first];
+  const Instruction& second = cfg.instructions[cfg.blocks[0].first + 1];
+  return first.addr == cfg.start && first.flow == Flow::Next && first.mnemonic != ZYDIS_MNEMONIC_ENDBR64 &&
+         second.flow != Flow::Branch && !refusal(cfg, second.addr);
+}
+
 uint64_t patch_address(const FunctionCfg& cfg) {
   bool endbr = !cfg.instructions.empty() && cfg.instructions[0].mnemonic == ZYDIS_MNEMONIC_ENDBR64;
-  return cfg.start + (endbr ? cfg.instructions[0].length : 0);
+  return cfg.start + (endbr || keeps_first_instruction(cfg) ? cfg.instructions[0].length : 0);
 }
 
 Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
   uint64_t entry = patch_address(cfg), end = entry + kEntryPatchSize;
-  if (cfg.end < end) return fail(fmt::format("too small to patch at {:#x}", entry));
-  auto inside_entry = [&](uint64_t a) { return a > entry && a < end; };  // landing on `entry` itself is fine
-  for (const Instruction& in : cfg.instructions)
-    if (in.has_target && in.flow != Flow::Call && inside_entry(in.target))
-      return fail(fmt::format("branch target in the entry bytes at {:#x}", in.target));
-  for (const JumpTable& t : cfg.tables)
-    for (uint64_t a : t.targets)
-      if (inside_entry(a)) return fail(fmt::format("branch target in the entry bytes at {:#x}", a));
+  if (auto why = refusal(cfg, entry)) return fail(*why);
   EntryPatch patch{entry, {}, {}};
   for (const Instruction& in : cfg.instructions) {
     if (in.addr >= end) break;
-    bool returns_inside = (in.flow == Flow::Call || in.flow == Flow::IndirectCall) && in.end() > entry && in.end() < end;
-    if (returns_inside) return fail(fmt::format("call in the entry bytes at {:#x}", in.addr));
     for (uint64_t a = std::max(in.addr, entry); a < in.end() && a < end; ++a) patch.original[a - entry] = in.bytes[a - in.addr];
   }
-  int64_t delta = static_cast<int64_t>(cache_entry - end);
-  if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("cache beyond ±2 GB of {:#x}", entry));
+  if (auto aimed = aim_entry_patch(patch, cache_entry); !aimed) return std::unexpected(aimed.error());
+  return FunctionPatch{cfg.start, {patch}};
+}
+
+Status aim_entry_patch(EntryPatch& patch, uint64_t to) {
+  int64_t delta = static_cast<int64_t>(to - (patch.addr + kEntryPatchSize));
+  if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("cache beyond ±2 GB of {:#x}", patch.addr));
   int32_t rel = static_cast<int32_t>(delta);
   patch.replacement[0] = 0xe9;
   std::memcpy(patch.replacement.data() + 1, &rel, 4);
-  return FunctionPatch{cfg.start, {patch}};
+  return ok();
 }
 
 BlockLayout with_entry_bytes_copied(const FunctionCfg& cfg, BlockLayout layout) {

@@ -6,6 +6,15 @@
 // no call inside them may leave a return address there. dynid adds the live
 // part: no thread's PC or return address inside them at patch time.
 // A function that begins with endbr64 keeps it: the jmp goes after it.
+// Any other function keeps its first instruction too where it can
+// (keeps_first_instruction): the jmp goes after it, and lands in the copy
+// just after that instruction's copy. A uprobe attached at the function
+// (bpftrace's uprobe:FUNC, offset 0) after injection then works: the kernel
+// writes its int3 over that instruction, runs the FILE's instruction out of
+// line and resumes right after it, on dyni's jmp; and removing the probe
+// writes the file's byte back over the file's instruction. With the jmp at
+// the first byte, the probe's out-of-line run resumed inside the jmp's
+// displacement (SIGILL), and its removal left half a jmp.
 #pragma once
 
 #include <array>
@@ -31,7 +40,12 @@ struct FunctionPatch {
   std::vector<EntryPatch> entries;
 };
 
+// The entry patch of `cfg`, its jmp aimed at `cache_entry` (code_cache.cpp
+// re-aims it at its landing once the copy is emitted).
 Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry);
+
+// `patch`'s replacement made a jmp rel32 to `to`.
+Status aim_entry_patch(EntryPatch& patch, uint64_t to);
 
 // `layout` with every block that overlaps the entry patch copied (appended
 // after the others). Invariant: no exit from the cache lands in bytes the
@@ -40,7 +54,17 @@ Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry);
 // loop, or a jump into the middle of the jmp.
 BlockLayout with_entry_bytes_copied(const FunctionCfg& cfg, BlockLayout layout);
 
-// Where `cfg`'s entry patch goes: its start, or just after a leading endbr64.
+// Whether `cfg`'s entry patch goes after its first instruction, which then
+// runs in the original before the jmp, and not again in the copy: one that
+// only falls through (no branch, call, return or stop; not endbr64, whose
+// own rule is above), followed in the entry block by an instruction that is
+// not a jmp (a jmp the layout may drop, and the entry block's counter
+// could not go before it), where the jmp can go as at an entry (room
+// before the function ends, no branch target or return address inside).
+bool keeps_first_instruction(const FunctionCfg& cfg);
+
+// Where `cfg`'s entry patch goes: its start, or just after a leading
+// endbr64 or a kept first instruction.
 uint64_t patch_address(const FunctionCfg& cfg);
 
 }  // namespace dyni::jit

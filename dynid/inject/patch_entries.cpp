@@ -52,13 +52,18 @@ EntryJumps entry_jumps(const Injection& in) {
   return out;
 }
 
+// The callee's entry patch lies at its start or one kept instruction after
+// it (jit/patch_plan.h); then no int3 may stand at the start either.
 bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries,
                           const std::function<Result<std::array<uint8_t, kPatchBytes>>(uint64_t)>& live) {
-  const uint64_t entry = jit::rel32_target(site.addr, site.original);
-  auto it = entries.find(entry);
-  if (it == entries.end()) return false;
-  auto now = live(entry);
-  return now && *now == it->second->replacement;
+  const uint64_t start = jit::rel32_target(site.addr, site.original);
+  auto it = entries.lower_bound(start);
+  if (it == entries.end() || it->first - start > jit::kMaxEntryPatchOffset) return false;
+  auto now = live(it->first);
+  if (!now || *now != it->second->replacement) return false;
+  if (it->first == start) return true;
+  auto first = live(start);
+  return first && (*first)[0] != 0xcc;
 }
 
 // One stop window: the sites that are safe now are written, one write each.

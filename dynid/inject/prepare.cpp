@@ -103,11 +103,11 @@ jit::CallSitePlan call_sites_for(const Executable& exe, const InjectRequest& req
     if (!upper_bound) copied.functions.insert(f.original_entry);
     for (const jit::EntryPatch& e : f.patch.entries) copied.patch_bytes.insert(e.addr);
   }
-  // Only entries patched at their first byte (not an endbr64 function's, 4
-  // bytes in): a site's original target is then the entry patch's address.
+  // A site calls the function's start, and is re-pointed at its copy's
+  // start (which runs the copy of a kept first instruction, endbr64 or
+  // other, patch_plan.h); the entry patch lies at the start or just after.
   for (const jit::CachedFunction* f : copies)
-    for (const jit::EntryPatch& e : f->patch.entries)
-      if (e.addr == f->original_entry) copied.entries[e.addr] = jit::rel32_target(e.addr, e.replacement);
+    if (!f->patch.entries.empty()) copied.entries[f->original_entry] = f->code.base;
   std::vector<elf::Function> callers;
   for (uint64_t start : req.callers)
     if (const elf::Function* f = exe.module->functions->find(start); f && f->addr == start) callers.push_back(*f);

@@ -1514,10 +1514,11 @@ std::vector<uint8_t> live_bytes(pid_t pid, uint64_t addr, std::size_t n) {
   return out;
 }
 
-// A uprobe attached after injection to a patched entry writes an int3 over
-// dyni's jump, and the kernel then runs the FILE's first instruction out of
-// line and resumes after it, inside the jump (the process would die of
-// SIGILL on the probe's first hit: README, "Probes"). -undo puts the file's
+// A uprobe attached after injection at dyni's jump (past an entry's kept
+// first instruction: uprobe:FUNC+N) writes an int3 over it, and the kernel
+// then runs the FILE's instruction there out of line and resumes after it,
+// inside the jump (the process would die of SIGILL on the probe's first
+// hit: README, "Troubleshooting"). -undo puts the file's
 // bytes back under the int3 and says so: the probe then fires on the
 // original code with results right, and once it is removed the entry is
 // the file's again.
@@ -1541,12 +1542,16 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   uint64_t base = 0;
   for (const auto& m : *maps)
     if (m.path == exe && m.offset == 0) base = m.start;
+  // The first byte of dyni's jmp: after the entry's kept first instruction
+  // (jit/patch_plan.h), where uprobe:FUNC+N would put its int3.
   uint64_t probed = 0;
-  for (const auto& f : table->functions())
-    if (elf::display_name(f).starts_with("unsigned long hot_work<") && live_bytes(pid, base + f.addr, 1)[0] == 0xe9) {
-      probed = f.addr;
-      break;
-    }
+  for (const auto& f : table->functions()) {
+    if (!elf::display_name(f).starts_with("unsigned long hot_work<") || f.size < 16) continue;
+    const std::vector<uint8_t> file = file_bytes(exe, f.addr, 16), live = live_bytes(pid, base + f.addr, 16);
+    for (std::size_t k = 0; k < 16 && !probed; ++k)
+      if (live[k] != file[k] && live[k] == 0xe9) probed = f.addr + k;
+    if (probed) break;
+  }
   ASSERT_NE(probed, 0u) << "no hot_work entry holds dyni's jump";
   const std::vector<uint8_t> original = file_bytes(exe, probed, 5);
   int fd = open_uprobe(pid, exe, probed);
@@ -1565,6 +1570,65 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died: status " << status;
   close(fd);
   EXPECT_EQ(live_bytes(pid, base + probed, 5), original) << "the entry is the file's once the probe is gone";
+  kill(pid, SIGTERM);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
+}
+
+// bpftrace's uprobe:FUNC attaches at offset 0, and the kernel runs the
+// file's first instruction out of line and resumes after it. Every patched
+// entry keeps its first instruction where it can (jit/patch_plan.h), so a
+// uprobe attached after injection to a dynimized function fires and the
+// target runs on with the right results; removing it leaves dyni's entry
+// whole, and -undo then brings back the file's bytes.
+TEST_F(Daemon, UprobesAttachedAfterInjectionAtPatchedFunctionsFireAndTheTargetRunsOn) {
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-upa");
+  auto file = elf::ElfFile::open(exe);
+  ASSERT_TRUE(file) << file.error().message();
+  auto table = elf::FunctionTable::build(*file, &*file);
+  ASSERT_TRUE(table) << table.error().message();
+  pid_t pid = host.spawn({exe, "60", "0"});  // main works, in the original run() it entered before injection
+  RemovesPerfMap removes{pid};
+  start({"dyni-hot-upa"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
+  auto maps = profiler::read_maps(pid);
+  ASSERT_TRUE(maps);
+  uint64_t base = 0;
+  for (const auto& m : *maps)
+    if (m.path == exe && m.offset == 0) base = m.start;
+  struct Probe {
+    uint64_t addr;
+    int fd;
+    std::vector<uint8_t> file;
+  };
+  std::vector<Probe> probes;
+  std::size_t kept = 0;
+  for (const auto& f : table->functions()) {
+    if (f.size < 8) continue;
+    std::vector<uint8_t> original = file_bytes(exe, f.addr, 8);
+    std::vector<uint8_t> live = live_bytes(pid, base + f.addr, 8);
+    if (live == original) continue;  // not patched
+    kept += live[0] == original[0] && live[0] != 0xe9;
+    int fd = open_uprobe(pid, exe, f.addr);
+    ASSERT_GE(fd, 0) << errno_text();
+    probes.push_back({base + f.addr, fd, original});
+  }
+  ASSERT_GE(probes.size(), 3u) << "patched entries";
+  EXPECT_GE(kept, probes.size() * 3 / 4) << "most entries keep their first instruction";
+  std::this_thread::sleep_for(1500ms);
+  uint64_t fired = 0;
+  for (const Probe& p : probes) fired += hits(p.fd);
+  std::printf("%zu uprobes on patched entries (%zu keep their first instruction): %lu hits\n", probes.size(), kept,
+              static_cast<unsigned long>(fired));
+  EXPECT_GT(fired, 0u) << "the probes fire";
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died with a probe attached: status " << status;
+  for (const Probe& p : probes) close(p.fd);
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died after the probes went: status " << status;
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  for (const Probe& p : probes) EXPECT_EQ(live_bytes(pid, p.addr, 8), p.file) << std::hex << p.addr;
   kill(pid, SIGTERM);
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;

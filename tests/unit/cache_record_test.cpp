@@ -270,6 +270,27 @@ TEST(CacheRecord, CallSitesRoundTripAsVersion6) {
   EXPECT_LT(version_of(encode_record(sample())), 6u);
 }
 
+// A call to a function whose entry patch lies after its kept first
+// instruction (jit/patch_plan.h) targets the function's start, a few bytes
+// before the patch: version 7, which a dynid that reads only 6 refuses.
+TEST(CacheRecord, CallSitesFromAKeptFirstInstructionNeedVersion7) {
+  CacheRecord r = sample();
+  r.patches.push_back(call_site(0x55d3a1400000, r.patches[4].addr - 3, kCache + 4096 + 4 * 64 - 3));
+  std::vector<uint8_t> bytes = encode_record(r);
+  EXPECT_EQ(version_of(bytes), 7u);
+  auto back = decode_record(bytes, kCache, kLength);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(count_of(back->patches, PatchKind::CallSite), 1u);
+  uint32_t six = 6;
+  std::memcpy(bytes.data() + 8, &six, 4);
+  uint64_t sum = 14695981039346656037ull;  // FNV-1a, as the record's own checksum
+  for (std::size_t i = 0; i + 8 < bytes.size(); ++i) sum = (sum ^ bytes[i]) * 1099511628211ull;
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  auto as_six = decode_record(bytes, kCache, kLength);
+  ASSERT_FALSE(as_six) << "read as 6, the call site comes from no entry";
+  EXPECT_NE(as_six.error().message().find("call site"), std::string::npos) << as_six.error().message();
+}
+
 // Undo writes a call site's original bytes back: a record may only name a
 // call or jmp rel32 whose original target is one of its entries and whose
 // new one lies in the cache, with the same opcode byte.
@@ -278,6 +299,7 @@ TEST(CacheRecord, RefusesForgedCallSites) {
   const uint64_t entry = good.patches[4].addr, copy = kCache + 4096 + 4 * 64;
   std::vector<PatchRecord> forged = {
       call_site(0x55d3a1400000, entry + 1, copy),                 // from no entry of the record
+      call_site(0x55d3a1400000, entry - 16, copy),                // from further before one than an instruction
       call_site(0x55d3a1400000, entry, 0x7f0000000000),           // to outside the cache
       call_site(0x55d3a1400000, entry, copy, 0x90),               // not a call or jmp
       call_site(0x55d3a1400001, entry, copy, 0x85),               // a jcc's second byte: never written

@@ -281,12 +281,19 @@ TEST_F(CacheInProcess, CallsBetweenHotFunctionsGoStraightToTheCopies) {
   EXPECT_FALSE(branches_to(tail_a, named("jit_tail_b")->addr));
   for (const CachedFunction& f : cache.functions) {
     ASSERT_EQ(f.patch.entries.size(), 1u);
-    EXPECT_EQ(f.patch.entries[0].replacement[0], 0xe9);  // jmp rel32 to the copy
+    const EntryPatch& p = f.patch.entries[0];
+    EXPECT_EQ(p.replacement[0], 0xe9);  // jmp rel32 to the copy
     int32_t rel;
-    std::memcpy(&rel, f.patch.entries[0].replacement.data() + 1, 4);
-    EXPECT_EQ(f.original_entry + 5 + static_cast<int64_t>(rel), f.code.base);
-    EXPECT_EQ(0, std::memcmp(f.patch.entries[0].original.data(),
-                             reinterpret_cast<const void*>(f.original_entry + bias), 5));
+    std::memcpy(&rel, p.replacement.data() + 1, 4);
+    // At the entry, or after its kept first instruction, landing after that instruction's copy.
+    const uint64_t kept = p.addr - f.original_entry;
+    auto first = decode_one(std::span(f.code.bytes), f.code.base);
+    ASSERT_TRUE(first);
+    EXPECT_EQ(p.addr + 5 + static_cast<int64_t>(rel), f.code.base + (kept ? first->length : 0)) << std::hex << p.addr;
+    if (kept) {
+      EXPECT_EQ(kept, first->length) << "the copy begins with the kept instruction, as long";
+    }
+    EXPECT_EQ(0, std::memcmp(p.original.data(), reinterpret_cast<const void*>(p.addr + bias), 5));
   }
 }
 

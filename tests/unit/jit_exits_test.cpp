@@ -222,9 +222,22 @@ table:
 }
 
 // One function failing the verifier leaves the others in the cache: here a,
-// whose exit lands in b's patch, is rejected with the verifier's reason.
+// whose exit lands in b's patch (after b's kept first instruction), is
+// rejected with the verifier's reason.
 TEST(CopyExits, ACopyTheVerifierRejectsLeavesTheRestInTheCache) {
-  auto m = AsmModule::load(kJumpIntoAnotherEntry, {"a", "b"});
+  auto m = AsmModule::load(R"(
+a:
+  lea rax, [rdi + 1]
+  jmp b_inner
+b:
+  mov rax, rdi
+  nop
+  nop
+b_inner:
+  add rax, 5
+  ret
+end:
+)", {"a", "b"});
   ASSERT_TRUE(m);
   std::vector<HotCode> hot = {{&m->cfg("a"), original_layout(m->cfg("a"))}, {&m->cfg("b"), original_layout(m->cfg("b"))}};
   auto cache = build_code_cache(hot, m->cache_base());
@@ -319,16 +332,18 @@ TEST(CopyExits, OnlyAJccIsInvertedAndOnlyAtItsOpcode) {
   EXPECT_FALSE(jcc_condition(*loop));
 }
 
-// In this binary, jit_entry_jumper (not hot) jumps 3 bytes into
+// In this binary, jit_entry_jumper (not hot) jumps 5 bytes into
 // jit_entry_jumped: the hot jit_entry_jumped is copied but not patched.
 class EntryBranches : public ThisBinary {};
 
 TEST_F(EntryBranches, AnEntryAnotherFunctionJumpsIntoIsNotPatched) {
   uint64_t jumped = named("jit_entry_jumped")->addr, fib = named("jit_fib")->addr;
   auto fib_cfg = build_cfg(*named("jit_fib"), *image);
-  ASSERT_TRUE(fib_cfg);
-  std::set<uint64_t> hit = entries_branched_into(*table, *image, {jumped, patch_address(*fib_cfg)});
-  EXPECT_EQ(hit, (std::set<uint64_t>{jumped}));
+  auto jumped_cfg = build_cfg(*named("jit_entry_jumped"), *image);
+  ASSERT_TRUE(fib_cfg && jumped_cfg);
+  ASSERT_EQ(patch_address(*jumped_cfg), jumped + 3) << "its first instruction is kept";
+  std::set<uint64_t> hit = entries_branched_into(*table, *image, {jumped + 3, patch_address(*fib_cfg)});
+  EXPECT_EQ(hit, (std::set<uint64_t>{jumped + 3}));
   ModuleInput input{table.get(), image.get(), nullptr, {jumped, fib}, provisional_cache_base(*table), {}, {}, 0};
   use_unwind_info(input, *file);
   auto plan = optimize_module(input);

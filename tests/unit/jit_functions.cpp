@@ -126,8 +126,9 @@ __attribute__((noinline)) long jit_calls_return_address(long x) {
 
 }
 
-// jit_entry_jumper jumps 3 bytes into jit_entry_jumped, as mempcpy into
-// memcpy: jit_entry_jumped's entry patch would be run from its middle.
+// jit_entry_jumper jumps 5 bytes into jit_entry_jumped, as mempcpy into
+// memcpy: jit_entry_jumped's entry patch (after its kept first instruction,
+// 3 bytes in) would be run from its middle.
 asm(R"(
         .intel_syntax noprefix
         .text
@@ -141,6 +142,8 @@ jit_entry_jumper:
         .type jit_entry_jumped, @function
 jit_entry_jumped:
         mov rax, rdi
+        nop
+        nop
 .Ljit_entry_jumped_inner:
         lea rax, [rdi + 5]
         ret

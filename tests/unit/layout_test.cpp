@@ -214,10 +214,37 @@ TEST_F(Assembled, EntryPatchIsAJumpToTheCopyAndKeepsTheOriginalBytes) {
   auto patch = plan_patch(cfg, original() + 0x1000);
   ASSERT_TRUE(patch) << patch.error().message();
   ASSERT_EQ(patch->entries.size(), 1u);
-  // 85 ff / 74 06 / b8 ..: test edi,edi; je +6; first byte of mov
-  EXPECT_EQ(patch->entries[0].original, (std::array<uint8_t, 5>{0x85, 0xff, 0x74, 0x06, 0xb8}));
-  // e9 fb 0f 00 00: jmp rel32, 0x1000 - 5
-  EXPECT_EQ(patch->entries[0].replacement, (std::array<uint8_t, 5>{0xe9, 0xfb, 0x0f, 0x00, 0x00}));
+  // After the kept test edi,edi (85 ff): 74 06 / b8 ..: je +6; the first 3 bytes of mov
+  EXPECT_EQ(patch->entries[0].addr, original() + 2);
+  EXPECT_EQ(patch->entries[0].original[0], 0x74);
+  EXPECT_EQ(patch->entries[0].original[2], 0xb8);
+  // e9 f9 0f 00 00: jmp rel32, 0x1000 - 7
+  EXPECT_EQ(patch->entries[0].replacement, (std::array<uint8_t, 5>{0xe9, 0xf9, 0x0f, 0x00, 0x00}));
+}
+
+// A uprobe at a function (offset 0) runs the file's first instruction out
+// of line and resumes after it: the entry patch keeps that instruction
+// when it only falls through, and the copy is entered right after its own
+// copy of it. Not kept: a branch or call first, a jmp second, no room.
+TEST_F(Assembled, EntryPatchKeepsAFirstInstructionThatOnlyFallsThrough) {
+  load("push rbx\nmov eax, edi\nadd eax, 1\npop rbx\nret");
+  EXPECT_TRUE(keeps_first_instruction(cfg));
+  EXPECT_EQ(patch_address(cfg), original() + 1);
+  auto cache = build_code_cache({{&cfg, original_layout(cfg)}}, cache_base());
+  ASSERT_TRUE(cache) << cache.error().message();
+  const CachedFunction& f = cache->functions[0];
+  ASSERT_EQ(f.patch.entries.size(), 1u) << f.unpatched;
+  int32_t rel;
+  std::memcpy(&rel, f.patch.entries[0].replacement.data() + 1, 4);
+  EXPECT_EQ(original() + 1 + 5 + rel, f.code.base + 1) << "lands after the copy of push rbx";
+  EXPECT_EQ(f.code.bytes[0], 0x53);
+  load("call rax\nnop\nnop\nnop\nnop\nnop\nret");
+  EXPECT_FALSE(keeps_first_instruction(cfg)) << "a call first";
+  load("mov eax, edi\njmp out\nnop\nnop\nnop\nout:\nret");
+  EXPECT_FALSE(keeps_first_instruction(cfg)) << "a jmp second";
+  load("push rbx\nmov eax, edi\npop rbx\nret");
+  EXPECT_FALSE(keeps_first_instruction(cfg)) << "no room for the jmp after push rbx";
+  EXPECT_EQ(patch_address(cfg), original());
 }
 
 TEST_F(Assembled, EntryPatchKeepsEndbr64) {
