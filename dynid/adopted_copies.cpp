@@ -51,8 +51,11 @@ Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record) {
     const std::size_t i = static_cast<std::size_t>(fde - fdes->begin());
     if (to >= fde->end || fde->begin < code_lo || fde->end > code_hi || named[i]) continue;
     named[i] = true;
+    // The function's start: the patch lies there, or after a kept first
+    // instruction or endbr64 (jit/patch_plan.h).
     const profiler::Location at = symbols->locate(patch.addr);
-    out.copies.push_back({fde->begin, fde->end - fde->begin, patch.addr,
+    const uint64_t start = at.function ? patch.addr - (at.link_addr - at.function->addr) : patch.addr;
+    out.copies.push_back({fde->begin, fde->end - fde->begin, start,
                           at.function ? elf::display_name(*at.function) : fmt::format("func_{:x}", at.link_addr),
                           {}});
   }

@@ -150,9 +150,10 @@ Result<std::size_t> counters_off(const Injection& counting);
 // still dyni's jump, in one stop window. The cache stays mapped (I8).
 // `one_window`: the stop is tried once, not five times 200 ms apart, and
 // not at all when no entry holds dyni's jump (a counting phase's pauses,
-// which may be skipped). An entry or call site whose jump has an int3 over
-// its first byte (a uprobe attached after injection) gets the file's bytes
-// under the int3, and its address in `under_int3`.
+// which may be skipped). An entry or call site where a uprobe attached
+// after injection holds an int3, or wrote the file's byte back on its
+// removal, gets the file's bytes around it, and its address in `under_int3`
+// (and a warning in the log).
 Status undo_patches(const Injection& injection, bool one_window = false, std::vector<uint64_t>* under_int3 = nullptr);
 // Writes dyni's jump again where the live bytes are the original ones, after
 // the same live checks as the first time (A/B benchmarks on one process);

@@ -639,8 +639,8 @@ Result<std::string> TargetLifecycle::undo() {
   ++undo_count_;
   const std::string probes =
       probed.empty() ? ""
-                     : fmt::format("; {} of them held a uprobe's int3 over dyni's jump (first at {:#x}): the file's "
-                                   "bytes are back under it, the probe is left to its owner",
+                     : fmt::format("; {} of them held a uprobe's int3 or byte over dyni's jump (or another tool's; "
+                                   "first at {:#x}): the file's bytes are back around it, the int3 is left to its owner",
                                    probed.size(), probed.front());
   move(TargetState::Dynimized, TargetState::Undone, "dyni -undo" + probes);
   const std::size_t entries = count_of(injection_->patched, PatchKind::Entry);
@@ -680,6 +680,25 @@ Result<std::string> TargetLifecycle::redo() {
   return fmt::format("{} (pid {}): optimized code back in ({})", name_, pid_, what);
 }
 
+namespace {
+
+// The functions whose entry patch sits at their first byte (neither a kept
+// first instruction nor endbr64 before it, jit/patch_plan.h): a uprobe
+// attached at one of them after injection would land on dyni's jmp.
+nlohmann::json entries_at_first_byte(const Injection& in) {
+  std::set<uint64_t> at;
+  for (const PatchRecord& p : in.patched)
+    if (p.kind == PatchKind::Entry) at.insert(p.addr);
+  std::vector<std::string> names;
+  for (const CopyRange& c : in.copies)
+    if (at.count(c.original_entry)) names.push_back(c.name);
+  const std::size_t n = names.size();
+  names.resize(std::min<std::size_t>(n, 5));
+  return {{"count", n}, {"examples", names}};
+}
+
+}  // namespace
+
 nlohmann::json TargetLifecycle::injection_json() const {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return nullptr;
@@ -691,6 +710,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"via", inherited_ ? "inherited" : adopted_ ? "adopted" : follows_ ? "group plan" : "injected"},
           {"plan_counted_in", follows_ ? nlohmann::json(follows_) : nlohmann::json(nullptr)},
           {"functions_patched", count_of(in.patched, PatchKind::Entry)},
+          {"entries_at_first_byte", entries_at_first_byte(in)},
           {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
           {"functions_copied", in.copies.size()},
           {"promoted_calls", in.promoted_calls},

@@ -84,6 +84,25 @@ bool held_open_by(pid_t pid, dev_t dev, ino_t ino) {
   return static_cast<bool>(ec);
 }
 
+// Whether some other process is seen holding the file (dev, ino) open
+// (dynid holds it itself, through the O_PATH descriptor it looks with).
+// Scans every process: only for another user's old map. A process whose
+// fds cannot be read (a zombie, one exiting) holds nothing here.
+bool held_open_anywhere(dev_t dev, ino_t ino) {
+  const std::string self = std::to_string(::getpid());
+  std::error_code ec;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = proc.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos || name == self) continue;
+    std::error_code fd_ec;
+    for (const auto& e : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
+      struct stat st{};
+      if (::stat(e.path().c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino) return true;
+    }
+  }
+  return false;
+}
+
 // An existing map, opened to append only when it is a plain file of the
 // target's owner that the target does not hold open (a JIT in it writing
 // its own map at its own offset would overwrite dyni's lines, or cut one):
@@ -107,8 +126,13 @@ Result<int> open_existing(pid_t pid, int root, const std::string& path, uid_t ui
   // pid). Removed as the target's owner (the kernel says whether it may:
   // the sticky /tmp) and made anew by the caller, never appended to: perf
   // would name the new process's code by the dead one's lines.
+  // Another user's map may be a live process's that shares this /tmp from
+  // another pid namespace (containers of one pod): kept while any process
+  // holds it open, as a JIT keeps its map.
   if (static_cast<double>(st.st_mtim.tv_sec) < started - 2) {
+    const bool live_elsewhere = st.st_uid != uid && held_open_anywhere(st.st_dev, st.st_ino);
     ::close(at);
+    if (live_elsewhere) return fail(fmt::format("owned by uid {} and held open by another process", st.st_uid));
     return -1;
   }
   if (st.st_uid != uid) {

@@ -34,7 +34,7 @@ bool same_bytes_outside_pc_fields(const Instruction& a, const Instruction& b) {
 class Verifier {
  public:
   Verifier(const FunctionCfg& cfg, const EmittedCode& code, const Redirects& redirects, const PatchedBytes& patched)
-      : cfg_(cfg), code_(code), redirects_(redirects), patched_(patched) {
+      : cfg_(cfg), code_(code), redirects_(redirects), patched_(patched), own_patch_(patch_address(cfg)) {
     for (const Instruction& in : cfg.instructions) original_[in.addr] = &in;
     // The first cache instruction standing for an original is its image (a
     // block counter before the copy of the instruction).
@@ -202,7 +202,7 @@ class Verifier {
     if (it == patched_.begin()) return ok();
     --it;
     if (target >= it->second) return ok();
-    bool own = it->first == patch_address(cfg_);
+    bool own = it->first == own_patch_;
     if (target == it->first && (!own || copy_of_.count(target))) return ok();
     return fail(fmt::format("verifier: exit at {:#x} lands in patched bytes at {:#x}", from, target));
   }
@@ -690,6 +690,7 @@ class Verifier {
   const EmittedCode& code_;
   const Redirects& redirects_;
   const PatchedBytes& patched_;
+  const uint64_t own_patch_;  // patch_address(cfg_), once: it scans the function
   std::map<uint64_t, const Instruction*> original_;
   std::map<uint64_t, uint64_t> copy_of_;
   std::map<uint64_t, const EmittedCounter*> counter_at_;

@@ -2,11 +2,15 @@
 #include "dynid/inject/patch_entries.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
+#include <optional>
+#include <span>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "dynid/cache_scan.h"
 #include "dynid/inject/target_checks.h"
 #include "dynid/target_memory.h"
@@ -52,18 +56,32 @@ EntryJumps entry_jumps(const Injection& in) {
   return out;
 }
 
-// The callee's entry patch lies at its start or one kept instruction after
-// it (jit/patch_plan.h); then no int3 may stand at the start either.
-bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries,
-                          const std::function<Result<std::array<uint8_t, kPatchBytes>>(uint64_t)>& live) {
+// The callee's entry patch lies at its start, or after its kept first
+// instruction or endbr64 (jit/patch_plan.h), and holds dyni's jmp. A kept
+// instruction's jmp lands as far into the callee's copy as the patch lies
+// into the callee, and the bytes before the patch are still those the copy
+// begins with (the file's instruction: no int3, no hook written over it
+// since); an endbr64's jmp lands on the copy's start, which the call then
+// reaches too. So the patch found is the callee's own, and the call goes
+// round nothing that its callee's entry runs now.
+using Reader = std::function<Result<std::vector<uint8_t>>(uint64_t, std::size_t)>;
+bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries, const Reader& read) {
   const uint64_t start = jit::rel32_target(site.addr, site.original);
+  const uint64_t copy = jit::rel32_target(site.addr, site.replacement);
   auto it = entries.lower_bound(start);
   if (it == entries.end() || it->first - start > jit::kMaxEntryPatchOffset) return false;
-  auto now = live(it->first);
-  if (!now || *now != it->second->replacement) return false;
-  if (it->first == start) return true;
-  auto first = live(start);
-  return first && (*first)[0] != 0xcc;
+  const PatchRecord& entry = *it->second;
+  auto jump = read(entry.addr, kPatchBytes);
+  if (!jump || !std::equal(jump->begin(), jump->end(), entry.replacement.begin())) return false;
+  const uint64_t landing = jit::rel32_target(entry.addr, entry.replacement), kept = entry.addr - start;
+  if (kept == 0) return landing == copy;
+  auto before = read(start, kept);
+  if (!before) return false;
+  static constexpr std::array<uint8_t, 4> kEndbr64{0xf3, 0x0f, 0x1e, 0xfa};
+  if (landing == copy) return kept == kEndbr64.size() && std::equal(before->begin(), before->end(), kEndbr64.begin());
+  if (landing - copy != kept) return false;
+  auto copied = read(copy, kept);
+  return copied && *copied == *before;
 }
 
 // One stop window: the sites that are safe now are written, one write each.
@@ -106,9 +124,10 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   std::vector<PatchSite> sites = sites_of(patches, replacing, live);
   std::vector<SiteCheck> checks = check_patch_sites(sites, stacks, live);
   const EntryJumps entries = entry_jumps(in);
+  const Reader read = [&](uint64_t addr, std::size_t n) { return memory.read(addr, n); };
   for (std::size_t i = 0; i < patches.size(); ++i)
     if (patches[i].kind == PatchKind::CallSite && checks[i].verdict == SiteVerdict::Patch &&
-        !callee_entry_is_ours(patches[i], entries, live))
+        !callee_entry_is_ours(patches[i], entries, read))
       checks[i] = {SiteVerdict::LeaveAlone, "its callee's entry does not hold dyni's jump"};
   now.check = since(t2);
   auto t3 = Clock::now();
@@ -182,13 +201,39 @@ using inject::same_target_with_record;
 
 namespace {
 
-// dyni's patch with an int3 over its first byte: a uprobe attached after
-// injection (the kernel wrote it, and keeps the FILE's first instruction to
-// run out of line, then resumes after it: inside dyni's jump, where the
-// process would crash on the probe's first hit).
-bool holds_jump_under_int3(const Result<std::vector<uint8_t>>& live, const PatchRecord& p) {
-  return live && live->size() == p.replacement.size() && (*live)[0] == 0xcc &&
-         std::equal(live->begin() + 1, live->end(), p.replacement.begin() + 1);
+// The runs of bytes to write back to undo patch `p` whose live bytes are
+// `live`: where they still are dyni's, with the file's. Empty when nothing
+// of dyni's is left there. nullopt when bytes neither dyni's nor the file's
+// nor an int3 are there (another patcher's, now): not ours any more.
+//
+// A uprobe attached after injection (uprobe:FUNC+N, at dyni's jmp or
+// inside it) holds an int3 over some of its bytes, and one removed since
+// has written the FILE's byte back over one: the kernel took that
+// instruction from the file, runs it out of line and resumes after it. The
+// file's bytes go back around the int3s, so that the probe runs the
+// file's code from its next hit, and its removal leaves the file's bytes
+// whole. No debugger can own such an int3: the world is stopped through
+// ptrace, which a tracer would have refused.
+struct Restore {
+  std::size_t from = 0, length = 0;
+};
+std::optional<std::vector<Restore>> to_restore(std::span<const uint8_t> live, const PatchRecord& p) {
+  if (live.size() != kPatchBytes) return std::nullopt;
+  std::vector<Restore> runs;
+  for (std::size_t i = 0; i < kPatchBytes; ++i) {
+    const bool ours = live[i] == p.replacement[i] && p.replacement[i] != p.original[i];
+    if (!ours && live[i] != p.original[i] && live[i] != 0xcc) return std::nullopt;
+    if (!ours) continue;
+    if (!runs.empty() && runs.back().from + runs.back().length == i) ++runs.back().length;
+    else runs.push_back({i, 1});
+  }
+  return runs;
+}
+
+bool holds_any_of_ours(pid_t pid, const PatchRecord& p) {
+  auto live = read_target(pid, p.addr, kPatchBytes);
+  auto runs = live ? to_restore(*live, p) : std::nullopt;
+  return runs && !runs->empty();
 }
 
 }  // namespace
@@ -197,7 +242,7 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   const pid_t pid = in.pid;
   // Only dynid writes dyni's jumps: none there now, none there in the window.
   if (one_window && std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) {
-        return holds_jump(pid, p) || holds_jump_under_int3(read_target(pid, p.addr, kPatchBytes), p);
+        return holds_any_of_ours(pid, p);
       }))
     return ok();
   RaisedPriority priority;
@@ -211,26 +256,26 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   for (PatchKind kind : {PatchKind::CallSite, PatchKind::Entry})
     for (const PatchRecord& p : in.patched)
       if (p.kind == kind) order.push_back(&p);
+  std::vector<uint64_t> probed;
   for (const PatchRecord* patch : order) {
     const PatchRecord& p = *patch;
     // Only where a patch can be (a record read from the target is
     // untrusted): a file's executable code, the 5 bytes within one page.
     const profiler::Mapping* text = mapping_at(*maps, p.addr);
     if (!text || !text->executable || !text->file_backed() || p.addr % 4096 > 4096 - kPatchBytes) continue;
-    if (holds_jump(pid, p)) {
-      if (auto r = write_in_mapping(pid, *text, p.addr, p.original); !r) return r;
-      continue;
-    }
-    // An int3 over dyni's jump is a uprobe's: no debugger can hold a
-    // breakpoint here now, since the world is stopped through ptrace and a
-    // tracer would have refused it. The file's bytes go back under it, so
-    // that the probe's out-of-line run of the file's first instruction
-    // resumes in the file's code (right from its next hit), and the kernel
-    // writes the file's first byte back when the probe goes. Said, not skipped.
-    if (!holds_jump_under_int3(read_target(pid, p.addr, kPatchBytes), p)) continue;  // not ours any more
-    if (auto r = write_in_mapping(pid, *text, p.addr + 1, std::span(p.original).subspan(1)); !r) return r;
-    if (under_int3) under_int3->push_back(p.addr);
+    auto live = read_target(pid, p.addr, kPatchBytes);
+    auto runs = live ? to_restore(*live, p) : std::nullopt;
+    if (!runs || runs->empty()) continue;  // not ours any more, or the file's already
+    for (const Restore& r : *runs)
+      if (auto written = write_in_mapping(pid, *text, p.addr + r.from, std::span(p.original).subspan(r.from, r.length));
+          !written)
+        return written;
+    if (!std::equal(live->begin(), live->end(), p.replacement.begin())) probed.push_back(p.addr);
   }
+  if (!probed.empty())
+    log::warn("pid {}: {} of dyni's patches held a uprobe's int3 or byte (first at {:#x}): the file's bytes are back "
+              "around them", pid, probed.size(), probed.front());
+  if (under_int3) *under_int3 = std::move(probed);
   return ok();
 }
 

@@ -900,9 +900,10 @@ TEST_F(Daemon, UndoAndStopDuringCountingPutTheOriginalCodeBack) {
 
 // perf's map (dynid/perf_map.h): a target's /tmp/perf-PID.map names its
 // copies "<function> [dyni]" at their addresses in dyni's caches; a map left
-// by a dead process with the same pid is replaced, whoever owned it; a
-// symlink planted at the name is never followed (the file it points to stays
-// as it was), and a FIFO there is never opened.
+// by a dead process with the same pid is replaced, whoever owned it, unless
+// another user's is held open by a live process; a symlink planted at the
+// name is never followed (the file it points to stays as it was), and a FIFO
+// there is never opened.
 TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   start({"dyni-hot-map"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-map");
@@ -924,10 +925,20 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   ASSERT_EQ(::utimensat(AT_FDCWD, stale_map.c_str(), an_hour_ago, 0), 0);
   // Another user's, as a postgres backend's map is when a root process gets its pid.
   ASSERT_EQ(::chown(stale_map.c_str(), 65534, 65534), 0) << errno_text();
+  // Another user's old map that a live process holds open (one of another
+  // pid namespace that shares this /tmp, as containers of one pod may) is
+  // kept.
+  pid_t held = host.spawn({exe, "60", "0"});
+  const std::string held_map = "/tmp/perf-" + std::to_string(held) + ".map";
+  ::unlink(held_map.c_str());
+  ASSERT_TRUE(write_file_atomic(held_map, "2000 10 a live process's function\n", 0644));
+  ASSERT_EQ(::utimensat(AT_FDCWD, held_map.c_str(), an_hour_ago, 0), 0);
+  ASSERT_EQ(::chown(held_map.c_str(), 65534, 65534), 0) << errno_text();
+  pid_t holder = host.spawn({"/bin/sh", "-c", "exec sleep 60 < " + held_map});
   struct Remove {
     std::vector<std::string> paths;
     ~Remove() { for (const auto& p : paths) ::unlink(p.c_str()); }
-  } remove{{planted_map, stale_map, fifo_map}};
+  } remove{{planted_map, stale_map, fifo_map, held_map}};
   ASSERT_TRUE(host.wait_for_state(planted, "dynimized", 40s)) << host.state_of(planted) << host.log();
   ASSERT_TRUE(host.wait_for_state(stale, "dynimized", 40s)) << host.state_of(stale) << host.log();
   ASSERT_TRUE(host.wait_for_state(fifo, "dynimized", 40s)) << "a FIFO at the map's name must not hold dynid up: "
@@ -945,8 +956,17 @@ TEST_F(Daemon, PerfMapNamesTheCopiesAndNeverFollowsASymlink) {
   ASSERT_TRUE(victim_now);
   EXPECT_EQ(*victim_now, "victim\n") << "dynid wrote through a symlink";
 
+  ASSERT_TRUE(host.wait_for_state(held, "dynimized", 40s)) << host.state_of(held) << host.log();
+  d = target_json(host, held)["dynimized"];
+  EXPECT_NE(d.value("perf_map_error", "").find("held open by another process"), std::string::npos) << d.dump();
+  EXPECT_EQ(read_file(held_map, 4096).value_or(""), "2000 10 a live process's function\n");
+  kill(holder, SIGKILL);
+  kill(held, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  waitpid(held, nullptr, 0);
+
   d = target_json(host, stale)["dynimized"];
-  EXPECT_EQ(d.value("perf_map", ""), stale_map) << d.dump();
+  EXPECT_EQ(d["perf_map"], nlohmann::json(stale_map)) << d.dump();
   auto map = read_file(stale_map, 1 << 20);
   ASSERT_TRUE(map) << map.error().message();
   EXPECT_EQ(map->find("a dead process's function"), std::string::npos) << "the dead process's map was kept";
@@ -1559,7 +1579,7 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   EXPECT_EQ(live_bytes(pid, base + probed, 1)[0], 0xcc) << "the uprobe's int3";
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
-  EXPECT_NE(undo.out.find("1 of them held a uprobe's int3 over dyni's jump"), std::string::npos) << undo.out;
+  EXPECT_NE(undo.out.find("1 of them held a uprobe's int3 or byte over dyni's jump"), std::string::npos) << undo.out;
   std::vector<uint8_t> under = original;
   under[0] = 0xcc;
   EXPECT_EQ(live_bytes(pid, base + probed, 5), under);
@@ -1570,6 +1590,25 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died: status " << status;
   close(fd);
   EXPECT_EQ(live_bytes(pid, base + probed, 5), original) << "the entry is the file's once the probe is gone";
+  // Redone, a probe attached and removed while the worker waits: its
+  // removal wrote the file's byte over dyni's jmp (half a jmp, which the
+  // next call would run); -undo mends it, and says so.
+  ASSERT_TRUE(write_file_atomic(pause, "", 0644));
+  std::this_thread::sleep_for(300ms);
+  RunResult redo = host.dyni({"-redo"});
+  ASSERT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  ASSERT_EQ(live_bytes(pid, base + probed, 1)[0], 0xe9) << "the entry is patched again";
+  fd = open_uprobe(pid, exe, probed);
+  ASSERT_GE(fd, 0) << errno_text();
+  close(fd);
+  std::vector<uint8_t> half = live_bytes(pid, base + probed, 5);
+  EXPECT_EQ(half[0], original[0]) << "the kernel wrote the file's byte back";
+  RunResult mend = host.dyni({"-undo"});
+  EXPECT_NE(mend.out.find("1 of them held a uprobe's int3 or byte over dyni's jump"), std::string::npos) << mend.out;
+  EXPECT_EQ(live_bytes(pid, base + probed, 5), original);
+  ::unlink(pause.c_str());
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died: status " << status;
   kill(pid, SIGTERM);
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
@@ -1615,6 +1654,8 @@ TEST_F(Daemon, UprobesAttachedAfterInjectionAtPatchedFunctionsFireAndTheTargetRu
   }
   ASSERT_GE(probes.size(), 3u) << "patched entries";
   EXPECT_GE(kept, probes.size() * 3 / 4) << "most entries keep their first instruction";
+  nlohmann::json d = target_json(host, pid)["dynimized"];
+  EXPECT_EQ(d["entries_at_first_byte"].value("count", 99u), probes.size() - kept) << d.dump();
   std::this_thread::sleep_for(1500ms);
   uint64_t fired = 0;
   for (const Probe& p : probes) fired += hits(p.fd);
