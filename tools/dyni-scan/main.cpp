@@ -360,6 +360,13 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(plan->cache.base), plan->blocks_left, plan->blocks);
   for (const auto& [kind, n] : unpatched)
     std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
+  // Where the entry patches sit (jit/patch_plan.h): after a kept first
+  // instruction or endbr64 a uprobe at the function is safe; at the first byte it is not.
+  std::size_t at_first = 0, after_first = 0;
+  for (const jit::CachedFunction& f : plan->cache.functions)
+    for (const jit::EntryPatch& p : f.patch.entries) (p.addr == f.original_entry ? at_first : after_first)++;
+  std::printf("entries:   %zu patched, %zu after their kept first instruction or endbr64, %zu at their first byte\n",
+              at_first + after_first, after_first, at_first);
   std::size_t rebuildable = 0, rebuilt = 0;
   for (const auto& c : plan->cfgs)
     for (const jit::JumpTable& t : c->tables) rebuildable += t.rebuildable;
