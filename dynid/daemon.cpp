@@ -164,6 +164,7 @@ void Daemon::scan() {
   targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
   sync_lifecycles();
   keep_groups_undone();
+  stale_perf_maps_.sweep();
   if (now_mono_ms() >= next_metrics_ms_) {
     write_metrics_textfile();
     next_metrics_ms_ = now_mono_ms() + kMetricsIntervalMs;
@@ -203,6 +204,10 @@ void Daemon::sync_lifecycles() {
       ++it;
       continue;
     }
+    // Gone, replaced or exec'd (not merely out of the pipeline): its perf
+    // map stays for perf report until the pid is another process's.
+    if (!same && it->second->has_perf_map())
+      stale_perf_maps_.exited(it->first, it->second->start_time(), it->second->image());
     it->second->request_stop();
     retiring_.insert_or_assign(it->first, std::move(it->second));
     it = lifecycles_.erase(it);

@@ -699,6 +699,11 @@ nlohmann::json entries_at_first_byte(const Injection& in) {
 
 }  // namespace
 
+bool TargetLifecycle::has_perf_map() const {
+  std::lock_guard lock(injection_mutex_);
+  return !perf_map_.empty();
+}
+
 nlohmann::json TargetLifecycle::injection_json() const {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return nullptr;

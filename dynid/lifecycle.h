@@ -87,6 +87,8 @@ class TargetLifecycle {
   // An adopt-only lifecycle that found a cache (and so must be kept: it
   // holds what -undo needs); read once finished().
   bool adopted() const { return adopted_; }
+  // Whether dynid wrote (or adopted) perf's map of this process.
+  bool has_perf_map() const;
   // Its cache's copies for a child that inherits them, once injected.
   std::optional<ParentCopies> copies_for_children() const;
   uint64_t start_time() const { return start_time_; }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 
 #include "common/errno_text.h"
 #include "common/file_io.h"
+#include "common/log.h"
 #include "common/printable.h"
 #include "dynid/proc_reader.h"
 
@@ -146,7 +148,81 @@ Result<int> open_existing(pid_t pid, int root, const std::string& path, uid_t ui
   return fd;
 }
 
+// Every line of `text` one of dyni's ("START SIZE NAME [dyni]").
+bool only_dynis_lines(std::string_view text) {
+  if (text.empty()) return false;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = text.find('\n', at);
+    const std::string_view line = text.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    if (!line.ends_with(" [dyni]")) return false;
+    if (end == std::string_view::npos) break;
+    at = end + 1;
+  }
+  return true;
+}
+
 }  // namespace
+
+void StalePerfMaps::exited(pid_t pid, uint64_t start_time, uint64_t image) {
+  constexpr std::size_t kMaxKept = 4096;  // the oldest pids are forgotten past this
+  exited_[pid] = {start_time, image};
+  if (exited_.size() > kMaxKept) exited_.erase(exited_.begin());
+}
+
+std::size_t StalePerfMaps::sweep() {
+  std::size_t removed = 0;
+  for (auto it = exited_.begin(); it != exited_.end();) {
+    const pid_t pid = it->first;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {  // still free: the map stays for perf report
+      ++it;
+      continue;
+    }
+    auto now = read_proc_stat("/proc", pid);
+    if (!now || (now->start_time == it->second.start_time && now->image == it->second.image)) {
+      ++it;  // unreadable, or the same process (still there, no longer a target)
+      continue;
+    }
+    if (auto r = remove_stale_perf_map(pid, now->start_time)) ++removed;
+    else log::debug("perf map of pid {} (a dead process's, the pid now another's): {}", pid, r.error().message());
+    it = exited_.erase(it);
+  }
+  return removed;
+}
+
+Status remove_stale_perf_map(pid_t pid, uint64_t start_time) {
+  auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
+  if (!status) return fail("its status: " + status.error().message());
+  std::vector<uint64_t> nspids = numbers(status_field(*status, "NSpid:"));
+  const std::string name = fmt::format("perf-{}.map", nspids.empty() ? static_cast<uint64_t>(pid) : nspids.back());
+  int root = ::open(fmt::format("/proc/{}/root", pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return fail("its root: " + errno_text());
+  int dir = same_process(pid, start_time) ? open_in_root(root, "tmp", O_PATH | O_DIRECTORY, 0) : -1;
+  ::close(root);
+  if (dir < 0) return fail("its /tmp, or the process is gone");
+  Status out = ok();
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int file = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
+  struct stat st{};
+  if (file < 0) out = errno == ENOENT ? ok() : fail(errno_text());
+  else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) out = fail("not a plain file");
+  else if (static_cast<double>(st.st_mtim.tv_sec) >= started_at(start_time) - 2) out = fail("written for the new process");
+  else {
+    int fd = ::open(fmt::format("/proc/self/fd/{}", file).c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    std::string text;
+    if (fd >= 0) {
+      char buf[65536];
+      for (ssize_t n; text.size() < (16u << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+      ::close(fd);
+    }
+    if (!only_dynis_lines(text)) out = fail("not dyni's alone");
+    else if (::unlinkat(dir, name.c_str(), 0) != 0) out = fail("unlink: " + errno_text());
+  }
+  if (file >= 0) ::close(file);
+  ::close(dir);
+  return out;
+}
 
 std::string perf_map_line(const CopyRange& c) {
   return fmt::format("{:x} {:x} {} [dyni]\n", c.cache_addr, c.size, one_line(c.name));

@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,5 +43,31 @@ Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::ve
 
 // One map line: "START SIZE NAME [dyni]" (hex, as perf reads it).
 std::string perf_map_line(const CopyRange& copy);
+
+// The maps dynid wrote for processes that have exited. Each stays for perf
+// report until a new process takes its pid; then it is removed, as that
+// process sees /tmp, if it is still dyni's alone (a plain file older than
+// the new process, every line a " [dyni]" one), so that it never names the
+// new process's code. Best effort: a process that takes the pid is seen at
+// the next scan (one interval), and a restarted dynid knows none.
+class StalePerfMaps {
+ public:
+  // dynid wrote the map of process (pid, start_time, image), which has exited.
+  void exited(pid_t pid, uint64_t start_time, uint64_t image);
+  // Each scan: the maps of pids that another process has taken are removed.
+  // Returns how many were removed.
+  std::size_t sweep();
+  std::size_t size() const { return exited_.size(); }
+
+ private:
+  struct Dead {
+    uint64_t start_time = 0, image = 0;
+  };
+  std::map<pid_t, Dead> exited_;
+};
+
+// Removes /tmp/perf-N.map of process (pid, start_time), as it sees it, if
+// the map is older than the process and every line is dyni's.
+Status remove_stale_perf_map(pid_t pid, uint64_t start_time);
 
 }  // namespace dyni

@@ -17,6 +17,7 @@
 #include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
 #include "jit/call_sites.h"
+#include "jit/decoder.h"
 #include "profiler/symbolizer.h"
 
 namespace dyni::inject {
@@ -217,16 +218,43 @@ namespace {
 struct Restore {
   std::size_t from = 0, length = 0;
 };
+// The runs cover every byte but a foreign int3's (writing the file's byte
+// where it already is changes nothing), so that without one a patch is put
+// back in one write, as it was made (I2: a dynid killed between two writes
+// would leave half a jmp).
+// A uprobe's int3 stands at the start of one of the file's instructions;
+// one anywhere else, once the file's bytes were back around it, would sit
+// inside an instruction and change what it computes: such a patch is not
+// restored. The starts within the patch, from its original bytes (a call
+// site's is one instruction).
+std::array<bool, kPatchBytes> instruction_starts(const PatchRecord& p) {
+  std::array<bool, kPatchBytes> starts{};
+  starts[0] = true;
+  for (std::size_t at = 0; p.kind == PatchKind::Entry && at < kPatchBytes;) {
+    auto in = jit::decode_one(std::span(p.original).subspan(at), p.addr + at);
+    if (!in) break;  // runs past the 5 bytes: no other start among them
+    at += in->length;
+    if (at < kPatchBytes) starts[at] = true;
+  }
+  return starts;
+}
+
 std::optional<std::vector<Restore>> to_restore(std::span<const uint8_t> live, const PatchRecord& p) {
   if (live.size() != kPatchBytes) return std::nullopt;
+  const std::array<bool, kPatchBytes> starts = instruction_starts(p);
+  bool any_ours = false;
   std::vector<Restore> runs;
   for (std::size_t i = 0; i < kPatchBytes; ++i) {
-    const bool ours = live[i] == p.replacement[i] && p.replacement[i] != p.original[i];
-    if (!ours && live[i] != p.original[i] && live[i] != 0xcc) return std::nullopt;
-    if (!ours) continue;
+    const bool ours = live[i] == p.replacement[i];
+    const bool int3 = !ours && live[i] == 0xcc && live[i] != p.original[i];
+    if (int3 && !starts[i]) return std::nullopt;
+    if (!ours && !int3 && live[i] != p.original[i]) return std::nullopt;
+    any_ours |= ours && p.replacement[i] != p.original[i];
+    if (int3) continue;
     if (!runs.empty() && runs.back().from + runs.back().length == i) ++runs.back().length;
     else runs.push_back({i, 1});
   }
+  if (!any_ours) runs.clear();
   return runs;
 }
 
@@ -256,7 +284,7 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   for (PatchKind kind : {PatchKind::CallSite, PatchKind::Entry})
     for (const PatchRecord& p : in.patched)
       if (p.kind == kind) order.push_back(&p);
-  std::vector<uint64_t> probed;
+  std::vector<uint64_t> probed, foreign;
   for (const PatchRecord* patch : order) {
     const PatchRecord& p = *patch;
     // Only where a patch can be (a record read from the target is
@@ -265,6 +293,7 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
     if (!text || !text->executable || !text->file_backed() || p.addr % 4096 > 4096 - kPatchBytes) continue;
     auto live = read_target(pid, p.addr, kPatchBytes);
     auto runs = live ? to_restore(*live, p) : std::nullopt;
+    if (live && !runs) foreign.push_back(p.addr);
     if (!runs || runs->empty()) continue;  // not ours any more, or the file's already
     for (const Restore& r : *runs)
       if (auto written = write_in_mapping(pid, *text, p.addr + r.from, std::span(p.original).subspan(r.from, r.length));
@@ -275,6 +304,9 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   if (!probed.empty())
     log::warn("pid {}: {} of dyni's patches held a uprobe's int3 or byte (first at {:#x}): the file's bytes are back "
               "around them", pid, probed.size(), probed.front());
+  if (!foreign.empty())
+    log::warn("pid {}: {} of dyni's patches hold bytes neither dyni's nor the file's nor a uprobe's int3 at an "
+              "instruction (first at {:#x}): left as they are", pid, foreign.size(), foreign.front());
   if (under_int3) *under_int3 = std::move(probed);
   return ok();
 }

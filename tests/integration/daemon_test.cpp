@@ -1311,6 +1311,40 @@ TEST_F(Daemon, GdbNamesTheCopiesAndUnwindsThroughThem) {
   waitpid(pid, &status, 0);
 }
 
+// A map dynid wrote stays after its process exits (perf reads it at report
+// time), until a new process takes the pid: then it is removed, so that it
+// never names the new process's code. The pid is taken through
+// ns_last_pid, as a busy host would reuse it.
+TEST_F(Daemon, ADeadTargetsPerfMapGoesWhenANewProcessTakesItsPid) {
+  if (::access("/proc/sys/kernel/ns_last_pid", W_OK) != 0) GTEST_SKIP() << "ns_last_pid is not writable here";
+  start({"dyni-hot-dead"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-dead");
+  pid_t dead = host.spawn({exe, "60", "1"});
+  const std::string map = fmt::format("/tmp/perf-{}.map", dead);
+  RemovesPerfMap removes{dead};
+  ASSERT_TRUE(host.wait_for_state(dead, "dynimized", 40s)) << host.state_of(dead) << host.log();
+  ASSERT_EQ(::access(map.c_str(), F_OK), 0) << "dynid wrote no map";
+  kill(dead, SIGKILL);
+  waitpid(dead, nullptr, 0);
+  // Scans go on: the pid is free, the map stays for perf report. (Long
+  // enough that the map is seen older than the next process: start times
+  // are known to a second or two.)
+  std::this_thread::sleep_for(4s);
+  EXPECT_EQ(::access(map.c_str(), F_OK), 0) << "the map went before the pid was taken";
+  pid_t taker = -1;
+  for (int attempt = 0; attempt < 50 && taker != dead; ++attempt) {
+    if (taker > 0) kill(taker, SIGKILL), waitpid(taker, nullptr, 0);
+    std::ofstream("/proc/sys/kernel/ns_last_pid") << dead - 1;
+    taker = host.spawn({"/bin/sleep", "30"});
+  }
+  ASSERT_EQ(taker, dead) << "could not take the pid back";
+  bool gone = false;
+  for (int i = 0; i < 50 && !gone; ++i, std::this_thread::sleep_for(100ms)) gone = ::access(map.c_str(), F_OK) != 0;
+  EXPECT_TRUE(gone) << "the dead process's map still names pid " << dead << "'s code\n" << host.log();
+  kill(taker, SIGKILL);
+  waitpid(taker, nullptr, 0);
+}
+
 // A target whose own JIT keeps its perf map (it holds /tmp/perf-PID.map
 // open, as the JVM's agent or node does) keeps it as it is: dyni's lines
 // could be cut into the JIT's at its own offset. -status says why dyni
