@@ -631,7 +631,7 @@ bool TargetLifecycle::gone() const {
 Result<std::string> TargetLifecycle::undo() {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return fail("nothing was injected");
-  std::vector<uint64_t> probed;  // under a uprobe's int3
+  std::vector<uint64_t> probed;  // patches a uprobe had touched (undo_patches)
   if (auto r = undo_patches(*injection_, false, &probed); !r) {
     if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
     return fail("undo: " + r.error().message());

@@ -77,13 +77,19 @@ int open_in_root(int root, const std::string& path, uint64_t flags, uint64_t mod
 
 // Whether process `pid` holds the file (dev, ino) open; true when that
 // cannot be told (its fds unreadable): the file is then left alone.
-bool held_open_by(pid_t pid, dev_t dev, ino_t ino) {
-  std::error_code ec;
+// Whether process `pid` is seen holding the file (dev, ino) open; `ec` is
+// set when its fds could not be read.
+bool seen_holding(pid_t pid, dev_t dev, ino_t ino, std::error_code& ec) {
   for (const auto& e : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
     struct stat st{};
     if (::stat(e.path().c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino) return true;
   }
-  return static_cast<bool>(ec);
+  return false;
+}
+
+bool held_open_by(pid_t pid, dev_t dev, ino_t ino) {
+  std::error_code ec;
+  return seen_holding(pid, dev, ino, ec) || ec;
 }
 
 // Whether some other process is seen holding the file (dev, ino) open
@@ -91,18 +97,35 @@ bool held_open_by(pid_t pid, dev_t dev, ino_t ino) {
 // Scans every process: only for another user's old map. A process whose
 // fds cannot be read (a zombie, one exiting) holds nothing here.
 bool held_open_anywhere(dev_t dev, ino_t ino) {
-  const std::string self = std::to_string(::getpid());
   std::error_code ec;
   for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = proc.path().filename();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos || name == self) continue;
-    std::error_code fd_ec;
-    for (const auto& e : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
-      struct stat st{};
-      if (::stat(e.path().c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino) return true;
-    }
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    std::error_code unreadable;
+    if (pid != ::getpid() && seen_holding(pid, dev, ino, unreadable)) return true;
   }
   return false;
+}
+
+// perf's name for the map of the process whose /proc/PID/status is
+// `status`: its pid in its own pid namespace (NSpid's last).
+std::string map_name(const std::string& status, pid_t pid) {
+  std::vector<uint64_t> nspids = numbers(status_field(status, "NSpid:"));
+  return fmt::format("perf-{}.map", nspids.empty() ? static_cast<uint64_t>(pid) : nspids.back());
+}
+
+// Process (pid, start_time)'s root, in its mount namespace (a unit's
+// PrivateTmp= included), opened while it is that process (a pid reused
+// meanwhile is another's).
+Result<int> process_root(pid_t pid, uint64_t start_time) {
+  int root = ::open(fmt::format("/proc/{}/root", pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return fail("its root: " + errno_text());
+  if (!same_process(pid, start_time)) {
+    ::close(root);
+    return fail("the process is gone");
+  }
+  return root;
 }
 
 // An existing map, opened to append only when it is a plain file of the
@@ -192,33 +215,22 @@ std::size_t StalePerfMaps::sweep() {
 Status remove_stale_perf_map(pid_t pid, uint64_t start_time) {
   auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
   if (!status) return fail("its status: " + status.error().message());
-  std::vector<uint64_t> nspids = numbers(status_field(*status, "NSpid:"));
-  const std::string name = fmt::format("perf-{}.map", nspids.empty() ? static_cast<uint64_t>(pid) : nspids.back());
-  int root = ::open(fmt::format("/proc/{}/root", pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0) return fail("its root: " + errno_text());
-  int dir = same_process(pid, start_time) ? open_in_root(root, "tmp", O_PATH | O_DIRECTORY, 0) : -1;
-  ::close(root);
-  if (dir < 0) return fail("its /tmp, or the process is gone");
+  const std::string name = map_name(*status, pid);
+  Result<int> root = process_root(pid, start_time);
+  if (!root) return std::unexpected(root.error());
+  int dir = open_in_root(*root, "tmp", O_PATH | O_DIRECTORY, 0);
+  ::close(*root);
+  if (dir < 0) return fail("its /tmp: " + errno_text());
   Status out = ok();
-  open_how how{};
-  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int file = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
+  int file = open_in_root(dir, name, O_PATH, 0);
   struct stat st{};
   if (file < 0) out = errno == ENOENT ? ok() : fail(errno_text());
   else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) out = fail("not a plain file");
   else if (static_cast<double>(st.st_mtim.tv_sec) >= started_at(start_time) - 2) out = fail("written for the new process");
-  else {
-    int fd = ::open(fmt::format("/proc/self/fd/{}", file).c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-    std::string text;
-    if (fd >= 0) {
-      char buf[65536];
-      for (ssize_t n; text.size() < (16u << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-      ::close(fd);
-    }
-    if (!only_dynis_lines(text)) out = fail("not dyni's alone");
-    else if (::unlinkat(dir, name.c_str(), 0) != 0) out = fail("unlink: " + errno_text());
-  }
+  else if (auto text = read_file(fmt::format("/proc/self/fd/{}", file), 16 << 20); !text || !only_dynis_lines(*text))
+    out = fail("not dyni's alone");
+  else if (::unlinkat(dir, name.c_str(), 0) != 0)
+    out = fail("unlink: " + errno_text());
   if (file >= 0) ::close(file);
   ::close(dir);
   return out;
@@ -232,20 +244,13 @@ Result<std::string> write_perf_map(pid_t pid, uint64_t start_time, const std::ve
   auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
   if (!status) return fail("its status: " + status.error().message());
   std::vector<uint64_t> uids = numbers(status_field(*status, "Uid:")), gids = numbers(status_field(*status, "Gid:"));
-  std::vector<uint64_t> nspids = numbers(status_field(*status, "NSpid:"));
   if (uids.size() < 2 || gids.size() < 2) return fail("its owner is unknown");
   const uid_t uid = static_cast<uid_t>(uids[1]);  // effective, as a JIT in it would create files
   const gid_t gid = static_cast<gid_t>(gids[1]);
-  const uint64_t nspid = nspids.empty() ? static_cast<uint64_t>(pid) : nspids.back();  // perf names it so
-  const std::string path = fmt::format("tmp/perf-{}.map", nspid);
-  // Its root, in its mount namespace (a unit's PrivateTmp= included); the
-  // same process before and after (a pid reused meanwhile is another's).
-  int root = ::open(fmt::format("/proc/{}/root", pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0) return fail("its root: " + errno_text());
-  if (!same_process(pid, start_time)) {
-    ::close(root);
-    return fail("the process is gone");
-  }
+  const std::string path = "tmp/" + map_name(*status, pid);
+  Result<int> opened = process_root(pid, start_time);
+  if (!opened) return std::unexpected(opened.error());
+  const int root = *opened;
   const double started = started_at(start_time);
   Result<int> fd = fail("");
   {

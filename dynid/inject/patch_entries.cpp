@@ -218,10 +218,7 @@ namespace {
 struct Restore {
   std::size_t from = 0, length = 0;
 };
-// The runs cover every byte but a foreign int3's (writing the file's byte
-// where it already is changes nothing), so that without one a patch is put
-// back in one write, as it was made (I2: a dynid killed between two writes
-// would leave half a jmp).
+
 // A uprobe's int3 stands at the start of one of the file's instructions;
 // one anywhere else, once the file's bytes were back around it, would sit
 // inside an instruction and change what it computes: such a patch is not
@@ -239,6 +236,10 @@ std::array<bool, kPatchBytes> instruction_starts(const PatchRecord& p) {
   return starts;
 }
 
+// The runs cover every byte but a foreign int3's (writing the file's byte
+// where it already is changes nothing), so that without one a patch is put
+// back in one write, as it was made (I2: a dynid killed between two writes
+// would leave half a jmp).
 std::optional<std::vector<Restore>> to_restore(std::span<const uint8_t> live, const PatchRecord& p) {
   if (live.size() != kPatchBytes) return std::nullopt;
   const std::array<bool, kPatchBytes> starts = instruction_starts(p);
