@@ -25,6 +25,13 @@ namespace {
 
 std::atomic<uint64_t> handled{0};
 uint64_t expected_in_handler = 0;
+// Shared with the detached threads, which run on while main returns and the
+// process exits: never on main's stack (a reference run died of SIGSEGV in
+// CI when they were).
+std::atomic<pthread_t> workers[2];
+std::atomic<int> started{0};
+std::atomic<uint64_t> last[2] = {0, 0};
+std::atomic<int> generation[2] = {0, 0};
 
 [[gnu::noinline]] uint64_t sig_hash(uint64_t x, int n) {
   for (int i = 0; i < n; ++i) x = (x ^ (x >> 29)) * 0xBF58476D1CE4E5B9ULL + static_cast<uint64_t>(i);
@@ -64,9 +71,8 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_usr1;
   sa.sa_flags = SA_ONSTACK | SA_RESTART;
   sigaction(SIGUSR1, &sa, nullptr);
-  std::atomic<pthread_t> workers[2] = {pthread_self(), pthread_self()};
-  std::atomic<int> started{0};
-  std::thread([&] {
+  for (auto& w : workers) w = pthread_self();
+  std::thread([] {
     while (started.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     for (;;) {
       for (auto& w : workers) pthread_kill(w.load(), SIGUSR1);
@@ -74,10 +80,8 @@ int main(int argc, char** argv) {
     }
   }).detach();
   // The workers compute rounds forever; main prints what they agree on.
-  std::atomic<uint64_t> last[2] = {0, 0};
-  std::atomic<int> generation[2] = {0, 0};
   for (int w = 0; w < 2; ++w)
-    std::thread([&, w] {
+    std::thread([w] {
       on_own_altstack();
       workers[w] = pthread_self();
       started.fetch_add(1);
