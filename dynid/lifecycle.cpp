@@ -23,6 +23,7 @@
 #include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
 #include "elf/elf_file.h"
+#include "jit/patch_plan.h"
 
 namespace dyni {
 namespace {
@@ -682,13 +683,14 @@ Result<std::string> TargetLifecycle::redo() {
 
 namespace {
 
-// The functions whose entry patch sits at their first byte (neither a kept
-// first instruction nor endbr64 before it, jit/patch_plan.h): a uprobe
-// attached at one of them after injection would land on dyni's jmp.
+// The functions whose entry patch sits at their first byte over anything but
+// a jmp rel32 (neither a kept first instruction nor endbr64 before it,
+// jit/patch_plan.h): a uprobe attached at one of them after injection would
+// land on dyni's jmp. This dyni makes none; an older one's, adopted, may.
 nlohmann::json entries_at_first_byte(const Injection& in) {
   std::set<uint64_t> at;
   for (const PatchRecord& p : in.patched)
-    if (p.kind == PatchKind::Entry) at.insert(p.addr);
+    if (p.kind == PatchKind::Entry && p.original[0] != jit::kJmpRel32Opcode) at.insert(p.addr);
   std::vector<std::string> names;
   for (const CopyRange& c : in.copies)
     if (at.count(c.original_entry)) names.push_back(c.name);

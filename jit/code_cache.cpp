@@ -144,23 +144,26 @@ Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const
 
 // Where the entry patch of `cfg` lands in its copy `code`: the copy's start,
 // or, with the first instruction kept (patch_plan.h), just after that
-// instruction's copy, on what the copy runs before the second instruction
-// (its block counter, or its copy). Checked on the translation (I6): the
-// copy must begin with the first instruction's copy and go straight on to
-// the second; else the entry is left unpatched.
+// instruction's copy, on what the copy runs where the original goes on
+// after it. Checked on the translation (I6): the copy must begin with the
+// first instruction's copy and go straight on to the second's (its copy, a
+// jcc inverted by the layout, a promoted call, or its block counter); or,
+// where the second is a jmp the layout dropped, to its target's (padding
+// before a loop top there is nops: the dropped jmp runs into it). Else the
+// entry is left unpatched.
 Result<uint64_t> landing(const FunctionCfg& cfg, const EmittedCode& code) {
   if (!keeps_first_instruction(cfg)) return code.base;
   const std::vector<TranslationEntry>& t = code.translation;
   const Instruction& first = cfg.instructions[0];
-  const uint64_t second = first.end();
+  const Instruction& second = cfg.instructions[1];
   if (t.size() < 2 || t[0].new_addr != code.base || t[0].original_addr != first.addr || t[0].kind != Translation::Copied)
     return fail(fmt::format("the copy does not begin with the kept first instruction at {:#x}", first.addr));
-  // The second's copy (a jcc inverted by the layout too, a promoted call),
-  // or the counter code that runs before it; not an added jmp or padding.
   const Translation k = t[1].kind;
-  const bool runs_second = t[1].original_addr == second && k != Translation::Jump && k != Translation::Padding &&
+  const bool runs_second = t[1].original_addr == second.addr && k != Translation::Jump && k != Translation::Padding &&
                            k != Translation::EdgeCounter;
-  if (!runs_second) return fail(fmt::format("the copy does not go on to the instruction at {:#x}", second));
+  const bool jumped = second.flow == Flow::Branch && second.has_target && t[1].original_addr == second.target &&
+                      k != Translation::Jump && k != Translation::EdgeCounter;
+  if (!runs_second && !jumped) return fail(fmt::format("the copy does not go on to the instruction at {:#x}", second.addr));
   return t[1].new_addr;
 }
 

@@ -41,7 +41,13 @@ bool keeps_first_instruction(const FunctionCfg& cfg) {
   const Instruction& first = cfg.instructions[cfg.blocks[0].first];
   const Instruction& second = cfg.instructions[cfg.blocks[0].first + 1];
   return first.addr == cfg.start && first.flow == Flow::Next && first.mnemonic != ZYDIS_MNEMONIC_ENDBR64 &&
-         second.flow != Flow::Branch && !refusal(cfg, second.addr);
+         !refusal(cfg, second.addr);
+}
+
+bool first_byte_takes_a_uprobe(const FunctionCfg& cfg) {
+  if (cfg.instructions.empty() || cfg.instructions[0].addr != cfg.start) return false;
+  const Instruction& first = cfg.instructions[0];
+  return first.flow == Flow::Branch && first.length == kEntryPatchSize && first.bytes[0] == kJmpRel32Opcode;
 }
 
 uint64_t patch_address(const FunctionCfg& cfg) {
@@ -52,6 +58,8 @@ uint64_t patch_address(const FunctionCfg& cfg) {
 Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
   uint64_t entry = patch_address(cfg), end = entry + kEntryPatchSize;
   if (auto why = refusal(cfg, entry)) return fail(*why);
+  if (entry == cfg.start && !first_byte_takes_a_uprobe(cfg))
+    return fail(fmt::format("first instruction cannot be kept before the jmp at {:#x}", entry));
   EntryPatch patch{entry, {}, {}};
   for (const Instruction& in : cfg.instructions) {
     if (in.addr >= end) break;
@@ -65,7 +73,7 @@ Status aim_entry_patch(EntryPatch& patch, uint64_t to) {
   int64_t delta = static_cast<int64_t>(to - (patch.addr + kEntryPatchSize));
   if (delta < INT32_MIN || delta > INT32_MAX) return fail(fmt::format("cache beyond ±2 GB of {:#x}", patch.addr));
   int32_t rel = static_cast<int32_t>(delta);
-  patch.replacement[0] = 0xe9;
+  patch.replacement[0] = kJmpRel32Opcode;
   std::memcpy(patch.replacement.data() + 1, &rel, 4);
   return ok();
 }

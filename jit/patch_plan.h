@@ -15,6 +15,13 @@
 // writes the file's byte back over the file's instruction. With the jmp at
 // the first byte, the probe's out-of-line run resumed inside the jmp's
 // displacement (SIGILL), and its removal left half a jmp.
+// Invariant: an entry patch lies at a function's first byte only where a
+// uprobe there leaves it whole (first_byte_takes_a_uprobe): the function
+// begins with a jmp rel32. Any other function whose first instruction
+// cannot be kept (a call or branch first, too small for the jmp after it)
+// is left unpatched; its copy runs when other copies call it. Most such
+// functions are getters of a few bytes, which run as fast in the original.
+// A uprobe at an offset inside the jmp (uprobe:FUNC+N) still breaks it.
 #pragma once
 
 #include <array>
@@ -28,6 +35,7 @@
 namespace dyni::jit {
 
 constexpr std::size_t kEntryPatchSize = 5;
+constexpr uint8_t kJmpRel32Opcode = 0xe9;
 
 struct EntryPatch {
   uint64_t addr = 0;                                 // original entry
@@ -57,14 +65,20 @@ BlockLayout with_entry_bytes_copied(const FunctionCfg& cfg, BlockLayout layout);
 // Whether `cfg`'s entry patch goes after its first instruction, which then
 // runs in the original before the jmp, and not again in the copy: one that
 // only falls through (no branch, call, return or stop; not endbr64, whose
-// own rule is above), followed in the entry block by an instruction that is
-// not a jmp (a jmp the layout may drop, and the entry block's counter
-// could not go before it), where the jmp can go as at an entry (room
-// before the function ends, no branch target or return address inside).
+// own rule is above), followed in the entry block by another instruction,
+// where the jmp can go as at an entry (room before the function ends, no
+// branch target or return address inside). The second may be a jmp that
+// the layout drops: the copy then goes on at its target (code_cache.cpp).
 bool keeps_first_instruction(const FunctionCfg& cfg);
 
-// Where `cfg`'s entry patch goes: its start, or just after a leading
-// endbr64 or a kept first instruction.
+// Whether a uprobe attached at `cfg`'s first byte after injection leaves an
+// entry patch there whole: the first instruction is a jmp rel32, which the
+// kernel emulates (to the file's target, in the original code), and whose
+// opcode, written back when the probe goes, is the patch's own.
+bool first_byte_takes_a_uprobe(const FunctionCfg& cfg);
+
+// Where `cfg`'s entry patch goes: just after a leading endbr64 or a kept
+// first instruction, else its start (then only if the uprobe rule allows).
 uint64_t patch_address(const FunctionCfg& cfg);
 
 }  // namespace dyni::jit

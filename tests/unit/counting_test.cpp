@@ -470,6 +470,7 @@ f:
   ret
 h:
   lea rax, [rdi + rdi*2]
+  add rax, 0
   ret
 end:
 )", {"f", "h"});
@@ -1149,6 +1150,7 @@ std::pair<uint64_t, uint64_t> racing_counts(uint32_t stripes) {
   auto m = AsmModule::load(R"(
 f:
   lea rax, [rdi + 1]
+  add rax, 0
   ret
 end:
 )", {"f"});
@@ -1364,6 +1366,7 @@ TEST(StripedCounters, VerifierCatchesWrongStripedCode) {
 TEST(CountFlow, ACallThatEndsABlockIsFlowOutOfTheFunction) {
   auto m = AsmModule::load(R"(
 f:
+  push rbx
   test rdi, 1
   jne f_call
   jmp f_join
@@ -1371,6 +1374,7 @@ f_call:
   call g
 f_join:
   lea rax, [rdi + 1]
+  pop rbx
   ret
 g:
   ret

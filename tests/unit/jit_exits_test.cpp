@@ -372,6 +372,7 @@ f:
   ret
 g:
   lea rax, [rdi + 1]
+  add rax, 0
   ret
 h:
   test rdi, rdi

@@ -225,7 +225,7 @@ TEST_F(Assembled, EntryPatchIsAJumpToTheCopyAndKeepsTheOriginalBytes) {
 // A uprobe at a function (offset 0) runs the file's first instruction out
 // of line and resumes after it: the entry patch keeps that instruction
 // when it only falls through, and the copy is entered right after its own
-// copy of it. Not kept: a branch or call first, a jmp second, no room.
+// copy of it. Not kept: a branch or call first, no room.
 TEST_F(Assembled, EntryPatchKeepsAFirstInstructionThatOnlyFallsThrough) {
   load("push rbx\nmov eax, edi\nadd eax, 1\npop rbx\nret");
   EXPECT_TRUE(keeps_first_instruction(cfg));
@@ -241,10 +241,72 @@ TEST_F(Assembled, EntryPatchKeepsAFirstInstructionThatOnlyFallsThrough) {
   load("call rax\nnop\nnop\nnop\nnop\nnop\nret");
   EXPECT_FALSE(keeps_first_instruction(cfg)) << "a call first";
   load("mov eax, edi\njmp out\nnop\nnop\nnop\nout:\nret");
-  EXPECT_FALSE(keeps_first_instruction(cfg)) << "a jmp second";
+  EXPECT_TRUE(keeps_first_instruction(cfg)) << "a jmp second";
   load("push rbx\nmov eax, edi\npop rbx\nret");
   EXPECT_FALSE(keeps_first_instruction(cfg)) << "no room for the jmp after push rbx";
   EXPECT_EQ(patch_address(cfg), original());
+}
+
+// A first instruction that cannot be kept leaves the entry unpatched (a
+// uprobe at the first byte would break a jmp there), unless it is itself a
+// jmp rel32: the kernel emulates it, and writes its opcode, the jmp's
+// own, back when the probe goes.
+TEST_F(Assembled, EntryAtTheFirstByteOnlyWhereAUprobeLeavesTheJmpWhole) {
+  load("push rbx\nmov eax, edi\npop rbx\nret");
+  auto tiny = plan_patch(cfg, cache_base());
+  ASSERT_FALSE(tiny) << "push rbx cannot be kept: no room after it";
+  EXPECT_EQ(reason_kind(tiny.error().message()), "first instruction cannot be kept before the jmp");
+  EXPECT_FALSE(first_byte_takes_a_uprobe(cfg));
+  auto cache = build_code_cache({{&cfg, original_layout(cfg)}}, cache_base());
+  ASSERT_TRUE(cache) << cache.error().message();
+  ASSERT_EQ(cache->functions.size(), 1u) << "still copied, for the copies that call it";
+  EXPECT_TRUE(cache->functions[0].patch.entries.empty());
+  load(".byte 0xe9\n.long body - next\nnext:\nint3\nbody:\nmov eax, edi\nadd eax, 1\nadd eax, 2\nret");
+  EXPECT_TRUE(first_byte_takes_a_uprobe(cfg));
+  auto jumps = plan_patch(cfg, cache_base());
+  ASSERT_TRUE(jumps) << jumps.error().message();
+  EXPECT_EQ(jumps->entries[0].addr, original());
+  load("jmp body\nint3\nint3\nint3\nbody:\nmov eax, edi\nadd eax, 1\nadd eax, 2\nret");
+  EXPECT_FALSE(first_byte_takes_a_uprobe(cfg)) << "a jmp rel8's opcode, written back, would cut the jmp short";
+  EXPECT_FALSE(plan_patch(cfg, cache_base()));
+}
+
+// A kept first instruction followed by a jmp that the layout drops: the
+// entry lands on the copy of the jmp's target, which follows the first
+// instruction's copy, and the patched original computes what it did.
+TEST_F(Assembled, EntryPatchAfterAKeptInstructionLandsWhereADroppedJmpWent) {
+  load(R"(
+    mov eax, edi          # +0
+    .byte 0xe9            # +2: jmp check, rel32
+    .long check - body
+  body:                   # +7
+    add eax, 3
+    dec esi
+  check:
+    test esi, esi
+    jne body
+    ret
+  )");
+  ASSERT_TRUE(keeps_first_instruction(cfg));
+  const std::size_t body = block_at(7), check = block_at(12), exit = block_at(16);
+  BlockLayout layout;
+  layout.order = {0, check, exit, body};
+  layout.copied.assign(cfg.blocks.size(), true);
+  auto cache = build_code_cache({{&cfg, layout}}, cache_base());
+  ASSERT_TRUE(cache) << cache.error().message();
+  const CachedFunction& f = cache->functions[0];
+  ASSERT_EQ(f.patch.entries.size(), 1u) << f.unpatched;
+  EXPECT_EQ(f.patch.entries[0].addr, original() + 2);
+  const auto& t = f.code.translation;
+  ASSERT_GE(t.size(), 2u);
+  EXPECT_EQ(t[1].original_addr, original() + 12) << "the jmp is dropped: check follows";
+  int32_t rel;
+  std::memcpy(&rel, f.patch.entries[0].replacement.data() + 1, 4);
+  EXPECT_EQ(original() + 2 + 5 + rel, t[1].new_addr);
+  std::memcpy(area + (cache->base - original()), cache->bytes.data(), cache->bytes.size());
+  auto want = [](int x, int n) { return x + 3 * n; };
+  std::memcpy(area + 2, f.patch.entries[0].replacement.data(), kEntryPatchSize);
+  for (int n : {0, 1, 5, 1000}) EXPECT_EQ(at<int (*)(int, int)>(original())(7, n), want(7, n)) << n;
 }
 
 TEST_F(Assembled, EntryPatchKeepsEndbr64) {
