@@ -207,7 +207,9 @@ void Daemon::sync_lifecycles() {
     // Gone, replaced or exec'd (not merely out of the pipeline): its perf
     // map stays for perf report until the pid is another process's.
     if (!same && it->second->has_perf_map())
-      stale_perf_maps_.exited(it->first, it->second->start_time(), it->second->image());
+      if (std::size_t gone = stale_perf_maps_.exited(it->first, it->second->start_time(), it->second->image(),
+                                                     it->second->perf_map_here()))
+        log::debug("perf maps: {} of exited processes removed, the last {} kept", gone, StalePerfMaps::kKeptHere);
     it->second->request_stop();
     retiring_.insert_or_assign(it->first, std::move(it->second));
     it = lifecycles_.erase(it);

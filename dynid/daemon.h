@@ -90,7 +90,7 @@ class Daemon {
   std::map<pid_t, std::unique_ptr<TargetLifecycle>> retiring_;
   // Waiting targets already checked for a cache of dyni's (pid, start time).
   std::set<std::pair<pid_t, uint64_t>> adoption_checked_;
-  StalePerfMaps stale_perf_maps_;  // maps of exited targets, removed once their pid is another's
+  StalePerfMaps stale_perf_maps_;  // maps of exited targets, removed once their pid is another's, or past the last kKeptHere
   // Members of groups dyni -undo undid (TargetTable::group_undone) that
   // keep_groups_undone tried to undo since the last -undo or -redo: once each.
   std::set<std::pair<pid_t, uint64_t>> group_undo_tried_;

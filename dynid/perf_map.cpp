@@ -186,10 +186,19 @@ bool only_dynis_lines(std::string_view text) {
 
 }  // namespace
 
-void StalePerfMaps::exited(pid_t pid, uint64_t start_time, uint64_t image) {
+std::size_t StalePerfMaps::exited(pid_t pid, uint64_t start_time, uint64_t image, const std::string& here) {
   constexpr std::size_t kMaxKept = 4096;  // the oldest pids are forgotten past this
   exited_[pid] = {start_time, image};
   if (exited_.size() > kMaxKept) exited_.erase(exited_.begin());
+  if (here.empty()) return 0;
+  here_.emplace_back(pid, here);
+  std::size_t removed = 0;
+  for (; here_.size() > kept_here_; here_.pop_front()) {
+    const auto& [old_pid, path] = here_.front();
+    if (auto r = remove_dead_perf_map(old_pid, path)) ++removed;
+    else log::debug("perf map {} (of an exited process, past the {} kept): {}", path, kept_here_, r.error().message());
+  }
+  return removed;
 }
 
 std::size_t StalePerfMaps::sweep() {
@@ -212,6 +221,34 @@ std::size_t StalePerfMaps::sweep() {
   return removed;
 }
 
+namespace {
+
+// Removes `name` in directory `dir` if it is a plain file written before
+// `written_before` (seconds since the epoch) whose every line is dyni's;
+// ok() when there is none.
+Status remove_if_dynis(int dir, const std::string& name, double written_before, const std::string& too_new) {
+  Status out = ok();
+  int file = open_in_root(dir, name, O_PATH, 0);
+  struct stat st{};
+  if (file < 0) out = errno == ENOENT ? ok() : fail(errno_text());
+  else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) out = fail("not a plain file");
+  else if (static_cast<double>(st.st_mtim.tv_sec) >= written_before) out = fail(too_new);
+  else if (auto text = read_file(fmt::format("/proc/self/fd/{}", file), 16 << 20); !text || !only_dynis_lines(*text))
+    out = fail("not dyni's alone");
+  else if (::unlinkat(dir, name.c_str(), 0) != 0)
+    out = fail("unlink: " + errno_text());
+  if (file >= 0) ::close(file);
+  return out;
+}
+
+double now_seconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+}
+
+}  // namespace
+
 Status remove_stale_perf_map(pid_t pid, uint64_t start_time) {
   auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
   if (!status) return fail("its status: " + status.error().message());
@@ -221,17 +258,30 @@ Status remove_stale_perf_map(pid_t pid, uint64_t start_time) {
   int dir = open_in_root(*root, "tmp", O_PATH | O_DIRECTORY, 0);
   ::close(*root);
   if (dir < 0) return fail("its /tmp: " + errno_text());
-  Status out = ok();
-  int file = open_in_root(dir, name, O_PATH, 0);
-  struct stat st{};
-  if (file < 0) out = errno == ENOENT ? ok() : fail(errno_text());
-  else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) out = fail("not a plain file");
-  else if (static_cast<double>(st.st_mtim.tv_sec) >= started_at(start_time) - 2) out = fail("written for the new process");
-  else if (auto text = read_file(fmt::format("/proc/self/fd/{}", file), 16 << 20); !text || !only_dynis_lines(*text))
-    out = fail("not dyni's alone");
-  else if (::unlinkat(dir, name.c_str(), 0) != 0)
-    out = fail("unlink: " + errno_text());
-  if (file >= 0) ::close(file);
+  Status out = remove_if_dynis(dir, name, started_at(start_time) - 2, "written for the new process");
+  ::close(dir);
+  return out;
+}
+
+std::string perf_map_seen_here(pid_t pid, const std::string& written) {
+  if (written != fmt::format("/tmp/perf-{}.map", pid)) return "";  // named in another pid namespace
+  struct stat ours{}, theirs{};
+  if (::stat("/proc/self/ns/mnt", &ours) != 0 || ::stat(fmt::format("/proc/{}/ns/mnt", pid).c_str(), &theirs) != 0)
+    return "";
+  return ours.st_dev == theirs.st_dev && ours.st_ino == theirs.st_ino ? written : "";
+}
+
+Status remove_dead_perf_map(pid_t pid, const std::string& path) {
+  if (::kill(pid, 0) == 0 || errno != ESRCH) return fail("its pid is another process's");  // sweep's part
+  const std::size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return fail("not a path in a directory");
+  const int root = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return fail("/: " + errno_text());
+  int dir = open_in_root(root, path.substr(0, slash), O_PATH | O_DIRECTORY, 0);
+  ::close(root);
+  if (dir < 0) return errno == ENOENT ? ok() : fail("its directory: " + errno_text());
+  constexpr double kUnchangedFor = 60;  // seconds: a new process with the pid would have written it just now
+  Status out = remove_if_dynis(dir, path.substr(slash + 1), now_seconds() - kUnchangedFor, "written a minute ago or since");
   ::close(dir);
   return out;
 }

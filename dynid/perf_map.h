@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,10 +51,19 @@ std::string perf_map_line(const CopyRange& copy);
 // the new process, every line a " [dyni]" one), so that it never names the
 // new process's code. Best effort: a process that takes the pid is seen at
 // the next scan (one interval), and a restarted dynid knows none.
+// Maps in dynid's own /tmp (targets in its mount and pid namespaces) are
+// also bounded in number: past `kept_here` dead processes' maps, the oldest
+// goes, while its pid is free and it is dyni's alone, unchanged for a
+// minute (so that servers forking a dynimized worker per connection do not
+// fill /tmp). A unit's PrivateTmp goes with the unit.
 class StalePerfMaps {
  public:
-  // dynid wrote the map of process (pid, start_time, image), which has exited.
-  void exited(pid_t pid, uint64_t start_time, uint64_t image);
+  static constexpr std::size_t kKeptHere = 256;
+  explicit StalePerfMaps(std::size_t kept_here = kKeptHere) : kept_here_(kept_here) {}
+  // dynid wrote the map of process (pid, start_time, image), which has
+  // exited; `here`: its path in dynid's own view, if it has one
+  // (perf_map_seen_here). Returns how many older maps went for it.
+  std::size_t exited(pid_t pid, uint64_t start_time, uint64_t image, const std::string& here = "");
   // Each scan: the maps of pids that another process has taken are removed.
   // Returns how many were removed.
   std::size_t sweep();
@@ -64,7 +74,19 @@ class StalePerfMaps {
     uint64_t start_time = 0, image = 0;
   };
   std::map<pid_t, Dead> exited_;
+  std::size_t kept_here_;
+  std::deque<std::pair<pid_t, std::string>> here_;  // exit order
 };
+
+// The perf map `written` (its path as process `pid` sees it) in dynid's own
+// view: the same path when the process shares dynid's mount namespace and
+// the map is named by its pid here; "" otherwise.
+std::string perf_map_seen_here(pid_t pid, const std::string& written);
+
+// Removes the map at `path` (dynid's view) of a dead process `pid`: only
+// while the pid is free, if it is a plain file, unchanged for a minute,
+// every line dyni's. ok() when there is none.
+Status remove_dead_perf_map(pid_t pid, const std::string& path);
 
 // Removes /tmp/perf-N.map of process (pid, start_time), as it sees it, if
 // the map is older than the process and every line is dyni's.

@@ -10,6 +10,7 @@
 
 #include "jit/byte_writer.h"
 #include "jit/lsda.h"
+#include "jit/patch_plan.h"
 
 namespace dyni::jit {
 namespace {
@@ -144,6 +145,16 @@ Result<std::vector<uint8_t>> copy_lsda(const CopyFrames& copy, const UnwindSourc
   if (fde.lsda < src.lsda_section_addr || fde.lsda - src.lsda_section_addr >= src.lsda_section.size())
     return fail(fmt::format("LSDA at {:#x} outside .gcc_except_table", fde.lsda));
   LsdaSource lsda{src.lsda_section.subspan(fde.lsda - src.lsda_section_addr), fde.lsda, fde.begin, src.bias};
+  // Invariant: no landing pad lies inside the entry patch's bytes (the copy's
+  // pads are the original's): the unwinder would resume in the middle of
+  // dyni's jmp. patch_plan.h checks branch targets alone; pads are here.
+  if (copy.entry_patch) {
+    auto pads = landing_pads(lsda);
+    if (!pads) return std::unexpected(pads.error());
+    for (uint64_t pad : *pads)
+      if (pad > copy.entry_patch && pad < copy.entry_patch + kEntryPatchSize)
+        return fail(fmt::format("landing pad at {:#x} in the entry bytes", pad));
+  }
   return translate_lsda(lsda, *copy.code);
 }
 

@@ -28,6 +28,7 @@ struct CopyFrames {
   const EmittedCode* code = nullptr;        // the copy (link-time numbering, like the module)
   const std::vector<UnwindRow>* rows = nullptr;
   const elf::Fde* original = nullptr;       // the original's FDE: personality, LSDA, 'S'
+  uint64_t entry_patch = 0;                 // where the original's entry patch lies (link-time); 0: none
 };
 
 struct UnwindSources {

@@ -35,11 +35,12 @@ std::vector<unsigned> ways_in(const FunctionCfg& cfg) {
 // Never before a last jmp after other instructions, which the layout may
 // drop (the counter would then stand for an instruction not in the copy).
 // The entry block of a function whose entry patch keeps its first
-// instruction (patch_plan.h) counts after it: the patch lands there.
+// instruction (patch_plan.h) counts after it: the patch lands there, also
+// when a jmp follows (the counting copies' original layout keeps it).
 CounterSite block_site(const FunctionCfg& cfg, const Block& b, const std::vector<uint16_t>& live) {
   const std::size_t from = b.first + (b.start == cfg.start && keeps_first_instruction(cfg) ? 1 : 0);
   for (std::size_t i = from; i < b.first + b.count; ++i) {
-    bool droppable = i > b.first && i + 1 == b.first + b.count && cfg.instructions[i].flow == Flow::Branch;
+    bool droppable = i > from && i + 1 == b.first + b.count && cfg.instructions[i].flow == Flow::Branch;
     if (!droppable && !(live[i] & kCounterClobbers)) return {CounterKind::Block, b.start, cfg.instructions[i].addr, false, 0};
     Flow f = cfg.instructions[i].flow;
     if (f == Flow::Call || f == Flow::IndirectCall) break;

@@ -221,6 +221,15 @@ std::vector<uint8_t> copy_call_sites(const ParsedLsda& lsda, const LsdaSource& s
 
 }  // namespace
 
+Result<std::vector<uint64_t>> landing_pads(const LsdaSource& src) {
+  auto lsda = parse(src);
+  if (!lsda) return std::unexpected(lsda.error());
+  std::vector<uint64_t> pads;
+  for (const CallSite& s : lsda->sites)
+    if (s.landing_pad) pads.push_back(lsda->lpstart + s.landing_pad);
+  return pads;
+}
+
 Result<std::vector<uint8_t>> translate_lsda(const LsdaSource& src, const EmittedCode& copy) {
   auto lsda = parse(src);
   if (!lsda) return std::unexpected(lsda.error());

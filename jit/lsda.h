@@ -40,4 +40,9 @@ struct LsdaSource {
 // rather than guess (the function is then not dynimized).
 Result<std::vector<uint8_t>> translate_lsda(const LsdaSource& source, const EmittedCode& copy);
 
+// The original's landing pads (link-time addresses), where the unwinder
+// resumes a frame of the original or of its copy (the copy's pads are the
+// original's). Fails on what parse refuses.
+Result<std::vector<uint64_t>> landing_pads(const LsdaSource& source);
+
 }  // namespace dyni::jit

@@ -43,7 +43,9 @@ Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, ui
   }
   for (int attempt = 0; attempt < 64; ++attempt) {
     std::vector<jit::CopyFrames> copies;
-    for (const jit::CachedFunction* f : out.copies) copies.push_back({&f->code, &f->unwind, &exe.fdes.at(f->original_entry)});
+    for (const jit::CachedFunction* f : out.copies)
+      copies.push_back({&f->code, &f->unwind, &exe.fdes.at(f->original_entry),
+                        f->patch.entries.empty() ? 0 : f->patch.entries[0].addr});
     auto blob = jit::write_cache_eh_frame(copies, exe.unwind, blob_addr);
     if (blob) {
       out.blob = std::move(*blob);

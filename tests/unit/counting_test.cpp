@@ -1397,5 +1397,44 @@ end:
   EXPECT_EQ(c.blocks, (std::vector<uint64_t>{5, 2, 3, 5})) << "entry, jmp, call (odd inputs), join";
 }
 
+// An entry block of a kept first instruction and a jmp: its counter goes
+// after the first instruction, where the entry patch lands, before the jmp
+// (which the counting copy's original layout keeps), without saving the
+// flags the jmp's target writes first; the counts are exact.
+TEST(CountingCopy, AnEntryBlockOfAKeptInstructionAndAJmpIsCountedWhereThePatchLands) {
+  auto m = AsmModule::load(R"(
+f:
+  mov eax, edi
+  .byte 0xe9
+  .long f_check - f_body
+f_body:
+  add eax, 3
+  dec esi
+f_check:
+  test esi, esi
+  jne f_body
+  ret
+end:
+)", {"f"});
+  ASSERT_TRUE(m);
+  const FunctionCfg& f = m->cfg("f");
+  ASSERT_EQ(f.blocks.size(), 4u);
+  ASSERT_TRUE(keeps_first_instruction(f));
+  std::vector<CounterSite> sites = plan_counters(f, 0, false, CounterSet::Every);
+  const CounterSite* entry = site_of(sites, CounterKind::Block, f.start);
+  ASSERT_TRUE(entry);
+  EXPECT_EQ(entry->before, f.instructions[1].addr) << "before the jmp";
+  EXPECT_FALSE(entry->saves_flags) << "the jmp's target writes the flags before reading them";
+  const test::Inputs inputs = {{7, 0}, {7, 1}, {7, 5}};
+  test::Run want = test::run_isolated(m->addr("f"), inputs);
+  CodeCache cache = m->build({"f"}, in_order, counting());
+  ASSERT_TRUE(cache.rejected.empty()) << cache.rejected[0].reason;
+  ASSERT_EQ(cache.functions[0].patch.entries.size(), 1u) << cache.functions[0].unpatched;
+  EXPECT_EQ(cache.functions[0].patch.entries[0].addr, f.instructions[1].addr);
+  ASSERT_EQ(test::run_isolated(m->addr("f"), inputs).results, want.results);
+  FunctionCounts c = counts_from(f, site_counts(f.start, cache.functions[0].counters, counts_of(*m, cache)));
+  EXPECT_EQ(c.blocks, (std::vector<uint64_t>{3, 6, 9, 3})) << "entry, body, check, exit";
+}
+
 }  // namespace
 }  // namespace dyni::jit

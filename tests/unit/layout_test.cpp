@@ -288,25 +288,34 @@ TEST_F(Assembled, EntryPatchAfterAKeptInstructionLandsWhereADroppedJmpWent) {
     ret
   )");
   ASSERT_TRUE(keeps_first_instruction(cfg));
+  const std::vector<uint8_t> file = code;
   const std::size_t body = block_at(7), check = block_at(12), exit = block_at(16);
-  BlockLayout layout;
-  layout.order = {0, check, exit, body};
-  layout.copied.assign(cfg.blocks.size(), true);
-  auto cache = build_code_cache({{&cfg, layout}}, cache_base());
-  ASSERT_TRUE(cache) << cache.error().message();
-  const CachedFunction& f = cache->functions[0];
-  ASSERT_EQ(f.patch.entries.size(), 1u) << f.unpatched;
-  EXPECT_EQ(f.patch.entries[0].addr, original() + 2);
-  const auto& t = f.code.translation;
-  ASSERT_GE(t.size(), 2u);
-  EXPECT_EQ(t[1].original_addr, original() + 12) << "the jmp is dropped: check follows";
-  int32_t rel;
-  std::memcpy(&rel, f.patch.entries[0].replacement.data() + 1, 4);
-  EXPECT_EQ(original() + 2 + 5 + rel, t[1].new_addr);
-  std::memcpy(area + (cache->base - original()), cache->bytes.data(), cache->bytes.size());
-  auto want = [](int x, int n) { return x + 3 * n; };
-  std::memcpy(area + 2, f.patch.entries[0].replacement.data(), kEntryPatchSize);
-  for (int n : {0, 1, 5, 1000}) EXPECT_EQ(at<int (*)(int, int)>(original())(7, n), want(7, n)) << n;
+  for (unsigned alignment : {0u, 32u}) {  // 32: check is a loop top, after nop padding
+    SCOPED_TRACE(alignment);
+    BlockLayout layout;
+    layout.order = {0, check, exit, body};
+    layout.copied.assign(cfg.blocks.size(), true);
+    layout.loop_top.assign(cfg.blocks.size(), false);
+    layout.loop_top[check] = alignment > 0;
+    layout.loop_alignment = alignment;
+    auto cache = build_code_cache({{&cfg, layout}}, cache_base());
+    ASSERT_TRUE(cache) << cache.error().message();
+    const CachedFunction& f = cache->functions[0];
+    ASSERT_EQ(f.patch.entries.size(), 1u) << f.unpatched;
+    EXPECT_EQ(f.patch.entries[0].addr, original() + 2);
+    const auto& t = f.code.translation;
+    ASSERT_GE(t.size(), 2u);
+    EXPECT_EQ(t[1].original_addr, original() + 12) << "the jmp is dropped: check follows";
+    EXPECT_EQ(t[1].kind, alignment ? Translation::Padding : Translation::Copied);
+    int32_t rel;
+    std::memcpy(&rel, f.patch.entries[0].replacement.data() + 1, 4);
+    EXPECT_EQ(original() + 2 + 5 + rel, t[1].new_addr);
+    std::memcpy(area + (cache->base - original()), cache->bytes.data(), cache->bytes.size());
+    auto want = [](int x, int n) { return x + 3 * n; };
+    std::memcpy(area + 2, f.patch.entries[0].replacement.data(), kEntryPatchSize);
+    for (int n : {0, 1, 5, 1000}) EXPECT_EQ(at<int (*)(int, int)>(original())(7, n), want(7, n)) << n;
+    std::memcpy(area, file.data(), file.size());
+  }
 }
 
 TEST_F(Assembled, EntryPatchKeepsEndbr64) {

@@ -2,6 +2,7 @@
 // re-addressed, LPStart never 0, types used only by exception specifications
 // kept, and hostile tables (cycles, unsorted or countless sites) refused.
 #include "jit/lsda.h"
+#include "jit/cache_eh_frame.h"
 
 #include <gtest/gtest.h>
 
@@ -119,6 +120,40 @@ TEST(Lsda, RefusesHostileTables) {
   auto good = lsda({{8, 8, 40, 1}, {16, 8, 0, 0}}, {0x01, 0x00}, {0x7000}, {});
   for (std::size_t n = 0; n < good.size(); ++n)
     (void)translate_lsda({std::span(good).first(n), kLsdaAddr, kFunction, kBias}, copy_of(8));
+}
+
+}  // namespace
+}  // namespace dyni::jit
+
+namespace dyni::jit {
+namespace {
+
+// The unwinder resumes at the original's landing pads, for a copy's frames
+// too: a copy whose entry patch would cover one (not at its first byte) has
+// no frames that can be written, and is left out (I7).
+TEST(Lsda, ALandingPadInsideTheEntryPatchLeavesTheCopyOut) {
+  auto bytes = lsda({{8, 8, 3, 0}, {16, 8, 0, 0}, {24, 4, 20, 0}}, {}, {}, {});
+  auto pads = landing_pads({bytes, kLsdaAddr, kFunction, kBias});
+  ASSERT_TRUE(pads) << pads.error().message();
+  EXPECT_EQ(*pads, (std::vector<uint64_t>{kFunction + 3, kFunction + 20})) << "sites without a pad have none";
+  EmittedCode code = copy_of(8);
+  std::vector<UnwindRow> rows = {{code.base, kFunction, {}}};
+  elf::Fde fde;
+  fde.begin = kFunction;
+  fde.end = kFunction + 32;
+  fde.lsda = kLsdaAddr;
+  fde.personality = 0x4000;
+  UnwindSources sources{{}, bytes, kLsdaAddr, 0};
+  for (uint64_t patch : {uint64_t{0}, kFunction + 3, kFunction + 4, kFunction + 1, kFunction + 16}) {
+    CopyFrames copy{&code, &rows, &fde, patch};
+    auto blob = write_cache_eh_frame({&copy, 1}, sources, 0x30000);
+    const bool covers = patch && ((kFunction + 3 > patch && kFunction + 3 < patch + 5) ||
+                                  (kFunction + 20 > patch && kFunction + 20 < patch + 5));
+    EXPECT_EQ(blob.has_value(), !covers) << std::hex << patch << ": " << (blob ? "" : blob.error().message());
+    if (!blob) {
+      EXPECT_NE(blob.error().message().find("in the entry bytes"), std::string::npos) << blob.error().message();
+    }
+  }
 }
 
 }  // namespace
