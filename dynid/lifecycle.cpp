@@ -474,7 +474,7 @@ void TargetLifecycle::write_copy_files(const Injection& in, const std::string& t
   if (!written) log::warn("target {} pid {}: perf map: {}", name_, pid_, written.error().message());
   std::lock_guard lock(injection_mutex_);
   perf_map_ = written ? *written : "";
-  perf_map_here_ = perf_map_seen_here(pid_, perf_map_);
+  perf_map_here_ = written ? perf_map_seen_here(pid_) : PerfMapHere{};
   perf_map_error_ = written ? "" : written.error().message();
   if (!gdb_file) return;
   gdb_command_ = gdb ? *gdb : "";
@@ -501,7 +501,7 @@ void TargetLifecycle::write_adopted_copy_files(const CacheRecord& record) {
     const bool have_gdb = ::access(gdb.c_str(), F_OK) == 0;
     std::lock_guard lock(injection_mutex_);
     perf_map_ = fmt::format("/tmp/perf-{}.map", pid_);
-    perf_map_here_ = perf_map_seen_here(pid_, perf_map_);
+    perf_map_here_ = perf_map_seen_here(pid_);
     gdb_command_ = have_gdb ? "add-symbol-file " + gdb : "";
     gdb_error_ = have_gdb ? "" : "no symbol file left by the dynid that made the cache";
     return;
@@ -708,7 +708,7 @@ bool TargetLifecycle::has_perf_map() const {
   return !perf_map_.empty();
 }
 
-std::string TargetLifecycle::perf_map_here() const {
+PerfMapHere TargetLifecycle::perf_map_here() const {
   std::lock_guard lock(injection_mutex_);
   return perf_map_here_;
 }

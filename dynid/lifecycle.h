@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "dynid/injector.h"
+#include "dynid/perf_map.h"
 #include "dynid/target_table.h"
 #include "profiler/recorder.h"
 
@@ -90,7 +91,7 @@ class TargetLifecycle {
   // Whether dynid wrote (or adopted) perf's map of this process.
   bool has_perf_map() const;
   // That map's path in dynid's own view, or "" (dynid/perf_map.h).
-  std::string perf_map_here() const;
+  PerfMapHere perf_map_here() const;
   // Its cache's copies for a child that inherits them, once injected.
   std::optional<ParentCopies> copies_for_children() const;
   uint64_t start_time() const { return start_time_; }
@@ -145,7 +146,7 @@ class TargetLifecycle {
   uint64_t start_time_;
   std::string layout_;  // how the copies' blocks were laid out (injection_json)
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
-  std::string perf_map_here_;              // under injection_mutex_: perf_map_ in dynid's view (perf_map_seen_here), or ""
+  PerfMapHere perf_map_here_;              // under injection_mutex_: perf_map_ in dynid's view (perf_map_seen_here)
   std::string gdb_command_, gdb_error_;   // under injection_mutex_: how gdb loads the cache's symbols, or why not
   uint64_t image_;
   std::string name_;

@@ -186,23 +186,32 @@ bool only_dynis_lines(std::string_view text) {
 
 }  // namespace
 
-std::size_t StalePerfMaps::exited(pid_t pid, uint64_t start_time, uint64_t image, const std::string& here) {
+std::size_t StalePerfMaps::exited(pid_t pid, uint64_t start_time, uint64_t image, const PerfMapHere& here) {
   constexpr std::size_t kMaxKept = 4096;  // the oldest pids are forgotten past this
   exited_[pid] = {start_time, image};
   if (exited_.size() > kMaxKept) exited_.erase(exited_.begin());
-  if (here.empty()) return 0;
+  if (here.path.empty()) return 0;
   here_.emplace_back(pid, here);
+  return trim_here();
+}
+
+// The oldest maps in dynid's view past the last kept_here_; one written
+// less than a minute ago waits (the others are newer), for the next call.
+std::size_t StalePerfMaps::trim_here() {
   std::size_t removed = 0;
-  for (; here_.size() > kept_here_; here_.pop_front()) {
-    const auto& [old_pid, path] = here_.front();
-    if (auto r = remove_dead_perf_map(old_pid, path)) ++removed;
-    else log::debug("perf map {} (of an exited process, past the {} kept): {}", path, kept_here_, r.error().message());
+  while (here_.size() > kept_here_) {
+    const auto& [pid, map] = here_.front();
+    auto r = remove_dead_perf_map(pid, map);
+    if (r && !*r) break;
+    if (r) ++removed;
+    else log::debug("perf map {} (of an exited process, past the {} kept): {}", map.path, kept_here_, r.error().message());
+    here_.pop_front();
   }
   return removed;
 }
 
 std::size_t StalePerfMaps::sweep() {
-  std::size_t removed = 0;
+  std::size_t removed = trim_here();
   for (auto it = exited_.begin(); it != exited_.end();) {
     const pid_t pid = it->first;
     if (::kill(pid, 0) != 0 && errno == ESRCH) {  // still free: the map stays for perf report
@@ -223,21 +232,44 @@ std::size_t StalePerfMaps::sweep() {
 
 namespace {
 
-// Removes `name` in directory `dir` if it is a plain file written before
-// `written_before` (seconds since the epoch) whose every line is dyni's;
-// ok() when there is none.
-Status remove_if_dynis(int dir, const std::string& name, double written_before, const std::string& too_new) {
-  Status out = ok();
-  int file = open_in_root(dir, name, O_PATH, 0);
+// What dyni removes: a plain file (one link) of `dir`, never one on another
+// mount (a FUSE file could stall dynid), `expected`'s file when given.
+struct Found {
+  int fd = -1;
   struct stat st{};
-  if (file < 0) out = errno == ENOENT ? ok() : fail(errno_text());
-  else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) out = fail("not a plain file");
-  else if (static_cast<double>(st.st_mtim.tv_sec) >= written_before) out = fail(too_new);
-  else if (auto text = read_file(fmt::format("/proc/self/fd/{}", file), 16 << 20); !text || !only_dynis_lines(*text))
+};
+Result<Found> plain_file(int dir, const std::string& name, const PerfMapHere* expected) {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+  Found f;
+  f.fd = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
+  if (f.fd < 0) return errno == ENOENT ? Found{} : Result<Found>(fail(errno_text()));
+  if (::fstat(f.fd, &f.st) != 0 || !S_ISREG(f.st.st_mode) || f.st.st_nlink != 1 ||
+      (expected && (f.st.st_dev != expected->dev || f.st.st_ino != expected->ino))) {
+    ::close(f.fd);
+    return fail("not a plain file, or not the one dyni wrote");
+  }
+  return f;
+}
+
+// Removes `name` in directory `dir` if it is a plain file (`expected`'s
+// when given) written before `written_before` (seconds since the epoch)
+// whose every line is dyni's. true: removed, or none; false: written since.
+// The unlink runs as the file's owner: in the sticky /tmp the kernel then
+// refuses an entry that another user swapped in after the checks.
+Result<bool> remove_if_dynis(int dir, const std::string& name, double written_before, const PerfMapHere* expected) {
+  auto found = plain_file(dir, name, expected);
+  if (!found) return std::unexpected(found.error());
+  if (found->fd < 0) return true;
+  const struct stat& st = found->st;
+  Result<bool> out = true;
+  if (static_cast<double>(st.st_mtim.tv_sec) >= written_before) out = false;
+  else if (auto text = read_file(fmt::format("/proc/self/fd/{}", found->fd), 16 << 20); !text || !only_dynis_lines(*text))
     out = fail("not dyni's alone");
-  else if (::unlinkat(dir, name.c_str(), 0) != 0)
+  else if (TargetFsIds as_owner(st.st_uid, st.st_gid); ::unlinkat(dir, name.c_str(), 0) != 0)
     out = fail("unlink: " + errno_text());
-  if (file >= 0) ::close(file);
+  ::close(found->fd);
   return out;
 }
 
@@ -258,30 +290,35 @@ Status remove_stale_perf_map(pid_t pid, uint64_t start_time) {
   int dir = open_in_root(*root, "tmp", O_PATH | O_DIRECTORY, 0);
   ::close(*root);
   if (dir < 0) return fail("its /tmp: " + errno_text());
-  Status out = remove_if_dynis(dir, name, started_at(start_time) - 2, "written for the new process");
+  auto removed = remove_if_dynis(dir, name, started_at(start_time) - 2, nullptr);
   ::close(dir);
-  return out;
+  if (!removed) return std::unexpected(removed.error());
+  return *removed ? ok() : fail("written for the new process");
 }
 
-std::string perf_map_seen_here(pid_t pid, const std::string& written) {
-  if (written != fmt::format("/tmp/perf-{}.map", pid)) return "";  // named in another pid namespace
-  struct stat ours{}, theirs{};
-  if (::stat("/proc/self/ns/mnt", &ours) != 0 || ::stat(fmt::format("/proc/{}/ns/mnt", pid).c_str(), &theirs) != 0)
-    return "";
-  return ours.st_dev == theirs.st_dev && ours.st_ino == theirs.st_ino ? written : "";
+PerfMapHere perf_map_seen_here(pid_t pid) {
+  auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
+  if (!status) return {};
+  const std::string name = map_name(*status, pid);
+  struct stat theirs{}, ours{};
+  const std::string here = "/tmp/" + name;
+  if (::lstat(fmt::format("/proc/{}/root/tmp/{}", pid, name).c_str(), &theirs) != 0 || ::lstat(here.c_str(), &ours) != 0)
+    return {};
+  if (!S_ISREG(ours.st_mode) || ours.st_dev != theirs.st_dev || ours.st_ino != theirs.st_ino) return {};
+  return {here, ours.st_dev, ours.st_ino};
 }
 
-Status remove_dead_perf_map(pid_t pid, const std::string& path) {
+Result<bool> remove_dead_perf_map(pid_t pid, const PerfMapHere& map) {
   if (::kill(pid, 0) == 0 || errno != ESRCH) return fail("its pid is another process's");  // sweep's part
-  const std::size_t slash = path.rfind('/');
+  const std::size_t slash = map.path.rfind('/');
   if (slash == std::string::npos || slash == 0) return fail("not a path in a directory");
   const int root = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root < 0) return fail("/: " + errno_text());
-  int dir = open_in_root(root, path.substr(0, slash), O_PATH | O_DIRECTORY, 0);
+  int dir = open_in_root(root, map.path.substr(0, slash), O_PATH | O_DIRECTORY, 0);
   ::close(root);
-  if (dir < 0) return errno == ENOENT ? ok() : fail("its directory: " + errno_text());
+  if (dir < 0) return errno == ENOENT ? Result<bool>(true) : fail("its directory: " + errno_text());
   constexpr double kUnchangedFor = 60;  // seconds: a new process with the pid would have written it just now
-  Status out = remove_if_dynis(dir, path.substr(slash + 1), now_seconds() - kUnchangedFor, "written a minute ago or since");
+  auto out = remove_if_dynis(dir, map.path.substr(slash + 1), now_seconds() - kUnchangedFor, &map);
   ::close(dir);
   return out;
 }

@@ -56,37 +56,49 @@ std::string perf_map_line(const CopyRange& copy);
 // goes, while its pid is free and it is dyni's alone, unchanged for a
 // minute (so that servers forking a dynimized worker per connection do not
 // fill /tmp). A unit's PrivateTmp goes with the unit.
+// A process's perf map as dynid itself sees it: the same file (device and
+// inode) at `path` in dynid's own view. Empty path: none (another mount
+// namespace, a chroot, a /tmp of its own).
+struct PerfMapHere {
+  std::string path;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
 class StalePerfMaps {
  public:
   static constexpr std::size_t kKeptHere = 256;
   explicit StalePerfMaps(std::size_t kept_here = kKeptHere) : kept_here_(kept_here) {}
   // dynid wrote the map of process (pid, start_time, image), which has
-  // exited; `here`: its path in dynid's own view, if it has one
+  // exited; `here`: that map in dynid's own view, if it has one
   // (perf_map_seen_here). Returns how many older maps went for it.
-  std::size_t exited(pid_t pid, uint64_t start_time, uint64_t image, const std::string& here = "");
-  // Each scan: the maps of pids that another process has taken are removed.
-  // Returns how many were removed.
+  std::size_t exited(pid_t pid, uint64_t start_time, uint64_t image, const PerfMapHere& here = {});
+  // Each scan: the maps of pids that another process has taken are removed,
+  // and those past the last `kept_here` that had to wait. Returns how many
+  // were removed.
   std::size_t sweep();
   std::size_t size() const { return exited_.size(); }
 
  private:
+  std::size_t trim_here();
+
   struct Dead {
     uint64_t start_time = 0, image = 0;
   };
   std::map<pid_t, Dead> exited_;
   std::size_t kept_here_;
-  std::deque<std::pair<pid_t, std::string>> here_;  // exit order
+  std::deque<std::pair<pid_t, PerfMapHere>> here_;  // exit order
 };
 
-// The perf map `written` (its path as process `pid` sees it) in dynid's own
-// view: the same path when the process shares dynid's mount namespace and
-// the map is named by its pid here; "" otherwise.
-std::string perf_map_seen_here(pid_t pid, const std::string& written);
+// Process `pid`'s perf map in dynid's own view, if it is there: the file the
+// process sees as /tmp/perf-N.map is the very file at dynid's /tmp/perf-N.map.
+PerfMapHere perf_map_seen_here(pid_t pid);
 
-// Removes the map at `path` (dynid's view) of a dead process `pid`: only
-// while the pid is free, if it is a plain file, unchanged for a minute,
-// every line dyni's. ok() when there is none.
-Status remove_dead_perf_map(pid_t pid, const std::string& path);
+// Removes `map` (dynid's view) of a dead process `pid` while the pid is free,
+// if it is still that file, a plain one, unchanged for a minute, every line
+// dyni's. true: removed, or none there; false: written less than a minute
+// ago (try again later); an error: left alone for good.
+Result<bool> remove_dead_perf_map(pid_t pid, const PerfMapHere& map);
 
 // Removes /tmp/perf-N.map of process (pid, start_time), as it sees it, if
 // the map is older than the process and every line is dyni's.

@@ -20,6 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Pids that no process holds: from the top of the pid range down.
+// "removed" (true), "waits" (false), or the error.
+std::string outcome(const Result<bool>& r) { return r ? (*r ? "removed" : "waits") : r.error().message(); }
+
 std::vector<pid_t> free_pids(std::size_t n) {
   std::ifstream in("/proc/sys/kernel/pid_max");
   long max = 32768;
@@ -40,15 +43,20 @@ class DeadPerfMaps : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir); }
 
   // A map for `pid` holding `text`, last written `age` seconds ago.
-  std::string map(pid_t pid, const std::string& text, int age = 120) {
+  PerfMapHere map(pid_t pid, const std::string& text, int age = 120) {
     std::string path = dir + "/perf-" + std::to_string(pid) + ".map";
     std::ofstream(path) << text;
+    age_of(path, age);
+    struct stat st{};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return {path, st.st_dev, st.st_ino};
+  }
+  static void age_of(const std::string& path, int age) {
     timeval then[2];
     ::gettimeofday(&then[0], nullptr);
     then[0].tv_sec -= age;
     then[1] = then[0];
     EXPECT_EQ(::utimes(path.c_str(), then), 0);
-    return path;
   }
 
   std::string dir;
@@ -56,40 +64,79 @@ class DeadPerfMaps : public ::testing::Test {
 };
 
 TEST_F(DeadPerfMaps, PastTheLastKeptTheOldestGoes) {
-  std::vector<pid_t> pids = free_pids(4);
-  ASSERT_EQ(pids.size(), 4u);
+  std::vector<pid_t> pids = free_pids(5);
+  ASSERT_EQ(pids.size(), 5u);
   StalePerfMaps maps(2);
-  std::vector<std::string> paths;
-  for (pid_t p : pids) paths.push_back(map(p, dynis));
-  EXPECT_EQ(maps.exited(pids[0], 1, 1, paths[0]), 0u);
-  EXPECT_EQ(maps.exited(pids[1], 1, 1, paths[1]), 0u);
-  EXPECT_EQ(maps.exited(pids[2], 1, 1, paths[2]), 1u);
-  EXPECT_FALSE(fs::exists(paths[0])) << "the oldest of three, two kept";
-  EXPECT_TRUE(fs::exists(paths[1]) && fs::exists(paths[2]));
-  EXPECT_EQ(maps.exited(pids[3], 1, 1, ""), 0u) << "a map out of dynid's view is not counted";
-  EXPECT_TRUE(fs::exists(paths[1]));
+  std::vector<PerfMapHere> here;
+  for (pid_t p : pids) here.push_back(map(p, dynis));
+  EXPECT_EQ(maps.exited(pids[0], 1, 1, here[0]), 0u);
+  EXPECT_EQ(maps.exited(pids[1], 1, 1, here[1]), 0u);
+  EXPECT_EQ(maps.exited(pids[2], 1, 1, here[2]), 1u);
+  EXPECT_FALSE(fs::exists(here[0].path)) << "the oldest of three, two kept";
+  EXPECT_TRUE(fs::exists(here[1].path) && fs::exists(here[2].path));
+  EXPECT_EQ(maps.exited(pids[3], 1, 1, {}), 0u) << "a map out of dynid's view is not counted";
+  EXPECT_TRUE(fs::exists(here[1].path));
+  // One written less than a minute ago waits, and goes at a later sweep.
+  age_of(here[1].path, 5);
+  EXPECT_EQ(maps.exited(pids[4], 1, 1, here[4]), 0u);
+  EXPECT_TRUE(fs::exists(here[1].path)) << "too new: it waits";
+  EXPECT_EQ(maps.sweep(), 0u);
+  age_of(here[1].path, 120);
+  EXPECT_EQ(maps.sweep(), 1u);
+  EXPECT_FALSE(fs::exists(here[1].path));
+  EXPECT_TRUE(fs::exists(here[2].path) && fs::exists(here[4].path));
 }
 
 TEST_F(DeadPerfMaps, OnlyDynisOldMapsOfFreePidsGo) {
-  std::vector<pid_t> pids = free_pids(4);
-  ASSERT_EQ(pids.size(), 4u);
-  const std::string plain = map(pids[3], dynis);
-  EXPECT_TRUE(remove_dead_perf_map(pids[3], plain));
-  EXPECT_FALSE(fs::exists(plain));
-  EXPECT_TRUE(remove_dead_perf_map(pids[3], plain)) << "none: nothing to do";
-  const std::string mixed = map(pids[0], dynis + "7f0000002000 10 jitted_by_the_process\n");
+  std::vector<pid_t> pids = free_pids(5);
+  ASSERT_EQ(pids.size(), 5u);
+  const PerfMapHere plain = map(pids[3], dynis);
+  EXPECT_EQ(outcome(remove_dead_perf_map(pids[3], plain)), "removed");
+  EXPECT_FALSE(fs::exists(plain.path));
+  EXPECT_EQ(outcome(remove_dead_perf_map(pids[3], plain)), "removed") << "none: nothing to do";
+  const PerfMapHere mixed = map(pids[0], dynis + "7f0000002000 10 jitted_by_the_process\n");
   EXPECT_FALSE(remove_dead_perf_map(pids[0], mixed)) << "a line not dyni's";
-  EXPECT_TRUE(fs::exists(mixed));
-  const std::string fresh = map(pids[1], dynis, 5);
-  EXPECT_FALSE(remove_dead_perf_map(pids[1], fresh)) << "written seconds ago";
-  EXPECT_TRUE(fs::exists(fresh));
-  const std::string live = map(::getpid(), dynis);
+  EXPECT_TRUE(fs::exists(mixed.path));
+  const PerfMapHere fresh = map(pids[1], dynis, 5);
+  EXPECT_EQ(outcome(remove_dead_perf_map(pids[1], fresh)), "waits") << "written seconds ago";
+  EXPECT_TRUE(fs::exists(fresh.path));
+  const PerfMapHere live = map(::getpid(), dynis);
   EXPECT_FALSE(remove_dead_perf_map(::getpid(), live)) << "its pid is a live process's";
-  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(live.path));
+  // Another file at the name since (a new inode): not the map dyni wrote.
+  const PerfMapHere before = map(pids[4], dynis);
+  std::ofstream(before.path + ".new") << dynis;
+  ASSERT_EQ(::rename((before.path + ".new").c_str(), before.path.c_str()), 0);
+  age_of(before.path, 120);
+  struct stat now{};
+  ASSERT_EQ(::stat(before.path.c_str(), &now), 0);
+  ASSERT_NE(now.st_ino, before.ino);
+  EXPECT_FALSE(remove_dead_perf_map(pids[4], before)) << "another file now";
+  EXPECT_TRUE(fs::exists(before.path));
   const std::string link = dir + "/perf-" + std::to_string(pids[2]) + ".map";
-  ASSERT_EQ(::symlink(mixed.c_str(), link.c_str()), 0);
-  EXPECT_FALSE(remove_dead_perf_map(pids[2], link)) << "a symlink is never followed nor removed";
+  ASSERT_EQ(::symlink(mixed.path.c_str(), link.c_str()), 0);
+  struct stat st{};
+  ASSERT_EQ(::stat(mixed.path.c_str(), &st), 0);
+  EXPECT_FALSE(remove_dead_perf_map(pids[2], {link, st.st_dev, st.st_ino})) << "a symlink is never followed nor removed";
   EXPECT_TRUE(fs::is_symlink(link));
+}
+
+// A process in dynid's own mount namespace: its map is the very file at
+// dynid's /tmp/perf-PID.map. None there: none seen.
+TEST_F(DeadPerfMaps, AMapIsSeenHereOnlyAsTheSameFile) {
+  EXPECT_TRUE(perf_map_seen_here(::getpid()).path.empty() || fs::exists(perf_map_seen_here(::getpid()).path));
+  const std::string path = "/tmp/perf-" + std::to_string(::getpid()) + ".map";
+  const bool had = fs::exists(path);
+  if (!had) std::ofstream(path) << dynis;
+  PerfMapHere seen = perf_map_seen_here(::getpid());
+  EXPECT_EQ(seen.path, path);
+  struct stat st{};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(seen.ino, st.st_ino);
+  if (!had) {
+    ::unlink(path.c_str());
+    EXPECT_TRUE(perf_map_seen_here(::getpid()).path.empty());
+  }
 }
 
 }  // namespace
