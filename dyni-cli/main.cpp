@@ -110,7 +110,10 @@ int print_status(const protocol::Response& response, bool json) {
 }
 
 int do_status(bool json) {
-  auto r = call(paths::socket_file(), {protocol::cmd::kStatus, {}});
+  // Plain -status prints a line a target: the daemon leaves out the details
+  // only -json shows (a daemon that does not know "brief" sends them anyway).
+  const nlohmann::json args = json ? nlohmann::json::object() : nlohmann::json{{"brief", true}};
+  auto r = call(paths::socket_file(), {protocol::cmd::kStatus, args});
   if (!r) return report_error(r.error().message());
   if (!r->daemon_running) {
     std::cout << (json ? "{\n  \"running\": false\n}" : kNotRunning) << "\n";

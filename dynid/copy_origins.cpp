@@ -111,7 +111,7 @@ Status append_origins(pid_t pid, uint64_t start_time, const std::vector<CopyOrig
   Status written = write_all(fd, text);
   ::close(fd);
   if (!written) return fail(path + ": " + written.error().message());
-  prune_process_files(origins_dir(), kMaxOriginFiles);
+  if (prune_due(origins_dir())) prune_process_files(origins_dir(), kMaxOriginFiles);
   return ok();
 }
 

@@ -48,8 +48,8 @@ std::string origin_line(const CopyOrigin& c);
 // leaves one line cut short).
 Result<std::vector<CopyOrigin>> parse_origins(const std::string& text, std::size_t* skipped = nullptr);
 
-// Appends `copies` to the file of process (pid, start_time), then removes
-// all but the newest kMaxOriginFiles files.
+// Appends `copies` to the file of process (pid, start_time), then (at most
+// every 10 s: prune_due) removes all but the newest kMaxOriginFiles files.
 Status append_origins(pid_t pid, uint64_t start_time, const std::vector<CopyOrigin>& copies);
 
 // The file that explains process `pid`: its own while it runs (start time

@@ -323,7 +323,12 @@ protocol::Response Daemon::answer(const protocol::Request& request) {
   const std::string& c = request.command;
   log::debug("control request: {}", c);
   if (c == cmd::kPing) return {true, "pong", {{"pid", ::getpid()}}};
-  if (c == cmd::kStatus) return status();
+  if (c == cmd::kStatus) {
+    auto brief = request.args.find("brief");
+    if (brief != request.args.end() && !brief->is_boolean())
+      return protocol::error_response("status's \"brief\" must be true or false");
+    return status(brief != request.args.end() && brief->get<bool>());
+  }
   if (c == cmd::kProfile) return profile(request);
   if (c == cmd::kStop) {
     log::info("stop requested over the control socket");
@@ -362,7 +367,7 @@ uint64_t own_resident_bytes() {
 
 }  // namespace
 
-protocol::Response Daemon::status() const {
+protocol::Response Daemon::status(bool brief) const {
   nlohmann::json license = {{"active", license_.active}, {"summary", license_.summary}};
   if (license_.active) {
     license["subscription"] = license_.claims.subscription;
@@ -383,6 +388,7 @@ protocol::Response Daemon::status() const {
                            {"rss_bytes", own_resident_bytes()}};
   nlohmann::json targets = targets_.to_json();
   for (nlohmann::json& t : targets) {
+    if (brief) break;
     auto lc = lifecycles_.find(t["pid"].get<pid_t>());
     if (lc != lifecycles_.end() && lc->second->start_time() == t["start_time_ticks"].get<uint64_t>()) {
       t["dynimized"] = lc->second->injection_json();

@@ -58,7 +58,10 @@ class Daemon {
   Status reload(const std::string& why);
   protocol::Response handle(const protocol::Request& request);
   protocol::Response answer(const protocol::Request& request);
-  protocol::Response status() const;
+  // Everything -status -json shows; `brief`: what plain -status prints (one
+  // line a target), without each target's injection and counting details,
+  // which with hundreds of targets (a server's workers) took most of the time.
+  protocol::Response status(bool brief = false) const;
   protocol::Response undo_or_redo(bool undo);
   void keep_groups_undone();
   int poll_timeout_ms(int64_t now);

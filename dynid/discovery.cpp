@@ -69,8 +69,14 @@ std::vector<DiscoveredProcess> discover(const ExeMatcher& matcher, const std::st
     if (pid == self) continue;
     auto exe = read_exe(proc_root, pid);  // fails for kernel threads and exited pids
     if (!exe) continue;
+    // Its mount namespace only where it matters (each scan reads every
+    // process): a match, or an executable that a listed symlink leads to.
+    auto match = match_exe(matcher, exe->path, false);
+    const bool linked = std::any_of(matcher.symlinks.begin(), matcher.symlinks.end(),
+                                    [&](const ExeSymlink& s) { return s.target == exe->path; });
+    if (!match && !linked) continue;
     std::string ns = read_mount_namespace(proc_root, pid);
-    auto match = match_exe(matcher, exe->path, !ns.empty() && ns == own_ns);
+    if (!match) match = match_exe(matcher, exe->path, !ns.empty() && ns == own_ns);
     if (!match) continue;
     auto stat = read_proc_stat(proc_root, pid);
     if (!stat || stat->state == 'Z' || stat->state == 'X') continue;

@@ -134,7 +134,7 @@ Result<std::string> save_cache_symbol_file(const Injection& in, const std::strin
       cache_symbol_file(in.copies, in.code_addr, in.code_size, in.eh_frame_addr, in.eh_frame, copies_dwarf(in, tier));
   if (auto written = write_file_atomic(path, std::string(elf.begin(), elf.end()), 0600); !written)
     return std::unexpected(written.error());
-  prune_process_files(dir, kMaxSymbolFiles);
+  if (prune_due(dir)) prune_process_files(dir, kMaxSymbolFiles);
   return "add-symbol-file " + path;
 }
 

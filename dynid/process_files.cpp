@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -16,8 +19,11 @@
 namespace dyni {
 
 std::string boot_id() {
-  auto id = read_file("/proc/sys/kernel/random/boot_id", 64);
-  return id && id->size() >= 8 ? id->substr(0, 8) : "noboot00";
+  static const std::string id = [] {
+    auto text = read_file("/proc/sys/kernel/random/boot_id", 64);
+    return text && text->size() >= 8 ? text->substr(0, 8) : std::string("noboot00");
+  }();  // one boot's: read once
+  return id;
 }
 
 bool of_a_live_process(const std::string& name) {
@@ -27,6 +33,17 @@ bool of_a_live_process(const std::string& name) {
   if (std::sscanf(name.c_str(), "%d-%llu-%8[0-9a-f]", &pid, &start, boot) != 3) return false;
   auto stat = read_proc_stat("/proc", pid);
   return stat && stat->start_time == start && boot_id() == boot;
+}
+
+bool prune_due(const std::string& dir, std::chrono::seconds every) {
+  static std::mutex mutex;
+  static std::map<std::string, std::chrono::steady_clock::time_point> last;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex);
+  auto [it, first] = last.try_emplace(dir, now);
+  if (!first && now - it->second < every) return false;
+  it->second = now;
+  return true;
 }
 
 void prune_process_files(const std::string& dir, std::size_t keep) {

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -21,5 +22,10 @@ bool of_a_live_process(const std::string& name);
 // `keep` remain; a running process's file is never removed (its crash may
 // come after many other processes').
 void prune_process_files(const std::string& dir, std::size_t keep);
+// Whether `dir` is due for pruning: the first call, then at most once every
+// `every` (thread-safe). A prune looks at every file and whether its process
+// lives: with hundreds of live processes' files (a server's workers, each
+// adopted with its own), pruning at each new file cost a scan of them all.
+bool prune_due(const std::string& dir, std::chrono::seconds every = std::chrono::seconds(10));
 
 }  // namespace dyni

@@ -119,6 +119,8 @@ TEST_F(SocketAbuse, MalformedRequestsGetAnErrorReply) {
       "{\"version\":1}\n", "{\"version\":2,\"command\":\"status\"}\n",
       "{\"version\":1,\"command\":\"rm -rf /\"}\n", "{\"version\":1,\"command\":null}\n",
       "{\"version\":1,\"command\":\"status\",\"args\":\"x\"}\n",
+      "{\"version\":1,\"command\":\"status\",\"args\":{\"brief\":\"yes\"}}\n",
+      "{\"version\":1,\"command\":\"status\",\"args\":{\"brief\":null}}\n",
       "{\"version\":1e400,\"command\":\"status\"}\n",
       std::string("{\"version\":1,\"command\":\"st\0atus\"}\n", 34),
       "{\"version\":1,\"command\":\"\xff\xfe\"}\n",

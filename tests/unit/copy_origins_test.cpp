@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "dynid/copy_origins.h"
 #include "dynid/proc_reader.h"
@@ -106,6 +107,19 @@ TEST(ProcessFiles, PruningNeverRemovesARunningProcesssFile) {
   EXPECT_FALSE(std::filesystem::exists(dead[2]));
   EXPECT_TRUE(std::filesystem::exists(dead[3]) && std::filesystem::exists(dead[4])) << "the newest stay";
   std::filesystem::remove_all(dir);
+}
+
+// A directory is pruned on its first file, then at most once an interval,
+// each directory on its own.
+TEST(ProcessFiles, PruningIsDueAtMostOnceAnInterval) {
+  const std::string a = "/nonexistent/dyni-prune-a-" + std::to_string(::getpid());
+  const std::string b = "/nonexistent/dyni-prune-b-" + std::to_string(::getpid());
+  EXPECT_TRUE(prune_due(a, std::chrono::seconds(1)));
+  EXPECT_FALSE(prune_due(a, std::chrono::seconds(1)));
+  EXPECT_TRUE(prune_due(b, std::chrono::seconds(1))) << "another directory";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_TRUE(prune_due(a, std::chrono::seconds(1)));
+  EXPECT_FALSE(prune_due(a, std::chrono::seconds(1)));
 }
 
 }  // namespace
