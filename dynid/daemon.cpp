@@ -386,16 +386,17 @@ protocol::Response Daemon::status(bool brief) const {
                            {"busy_window_ms", config_.busy_window_ms},
                            {"cpu_seconds", own_cpu_seconds()},
                            {"rss_bytes", own_resident_bytes()}};
+  if (brief)  // each target's line, the license's; no lifecycle is asked
+    return {true, "dyni is running", {{"daemon", daemon}, {"license", std::move(license)}, {"targets", targets_.brief_json()}}};
   nlohmann::json targets = targets_.to_json();
   for (nlohmann::json& t : targets) {
-    if (brief) break;
     auto lc = lifecycles_.find(t["pid"].get<pid_t>());
     if (lc != lifecycles_.end() && lc->second->start_time() == t["start_time_ticks"].get<uint64_t>()) {
       t["dynimized"] = lc->second->injection_json();
       t["counting"] = lc->second->counting_json();
     }
   }
-  return {true, "dyni is running", {{"daemon", daemon}, {"license", license}, {"targets", targets}}};
+  return {true, "dyni is running", {{"daemon", std::move(daemon)}, {"license", std::move(license)}, {"targets", std::move(targets)}}};
 }
 
 protocol::Response Daemon::profile(const protocol::Request& request) const {

@@ -200,6 +200,13 @@ std::size_t TargetTable::count_in(TargetState state) const {
   return n;
 }
 
+nlohmann::json TargetTable::brief_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Target& t : snapshot())
+    list.push_back({{"name", t.name}, {"pid", t.pid}, {"state", state_name(t.state)}, {"status", state_text(t)}});
+  return list;
+}
+
 nlohmann::json TargetTable::to_json() const {
   nlohmann::json list = nlohmann::json::array();
   const std::vector<Target> targets = snapshot();

@@ -53,6 +53,8 @@ class TargetTable {
 
   std::vector<Target> snapshot() const;  // ordered by pid
   nlohmann::json to_json() const;
+  // What plain -status prints of each: name, pid, state and status line.
+  nlohmann::json brief_json() const;
   std::size_t count_in(TargetState state) const;
 
  private:
