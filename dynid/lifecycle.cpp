@@ -51,10 +51,20 @@ constexpr const char* kCacheKeptBecause =
     "coroutine contexts), which no check can prove unused";
 
 // The functions that ran while counting: the optimized cache holds those.
+// A copy whose entry stays as it is (jit/patch_plan.h: mostly getters of a
+// few bytes) counts only the calls from other copies; the indirect calls
+// that reached its original were counted at their sites, as its calls: it
+// ran too, and promoted calls then reach its copy directly.
 std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts) {
+  std::set<uint64_t> called;
+  for (const auto& [entry, c] : counts.functions)
+    for (const auto& [site, value] : c.values)
+      for (const auto& [target, calls] : value.targets)
+        if (calls > 0) called.insert(target);
   std::vector<uint64_t> out;
   for (const auto& [entry, c] : counts.functions)
-    if (std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; })) out.push_back(entry);
+    if (called.count(entry) || std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; }))
+      out.push_back(entry);
   return out;
 }
 
