@@ -19,10 +19,15 @@
 namespace dyni {
 
 std::string boot_id() {
-  static const std::string id = [] {
-    auto text = read_file("/proc/sys/kernel/random/boot_id", 64);
-    return text && text->size() >= 8 ? text->substr(0, 8) : std::string("noboot00");
-  }();  // one boot's: read once
+  // One boot's: read once it has been read; a read that failed (no file
+  // descriptor left, for a moment) is tried again next time, never kept.
+  static std::mutex mutex;
+  static std::string id;
+  std::lock_guard lock(mutex);
+  if (!id.empty()) return id;
+  auto text = read_file("/proc/sys/kernel/random/boot_id", 64);
+  if (!text || text->size() < 8) return "noboot00";
+  id = text->substr(0, 8);
   return id;
 }
 

@@ -89,7 +89,7 @@ pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent);
 struct GroupPlan {
   pid_t counted_in = 0;           // the member whose counting copies counted
   jit::ModuleCounts counts;       // lays the copies out
-  std::vector<uint64_t> hot;      // the functions that ran in its counting copies
+  std::vector<uint64_t> hot;      // the functions that ran in its counting copies, or that its value sites saw called
   std::vector<uint64_t> callers;  // the functions its profile saw (their direct calls re-pointed)
 };
 
