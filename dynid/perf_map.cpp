@@ -66,17 +66,15 @@ class TargetFsIds {
 };
 
 // `path` below the target's root `root`, resolved inside it: no symlink at
-// any step, no jump out of that root, no magic link.
-int open_in_root(int root, const std::string& path, uint64_t flags, uint64_t mode) {
+// any step, no jump out of that root, no magic link; `also`: more RESOLVE_ flags.
+int open_in_root(int root, const std::string& path, uint64_t flags, uint64_t mode, uint64_t also = 0) {
   open_how how{};
   how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
   how.mode = mode;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | also;
   return static_cast<int>(::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
 }
 
-// Whether process `pid` holds the file (dev, ino) open; true when that
-// cannot be told (its fds unreadable): the file is then left alone.
 // Whether process `pid` is seen holding the file (dev, ino) open; `ec` is
 // set when its fds could not be read.
 bool seen_holding(pid_t pid, dev_t dev, ino_t ino, std::error_code& ec) {
@@ -87,6 +85,8 @@ bool seen_holding(pid_t pid, dev_t dev, ino_t ino, std::error_code& ec) {
   return false;
 }
 
+// Whether process `pid` holds the file (dev, ino) open; true when that
+// cannot be told (its fds unreadable): the file is then left alone.
 bool held_open_by(pid_t pid, dev_t dev, ino_t ino) {
   std::error_code ec;
   return seen_holding(pid, dev, ino, ec) || ec;
@@ -239,11 +239,8 @@ struct Found {
   struct stat st{};
 };
 Result<Found> plain_file(int dir, const std::string& name, const PerfMapHere* expected) {
-  open_how how{};
-  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   Found f;
-  f.fd = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
+  f.fd = open_in_root(dir, name, O_PATH, 0, RESOLVE_NO_XDEV);
   if (f.fd < 0) return errno == ENOENT ? Found{} : Result<Found>(fail(errno_text()));
   if (::fstat(f.fd, &f.st) != 0 || !S_ISREG(f.st.st_mode) || f.st.st_nlink != 1 ||
       (expected && (f.st.st_dev != expected->dev || f.st.st_ino != expected->ino))) {
