@@ -39,6 +39,11 @@ struct Config {
   // Copy functions that hold a USDT probe site (issue 23): a tracer's
   // probe there then fires only where the original code runs.
   bool copy_usdt_functions = false;
+  // Only entry patches that a uprobe or breakpoint at any of the function's
+  // instructions leaves whole (jit/patch_plan.h); false: also those after a
+  // kept first instruction (twice the functions entered in their copies on
+  // mariadbd), which a uprobe at the second instruction (uprobe:FUNC+N) breaks.
+  bool probe_safe_entries = false;
   // Hot loop tops in the optimized copies on this boundary (0: none; 16, 32, 64).
   int loop_alignment = 32;
   // dyni's metrics as a node_exporter textfile, rewritten every 15 s when

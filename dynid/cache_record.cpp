@@ -58,11 +58,16 @@ bool jumps_into(const PatchRecord& p, uint64_t cache_addr, uint64_t cache_length
   return target >= cache_addr && target - cache_addr < cache_length;
 }
 
+// How far into a function its entry patch may lie in a record of `version`.
+uint64_t max_entry_offset(uint32_t version) {
+  return version >= 8 ? jit::kMaxEntryPatchOffset : version == 7 ? jit::kMaxEntryPatchOffsetV7 : 0;
+}
+
 // The entry patch of the function that starts at `start`: at `start`, or
-// (version 7) at most one instruction after it (a kept first instruction).
+// (version 7) after its kept instructions.
 bool entry_patched_at(const std::set<uint64_t>& entries, uint64_t start, uint32_t version) {
   auto it = entries.lower_bound(start);
-  return it != entries.end() && (*it == start || (version >= 7 && *it - start <= jit::kMaxEntryPatchOffset));
+  return it != entries.end() && *it - start <= max_entry_offset(version);
 }
 
 // A call site's patch (I9: undo writes its `original` back) changes only
@@ -147,10 +152,17 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
   for (const PatchRecord& p : r.patches)
     if (p.kind == PatchKind::Entry) entries.insert(p.addr);
   const bool call_sites = count_of(r.patches, PatchKind::CallSite) > 0;
-  const bool from_starts = std::any_of(r.patches.begin(), r.patches.end(), [&](const PatchRecord& p) {
-    return p.kind == PatchKind::CallSite && !entries.count(jit::rel32_target(p.addr, p.original));
-  });
-  put<uint32_t>(out, from_starts  ? 7
+  // How far past its callee's start a call site's entry patch lies, at most.
+  uint64_t entry_offset = 0;
+  for (const PatchRecord& p : r.patches) {
+    if (p.kind != PatchKind::CallSite) continue;
+    const uint64_t start = jit::rel32_target(p.addr, p.original);
+    auto it = entries.lower_bound(start);
+    if (it != entries.end()) entry_offset = std::max(entry_offset, *it - start);
+  }
+  const bool from_starts = entry_offset > 0;
+  put<uint32_t>(out, entry_offset > jit::kMaxEntryPatchOffsetV7 ? 8
+                     : from_starts  ? 7
                      : call_sites ? 6
                      : any(&jit::CounterForm::value)   ? 5
                      : any(&jit::CounterForm::striped) ? 4

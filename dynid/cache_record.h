@@ -55,10 +55,12 @@ struct CacheRecord {
   // bit (value code, counting.h), which 4 refuses; 6: a patch's kind (call
   // sites, which 5 would take for entries); 7: a call site may be re-pointed
   // from a function's start whose entry patch lies after its kept first
-  // instruction (jit/patch_plan.h), which 6 refuses. Every older version is
+  // instruction (jit/patch_plan.h), which 6 refuses; 8: that patch may lie
+// up to kMaxEntryPatchOffset bytes in, after several kept instructions,
+// where 7 allows kMaxEntryPatchOffsetV7. Every older version is
   // still read (2: tier Optimized, no counters; before 6 every patch is an
   // entry; before 7 a call site's original target is an entry patch's address).
-  static constexpr uint32_t kVersion = 7;
+  static constexpr uint32_t kVersion = 8;
   static constexpr uint32_t kOldestVersion = 2;
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;

@@ -23,6 +23,7 @@
 #include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
 #include "elf/elf_file.h"
+#include "jit/call_sites.h"
 #include "jit/patch_plan.h"
 
 namespace dyni {
@@ -695,6 +696,13 @@ Result<std::string> TargetLifecycle::redo() {
 
 namespace {
 
+// How many `names`, and the first five.
+nlohmann::json count_and_examples(std::vector<std::string> names) {
+  const std::size_t n = names.size();
+  names.resize(std::min<std::size_t>(n, 5));
+  return {{"count", n}, {"examples", names}};
+}
+
 // The functions whose entry patch sits at their first byte over anything but
 // a jmp rel32 (neither a kept first instruction nor endbr64 before it,
 // jit/patch_plan.h): a uprobe attached at one of them after injection would
@@ -706,9 +714,23 @@ nlohmann::json entries_at_first_byte(const Injection& in) {
   std::vector<std::string> names;
   for (const CopyRange& c : in.copies)
     if (at.count(c.original_entry)) names.push_back(c.name);
-  const std::size_t n = names.size();
-  names.resize(std::min<std::size_t>(n, 5));
-  return {{"count", n}, {"examples", names}};
+  return count_and_examples(std::move(names));
+}
+
+// The patched functions whose entry jmp begins where an instruction of the
+// file does (probe_safe_entries = false, jit/patch_plan.h): a uprobe
+// attached there after injection (uprobe:FUNC+N) would land on dyni's jmp.
+nlohmann::json entries_unsafe_for_uprobes(const Injection& in) {
+  std::set<uint64_t> patched;
+  for (const PatchRecord& p : in.patched)
+    if (p.kind == PatchKind::Entry) patched.insert(p.addr);
+  std::vector<std::string> names;
+  for (const CopyRange& c : in.copies) {
+    auto it = patched.upper_bound(c.original_entry);
+    if (!c.entry_probe_safe && it != patched.end() && *it - c.original_entry <= jit::kMaxEntryPatchOffset)
+      names.push_back(c.name);
+  }
+  return count_and_examples(std::move(names));
 }
 
 }  // namespace
@@ -735,6 +757,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"plan_counted_in", follows_ ? nlohmann::json(follows_) : nlohmann::json(nullptr)},
           {"functions_patched", count_of(in.patched, PatchKind::Entry)},
           {"entries_at_first_byte", entries_at_first_byte(in)},
+          {"entries_unsafe_for_uprobes", entries_unsafe_for_uprobes(in)},
           {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
           {"functions_copied", in.copies.size()},
           {"promoted_calls", in.promoted_calls},

@@ -51,9 +51,11 @@ struct DynimizeOptions {
   int counting_duty_percent = 33;         // [options] counting_duty_percent
   bool copy_usdt_functions = false;       // [options] copy_usdt_functions
   unsigned loop_alignment = 32;           // [options] loop_alignment
+  bool probe_safe_entries = false;        // [options] probe_safe_entries
   jit::JitOptions jit() const {
     jit::JitOptions o;
     o.copy_probe_functions = copy_usdt_functions;
+    o.cache.probe_safe_entries = probe_safe_entries;
     o.layout.loop_alignment = loop_alignment;
     return o;
   }

@@ -52,9 +52,11 @@ struct CallSitePlan {
 };
 
 // What the cache copies, as the call sites see it.
-// An entry patch lies at its function's start or one instruction after it
-// (a kept endbr64 or first instruction, patch_plan.h).
-constexpr uint64_t kMaxEntryPatchOffset = 15;
+// An entry patch lies at most this far into its function, after the
+// instructions it keeps (patch_plan.h). Records of version 7 hold entry
+// patches at most kMaxEntryPatchOffsetV7 bytes in (one kept instruction).
+constexpr uint64_t kMaxEntryPatchOffset = 48;
+constexpr uint64_t kMaxEntryPatchOffsetV7 = 15;
 
 struct CopiedCode {
   std::map<uint64_t, uint64_t> entries;  // start of a function whose entry is patched → its copy's start

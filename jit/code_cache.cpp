@@ -54,7 +54,7 @@ void plan_patches(const std::vector<HotCode>& functions, const CacheOptions& opt
     auto patch = f.shares_entry_bytes ? fail(fmt::format("another entry point in the entry bytes at {:#x}", f.cfg->start))
                  : !options.counting && options.entries == EntryPolicy::WhenTheCopyDiffers && !copy_differs(f, cache.redirects)
                      ? fail(fmt::format("the copy runs what the original runs at {:#x}", f.cfg->start))
-                     : plan_patch(*f.cfg, copy.code.base);
+                     : plan_patch(*f.cfg, copy.code.base, options.probe_safe_entries);
     if (patch) copy.patch = std::move(*patch);
     else copy.unpatched = patch.error().message();
   }
@@ -142,29 +142,33 @@ Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const
   return ok();
 }
 
-// Where the entry patch of `cfg` lands in its copy `code`: the copy's start,
-// or, with the first instruction kept (patch_plan.h), just after that
-// instruction's copy, on what the copy runs where the original goes on
-// after it. Checked on the translation (I6): the copy must begin with the
-// first instruction's copy and go straight on to the second's (its copy, a
-// jcc inverted by the layout, a promoted call, or its block counter); or,
-// where the second is a jmp the layout dropped, to its target's (padding
-// before a loop top there is nops: the dropped jmp runs into it). Else the
-// entry is left unpatched.
+// Where the entry patch of `cfg` lands in its copy `code`: on what the copy
+// runs where the original would run the patched instruction, after its
+// kept ones (patch_plan.h). Checked on the translation (I6): the copy must
+// begin with the kept instructions' copies and go straight on to the
+// patched one's (its copy, a jcc inverted by the layout, a promoted call,
+// or its block counter); or, where that is a jmp the layout dropped, to its
+// target's (padding before a loop top there is nops: the dropped jmp runs
+// into it). Else the entry is left unpatched.
 Result<uint64_t> landing(const FunctionCfg& cfg, const EmittedCode& code) {
-  if (!keeps_first_instruction(cfg)) return code.base;
+  auto spot = entry_spot(cfg);
+  if (!spot) return std::unexpected(spot.error());
+  const std::size_t m = spot->kept;
+  if (m == 0) return code.base;
   const std::vector<TranslationEntry>& t = code.translation;
-  const Instruction& first = cfg.instructions[0];
-  const Instruction& second = cfg.instructions[1];
-  if (t.size() < 2 || t[0].new_addr != code.base || t[0].original_addr != first.addr || t[0].kind != Translation::Copied)
-    return fail(fmt::format("the copy does not begin with the kept first instruction at {:#x}", first.addr));
-  const Translation k = t[1].kind;
-  const bool runs_second = t[1].original_addr == second.addr && k != Translation::Jump && k != Translation::Padding &&
-                           k != Translation::EdgeCounter;
-  const bool jumped = second.flow == Flow::Branch && second.has_target && t[1].original_addr == second.target &&
+  if (t.size() <= m || t[0].new_addr != code.base)
+    return fail(fmt::format("the copy does not begin with the kept instructions at {:#x}", cfg.start));
+  for (std::size_t i = 0; i < m; ++i)
+    if (t[i].original_addr != cfg.instructions[i].addr || t[i].kind != Translation::Copied)
+      return fail(fmt::format("the copy does not begin with the kept instructions at {:#x}", cfg.start));
+  const Instruction& patched = cfg.instructions[m];
+  const Translation k = t[m].kind;
+  const bool runs_it = t[m].original_addr == patched.addr && k != Translation::Jump && k != Translation::Padding &&
+                       k != Translation::EdgeCounter;
+  const bool jumped = patched.flow == Flow::Branch && patched.has_target && t[m].original_addr == patched.target &&
                       k != Translation::Jump && k != Translation::EdgeCounter;
-  if (!runs_second && !jumped) return fail(fmt::format("the copy does not go on to the instruction at {:#x}", second.addr));
-  return t[1].new_addr;
+  if (!runs_it && !jumped) return fail(fmt::format("the copy does not go on to the instruction at {:#x}", patched.addr));
+  return t[m].new_addr;
 }
 
 // Each entry patch's jmp re-aimed at its landing, once the copies are emitted.

@@ -83,6 +83,10 @@ enum class EntryPolicy { All, WhenTheCopyDiffers };
 struct CacheOptions {
   bool verify = true;  // decode every emitted function back (tests: always)
   EntryPolicy entries = EntryPolicy::All;
+  // Only entry patches that a uprobe or breakpoint at any instruction
+  // leaves whole (patch_plan.h); false: also those after a kept first
+  // instruction, which one at the second instruction breaks.
+  bool probe_safe_entries = false;
   // jmp/jcc in rel8 form where the target's copy is within reach (emitter.h);
   // false: every one rel32, as before session 8 (for measurements).
   bool short_branches = true;

@@ -34,11 +34,12 @@ std::vector<unsigned> ways_in(const FunctionCfg& cfg) {
 // first call, before which the plain code may run; else the block's start.
 // Never before a last jmp after other instructions, which the layout may
 // drop (the counter would then stand for an instruction not in the copy).
-// The entry block of a function whose entry patch keeps its first
-// instruction (patch_plan.h) counts after it: the patch lands there, also
-// when a jmp follows (the counting copies' original layout keeps it).
+// The entry block of a function whose entry patch keeps instructions
+// (patch_plan.h) counts after them: the patch lands there, also on a jmp
+// (the counting copies' original layout keeps it).
 CounterSite block_site(const FunctionCfg& cfg, const Block& b, const std::vector<uint16_t>& live) {
-  const std::size_t from = b.first + (b.start == cfg.start && keeps_first_instruction(cfg) ? 1 : 0);
+  auto spot = b.start == cfg.start ? entry_spot(cfg) : fail("");
+  const std::size_t from = b.first + (spot ? spot->kept : 0);
   for (std::size_t i = from; i < b.first + b.count; ++i) {
     bool droppable = i > from && i + 1 == b.first + b.count && cfg.instructions[i].flow == Flow::Branch;
     if (!droppable && !(live[i] & kCounterClobbers)) return {CounterKind::Block, b.start, cfg.instructions[i].addr, false, 0};

@@ -31,12 +31,12 @@ std::vector<uint64_t> encoded_targets(std::span<const uint8_t> b, std::size_t i,
   return out;
 }
 
-// The patch address whose bytes `target` lands inside, if any.
-std::optional<uint64_t> landing(const std::set<uint64_t>& patches, uint64_t target) {
+// The span whose bytes `target` lands inside, after its start, if any.
+std::optional<uint64_t> landing(const PatchSpans& patches, uint64_t target) {
   auto it = patches.lower_bound(target);
   if (it == patches.begin()) return std::nullopt;
   --it;
-  if (*it < target && target < *it + kEntryPatchSize) return *it;
+  if (it->first < target && target < it->second) return it->first;
   return std::nullopt;
 }
 
@@ -53,9 +53,9 @@ bool branches_to(std::span<const uint8_t> bytes, uint64_t addr, uint64_t target)
 }  // namespace
 
 std::set<uint64_t> entries_branched_into(const elf::FunctionTable& functions, const ModuleImage& image,
-                                         const std::set<uint64_t>& patch_addresses) {
+                                         const PatchSpans& patches) {
   std::set<uint64_t> out;
-  if (patch_addresses.empty()) return out;
+  if (patches.empty()) return out;
   for (const elf::Function& f : functions.functions()) {
     if (!image.is_code(f.addr)) continue;
     auto bytes = image.read(f.addr, f.size);
@@ -64,7 +64,7 @@ std::set<uint64_t> entries_branched_into(const elf::FunctionTable& functions, co
     auto own = [&](uint64_t patch) { return patch >= f.addr && patch < f.addr + f.size; };  // plan_patch's part
     for (std::size_t i = 0; i + 1 < bytes->size(); ++i)
       for (uint64_t target : encoded_targets(*bytes, i, f.addr + i))
-        if (auto patch = landing(patch_addresses, target); patch && !own(*patch)) candidates[target] = *patch;
+        if (auto patch = landing(patches, target); patch && !own(*patch)) candidates[target] = *patch;
     for (const auto& [target, patch] : candidates)
       if (!out.count(patch) && branches_to(*bytes, f.addr, target)) out.insert(patch);
   }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 
 #include "elf/function_table.h"
@@ -17,9 +18,13 @@
 
 namespace dyni::jit {
 
-// The addresses among `patch_addresses` that a direct branch of another
-// function lands inside (a function's own are plan_patch's to refuse).
+// Each entry patch's span: the start of the instruction it patches (where
+// execution enters its jmp) → the end of its 5 bytes (patch_plan.h).
+using PatchSpans = std::map<uint64_t, uint64_t>;
+
+// The spans (by start) that a direct branch of another function lands
+// inside, after their start (a function's own are plan_patch's to refuse).
 std::set<uint64_t> entries_branched_into(const elf::FunctionTable& functions, const ModuleImage& image,
-                                         const std::set<uint64_t>& patch_addresses);
+                                         const PatchSpans& patches);
 
 }  // namespace dyni::jit

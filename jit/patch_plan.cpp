@@ -8,18 +8,20 @@
 #include <optional>
 #include <string>
 
+#include "jit/call_sites.h"
+
 namespace dyni::jit {
 
-// With CET's indirect-branch tracking, indirect calls must land on endbr64:
-// it stays, and the jmp goes right after it.
 namespace {
 
-// Why 5 bytes at `entry` cannot take the jmp, if they cannot: past the
-// function's end, a branch target inside them, a call returning inside them.
-std::optional<std::string> refusal(const FunctionCfg& cfg, uint64_t entry) {
-  const uint64_t end = entry + kEntryPatchSize;
-  if (cfg.end < end) return fmt::format("too small to patch at {:#x}", entry);
-  auto inside_entry = [&](uint64_t a) { return a > entry && a < end; };  // landing on `entry` itself is fine
+// Why the jmp's 5 bytes at `addr`, in the instruction that begins at `at`,
+// cannot be patched, if they cannot: past the function's end, a branch
+// target inside them, a call returning inside them. Landing on `at` itself
+// is fine: it runs the jmp.
+std::optional<std::string> refusal(const FunctionCfg& cfg, uint64_t at, uint64_t addr) {
+  const uint64_t end = addr + kEntryPatchSize;
+  if (cfg.end < end) return fmt::format("too small to patch at {:#x}", addr);
+  auto inside_entry = [&](uint64_t a) { return a > at && a < end; };
   for (const Instruction& in : cfg.instructions)
     if (in.has_target && in.flow != Flow::Call && inside_entry(in.target))
       return fmt::format("branch target in the entry bytes at {:#x}", in.target);
@@ -28,39 +30,83 @@ std::optional<std::string> refusal(const FunctionCfg& cfg, uint64_t entry) {
       if (inside_entry(a)) return fmt::format("branch target in the entry bytes at {:#x}", a);
   for (const Instruction& in : cfg.instructions) {
     if (in.addr >= end) break;
-    bool returns_inside = (in.flow == Flow::Call || in.flow == Flow::IndirectCall) && in.end() > entry && in.end() < end;
+    bool returns_inside = (in.flow == Flow::Call || in.flow == Flow::IndirectCall) && inside_entry(in.end());
     if (returns_inside) return fmt::format("call in the entry bytes at {:#x}", in.addr);
   }
   return std::nullopt;
 }
 
-}  // namespace
+bool is_rex(uint8_t byte) { return (byte & 0xf0) == 0x40; }
 
-bool keeps_first_instruction(const FunctionCfg& cfg) {
-  if (cfg.blocks.empty() || cfg.blocks[0].start != cfg.start || cfg.blocks[0].count < 2) return false;
-  const Instruction& first = cfg.instructions[cfg.blocks[0].first];
-  const Instruction& second = cfg.instructions[cfg.blocks[0].first + 1];
-  return first.addr == cfg.start && first.flow == Flow::Next && first.mnemonic != ZYDIS_MNEMONIC_ENDBR64 &&
-         !refusal(cfg, second.addr);
+// Where in `in` the jmp can go without changing the byte it begins at.
+std::optional<uint64_t> jmp_inside(const Instruction& in) {
+  if (in.flow == Flow::Branch && in.length == kEntryPatchSize && in.bytes[0] == kJmpRel32Opcode) return in.addr;
+  if (is_rex(in.bytes[0]) && in.length > kEntryPatchSize) return in.addr + 1;
+  return std::nullopt;
 }
 
-bool first_byte_takes_a_uprobe(const FunctionCfg& cfg) {
-  if (cfg.instructions.empty() || cfg.instructions[0].addr != cfg.start) return false;
-  const Instruction& first = cfg.instructions[0];
-  return first.flow == Flow::Branch && first.length == kEntryPatchSize && first.bytes[0] == kJmpRel32Opcode;
+}  // namespace
+
+namespace {
+
+// The first instruction of the entry block, within kMaxEntryPatchOffset and
+// after instructions that only fall through, that takes the jmp whole.
+Result<EntrySpot> probe_safe_spot(const FunctionCfg& cfg) {
+  const Block& entry = cfg.blocks[0];
+  std::string why = fmt::format("no instruction takes the jmp whole before a branch at {:#x}", cfg.start);
+  for (std::size_t i = 0; i < entry.count; ++i) {
+    const Instruction& in = cfg.instructions[entry.first + i];
+    if (in.addr - cfg.start >= kMaxEntryPatchOffset) break;
+    if (auto addr = jmp_inside(in)) {
+      auto refused = refusal(cfg, in.addr, *addr);
+      if (!refused) return EntrySpot{i, in.addr, *addr, true};
+      why = *refused;
+    }
+    if (in.flow != Flow::Next) break;
+  }
+  return fail(why);
+}
+
+// Session 20's spot: the jmp at the second instruction's start, the first
+// kept. A uprobe at the function works; one at the second instruction
+// breaks the jmp. An endbr64 first (CET: indirect calls land on it) stays
+// where it is, and the jmp after it lands on the copy's start, which runs
+// its copy again: nothing is kept, also where the second instruction begins
+// another block.
+Result<EntrySpot> after_first_instruction(const FunctionCfg& cfg) {
+  const Block& entry = cfg.blocks[0];
+  const Instruction& first = cfg.instructions[entry.first];
+  if (first.mnemonic == ZYDIS_MNEMONIC_ENDBR64) {
+    if (auto why = refusal(cfg, first.end(), first.end())) return fail(*why);
+    return EntrySpot{0, first.end(), first.end(), false};
+  }
+  if (entry.count < 2 || first.flow != Flow::Next)
+    return fail(fmt::format("first instruction cannot be kept before the jmp at {:#x}", cfg.start));
+  const uint64_t second = cfg.instructions[entry.first + 1].addr;
+  if (auto why = refusal(cfg, second, second)) return fail(*why);
+  return EntrySpot{1, second, second, false};
+}
+
+}  // namespace
+
+Result<EntrySpot> entry_spot(const FunctionCfg& cfg) {
+  if (cfg.blocks.empty() || cfg.blocks[0].start != cfg.start || cfg.instructions.empty())
+    return fail(fmt::format("no entry block at {:#x}", cfg.start));
+  auto safe = probe_safe_spot(cfg);
+  return safe ? safe : after_first_instruction(cfg);
 }
 
 uint64_t patch_address(const FunctionCfg& cfg) {
-  bool endbr = !cfg.instructions.empty() && cfg.instructions[0].mnemonic == ZYDIS_MNEMONIC_ENDBR64;
-  return cfg.start + (endbr || keeps_first_instruction(cfg) ? cfg.instructions[0].length : 0);
+  auto spot = entry_spot(cfg);
+  return spot ? spot->addr : cfg.start;
 }
 
-Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry) {
-  uint64_t entry = patch_address(cfg), end = entry + kEntryPatchSize;
-  if (auto why = refusal(cfg, entry)) return fail(*why);
-  if (entry == cfg.start && !first_byte_takes_a_uprobe(cfg))
-    return fail(fmt::format("first instruction cannot be kept before the jmp at {:#x}", entry));
-  EntryPatch patch{entry, {}, {}};
+Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry, bool probe_safe_only) {
+  auto spot = entry_spot(cfg);
+  if (!spot) return std::unexpected(spot.error());
+  if (probe_safe_only && !spot->probe_safe) return std::unexpected(probe_safe_spot(cfg).error());
+  const uint64_t entry = spot->addr, end = entry + kEntryPatchSize;
+  EntryPatch patch{entry, {}, {}, spot->probe_safe};
   for (const Instruction& in : cfg.instructions) {
     if (in.addr >= end) break;
     for (uint64_t a = std::max(in.addr, entry); a < in.end() && a < end; ++a) patch.original[a - entry] = in.bytes[a - in.addr];

@@ -1,27 +1,38 @@
 // The patch that sends a function's callers to its cache copy: a 5-byte
-// `jmp rel32` over its entry, with the original bytes kept for undo (I1, I2:
+// `jmp rel32` in its entry, with the original bytes kept for undo (I1, I2:
 // one write per entry). Per function, all entries or none (STYLE.md §5).
 // What can be checked without the process is checked here (I4): the entry
 // bytes must belong to the function alone, no branch may land inside them, and
 // no call inside them may leave a return address there. dynid adds the live
 // part: no thread's PC or return address inside them at patch time.
-// A function that begins with endbr64 keeps it: the jmp goes after it.
-// Any other function keeps its first instruction too where it can
-// (keeps_first_instruction): the jmp goes after it, and lands in the copy
-// just after that instruction's copy. A uprobe attached at the function
-// (bpftrace's uprobe:FUNC, offset 0) after injection then works: the kernel
-// writes its int3 over that instruction, runs the FILE's instruction out of
-// line and resumes right after it, on dyni's jmp; and removing the probe
-// writes the file's byte back over the file's instruction. With the jmp at
-// the first byte, the probe's out-of-line run resumed inside the jmp's
-// displacement (SIGILL), and its removal left half a jmp.
-// Invariant: an entry patch lies at a function's first byte only where a
-// uprobe there leaves it whole (first_byte_takes_a_uprobe): the function
-// begins with a jmp rel32. Any other function whose first instruction
-// cannot be kept (a call or branch first, too small for the jmp after it)
-// is left unpatched; its copy runs when other copies call it. Most such
-// functions are getters of a few bytes, which run as fast in the original.
-// A uprobe at an offset inside the jmp (uprobe:FUNC+N) still breaks it.
+//
+// Invariant (uprobe-safe entries): the patch changes no byte at which one
+// of the file's instructions begins. A uprobe (bpftrace's uprobe:FUNC or
+// FUNC+N, perf probe after a prologue), a gdb breakpoint, sits at such a
+// byte: the kernel writes its int3 there, runs the FILE's instruction out
+// of line and resumes after it, in the original code; removing the probe
+// writes the file's byte back. So the jmp goes into one instruction of the
+// entry block (entry_spot), after the leading ones that only fall through,
+// which run in the original first (their copies are skipped):
+//  - a jmp rel32: only its displacement changes (0xe9 stays);
+//  - an instruction of 6 bytes or more that begins with a REX prefix
+//    (0x40-0x4f): its first byte stays, and the jmp's 5 follow it. REX
+//    before e9 is a jmp rel32 on every x86-64 CPU (near branches have a
+//    64-bit operand size in 64-bit mode; REX.W only confirms it, and the
+//    other REX bits name no operand here: AMD APM vol. 3 1.2.7, Intel SDM
+//    vol. 2 2.2.1); its displacement counts from the end of the 6 bytes,
+//    the end of the 5 written.
+// With a probe there, execution goes the original's way; with none, into
+// the copy just where the original would have run that instruction.
+// Many functions have no such instruction before their first branch (a
+// frame-pointer prologue of short instructions, then a test): about half
+// of mariadbd's hot ones. Their entry keeps its first instruction and puts
+// the jmp at the second's start, as before; a uprobe at the function works,
+// one at the second instruction (uprobe:FUNC+N) breaks the jmp. Where an
+// operator probes such offsets, CacheOptions::probe_safe_entries leaves
+// those entries as they are (other copies still call their copies). A
+// function whose first instruction cannot be kept either (a call or a
+// branch first, too small) keeps its entry as it is.
 #pragma once
 
 #include <array>
@@ -41,6 +52,16 @@ struct EntryPatch {
   uint64_t addr = 0;                                 // original entry
   std::array<uint8_t, kEntryPatchSize> original{};   // restored by undo
   std::array<uint8_t, kEntryPatchSize> replacement{};  // jmp rel32 to the copy
+  bool probe_safe = true;  // EntrySpot::probe_safe: it changes no byte where an instruction begins
+};
+
+// Where a function's entry patch goes. The first `kept` instructions run in
+// the original; the patched one begins at `at` and runs in the copy.
+struct EntrySpot {
+  std::size_t kept = 0;
+  uint64_t at = 0;    // the patched instruction's start: where execution enters the jmp
+  uint64_t addr = 0;  // the jmp's first byte: `at`, or `at + 1` after a REX prefix
+  bool probe_safe = true;  // the invariant above holds; else `at` is the second instruction
 };
 
 struct FunctionPatch {
@@ -50,7 +71,8 @@ struct FunctionPatch {
 
 // The entry patch of `cfg`, its jmp aimed at `cache_entry` (code_cache.cpp
 // re-aims it at its landing once the copy is emitted).
-Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry);
+// `probe_safe_only`: refuses an entry_spot that is not probe_safe.
+Result<FunctionPatch> plan_patch(const FunctionCfg& cfg, uint64_t cache_entry, bool probe_safe_only);
 
 // `patch`'s replacement made a jmp rel32 to `to`.
 Status aim_entry_patch(EntryPatch& patch, uint64_t to);
@@ -62,23 +84,17 @@ Status aim_entry_patch(EntryPatch& patch, uint64_t to);
 // loop, or a jump into the middle of the jmp.
 BlockLayout with_entry_bytes_copied(const FunctionCfg& cfg, BlockLayout layout);
 
-// Whether `cfg`'s entry patch goes after its first instruction, which then
-// runs in the original before the jmp, and not again in the copy: one that
-// only falls through (no branch, call, return or stop; not endbr64, whose
-// own rule is above), followed in the entry block by another instruction,
-// where the jmp can go as at an entry (room before the function ends, no
-// branch target or return address inside). The second may be a jmp that
-// the layout drops: the copy then goes on at its target (code_cache.cpp).
-bool keeps_first_instruction(const FunctionCfg& cfg);
+// Where `cfg`'s entry patch goes (the invariant above): the first
+// instruction of its entry block that can take the jmp, where the jmp can
+// go as at an entry (room before the function ends, no branch target or
+// return address inside), after only instructions that fall through (no
+// branch, call, return or stop). A jmp rel32 there may be one the copy's
+// layout drops: the copy then goes on at its target (code_cache.cpp).
+// Else the second instruction's start, if the first only falls through and
+// the jmp can go there (not probe_safe).
+Result<EntrySpot> entry_spot(const FunctionCfg& cfg);
 
-// Whether a uprobe attached at `cfg`'s first byte after injection leaves an
-// entry patch there whole: the first instruction is a jmp rel32, which the
-// kernel emulates (to the file's target, in the original code), and whose
-// opcode, written back when the probe goes, is the patch's own.
-bool first_byte_takes_a_uprobe(const FunctionCfg& cfg);
-
-// Where `cfg`'s entry patch goes: just after a leading endbr64 or a kept
-// first instruction, else its start (then only if the uprobe rule allows).
+// entry_spot's jmp address, or the function's start where it has none.
 uint64_t patch_address(const FunctionCfg& cfg);
 
 }  // namespace dyni::jit

@@ -107,21 +107,24 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, co
 // branches are looked for in all the module's code (entry_branches.h), jump
 // tables in the analysed functions.
 void mark_branches_into_entry_bytes(const ModuleInput& in, ModulePlan& plan) {
-  std::map<uint64_t, uint64_t> function_at;  // patch address → function
-  for (const auto& cfg : plan.cfgs) function_at[patch_address(*cfg)] = cfg->start;
-  std::set<uint64_t> patches;
-  for (const auto& [patch, start] : function_at) patches.insert(patch);
-  std::set<uint64_t> hit = entries_branched_into(*in.functions, *in.image, patches);
+  PatchSpans spans;
+  std::map<uint64_t, uint64_t> function_at;  // span start → function
+  for (const auto& cfg : plan.cfgs)
+    if (auto spot = entry_spot(*cfg)) {
+      spans[spot->at] = spot->addr + kEntryPatchSize;
+      function_at[spot->at] = cfg->start;
+    }
+  std::set<uint64_t> hit = entries_branched_into(*in.functions, *in.image, spans);
   for (const auto& cfg : plan.cfgs)
     for (const JumpTable& t : cfg->tables)
       for (uint64_t a : t.targets) {
-        auto patch = patches.lower_bound(a);
-        if (patch == patches.begin()) continue;
-        --patch;
+        auto span = spans.lower_bound(a);
+        if (span == spans.begin()) continue;
+        --span;
         bool foreign = a < cfg->start || a >= cfg->end;
-        if (foreign && *patch < a && a < *patch + kEntryPatchSize) hit.insert(*patch);
+        if (foreign && span->first < a && a < span->second) hit.insert(span->first);
       }
-  for (uint64_t patch : hit) plan.shares_entry_bytes.insert(function_at.at(patch));
+  for (uint64_t span : hit) plan.shares_entry_bytes.insert(function_at.at(span));
 }
 
 // Takes analysed function `addr` out of the plan, with its reason (I5).

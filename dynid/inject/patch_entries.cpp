@@ -57,14 +57,16 @@ EntryJumps entry_jumps(const Injection& in) {
   return out;
 }
 
-// The callee's entry patch lies at its start, or after its kept first
-// instruction or endbr64 (jit/patch_plan.h), and holds dyni's jmp. A kept
-// instruction's jmp lands as far into the callee's copy as the patch lies
-// into the callee, and the bytes before the patch are still those the copy
-// begins with (the file's instruction: no int3, no hook written over it
-// since); an endbr64's jmp lands on the copy's start, which the call then
-// reaches too. So the patch found is the callee's own, and the call goes
-// round nothing that its callee's entry runs now.
+// The callee's entry patch lies after the instructions it keeps, in the
+// one it patches: at its start, or after its REX prefix (jit/patch_plan.h).
+// Its jmp lands in the callee's copy as far in as the kept instructions'
+// copies reach, and the bytes before the patch are still those the copy
+// begins with (the file's instructions: no int3, no hook written over them
+// since), then at most a REX prefix (not a probe's int3). An endbr64's jmp
+// lands on the copy's start, which runs the endbr64 again. So the patch
+// found is the callee's own, and the call goes round nothing that its
+// callee's entry runs now. A kept instruction whose copy differs
+// (rip-relative) fails the comparison: its callers keep going through the entry.
 using Reader = std::function<Result<std::vector<uint8_t>>(uint64_t, std::size_t)>;
 bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries, const Reader& read) {
   const uint64_t start = jit::rel32_target(site.addr, site.original);
@@ -74,15 +76,19 @@ bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries, co
   const PatchRecord& entry = *it->second;
   auto jump = read(entry.addr, kPatchBytes);
   if (!jump || !std::equal(jump->begin(), jump->end(), entry.replacement.begin())) return false;
-  const uint64_t landing = jit::rel32_target(entry.addr, entry.replacement), kept = entry.addr - start;
-  if (kept == 0) return landing == copy;
-  auto before = read(start, kept);
+  const uint64_t landing = jit::rel32_target(entry.addr, entry.replacement), before_patch = entry.addr - start;
+  if (landing < copy || landing - copy > before_patch) return false;
+  const uint64_t kept = landing - copy;
+  if (before_patch == 0) return true;
+  auto before = read(start, before_patch);
   if (!before) return false;
   static constexpr std::array<uint8_t, 4> kEndbr64{0xf3, 0x0f, 0x1e, 0xfa};
-  if (landing == copy) return kept == kEndbr64.size() && std::equal(before->begin(), before->end(), kEndbr64.begin());
-  if (landing - copy != kept) return false;
+  if (kept == 0 && before_patch == kEndbr64.size()) return std::equal(before->begin(), before->end(), kEndbr64.begin());
+  const bool rex = before_patch == kept + 1 && ((*before)[kept] & 0xf0) == 0x40;
+  if (before_patch != kept && !rex) return false;
+  if (kept == 0) return true;
   auto copied = read(copy, kept);
-  return copied && *copied == *before;
+  return copied && std::equal(copied->begin(), copied->end(), before->begin());
 }
 
 // One stop window: the sites that are safe now are written, one write each.

@@ -24,6 +24,7 @@
 #include "dynid/proc_reader.h"
 #include "elf/function_table.h"
 #include "elf/usdt.h"
+#include "jit/decoder.h"
 #include "jit/module_counts.h"
 #include "profiler/process_maps.h"
 #include "tests/integration/dyni_host.h"
@@ -1568,11 +1569,23 @@ std::vector<uint8_t> live_bytes(pid_t pid, uint64_t addr, std::size_t n) {
   return out;
 }
 
-// A uprobe attached after injection at dyni's jump (past an entry's kept
-// first instruction: uprobe:FUNC+N) writes an int3 over it, and the kernel
-// then runs the FILE's instruction there out of line and resumes after it,
-// inside the jump (the process would die of SIGILL on the probe's first
-// hit: README, "Troubleshooting"). -undo puts the file's
+// The link-time addresses where the file's instructions of `f` begin, up
+// to `limit` bytes in (where a uprobe or a breakpoint can sit).
+std::vector<uint64_t> instruction_starts(const std::string& exe, const elf::Function& f, std::size_t limit) {
+  auto decoded = jit::decode_function(file_bytes(exe, f.addr, f.size), f.addr);
+  std::vector<uint64_t> out;
+  if (!decoded) return out;
+  for (const jit::Instruction& in : *decoded)
+    if (in.addr < f.addr + limit) out.push_back(in.addr);
+  return out;
+}
+
+// By default (probe_safe_entries = false), an entry with no uprobe-safe spot takes
+// the jmp at its second instruction (jit/patch_plan.h). A uprobe attached
+// after injection there (uprobe:FUNC+N) writes an int3 over the jmp, and
+// the kernel then runs the FILE's instruction there out of line and
+// resumes after it, inside the jump (the process would die of SIGILL on the
+// probe's first hit: README, "Troubleshooting"). -undo puts the file's
 // bytes back under the int3 and says so: the probe then fires on the
 // original code with results right, and once it is removed the entry is
 // the file's again.
@@ -1596,17 +1609,20 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   uint64_t base = 0;
   for (const auto& m : *maps)
     if (m.path == exe && m.offset == 0) base = m.start;
-  // The first byte of dyni's jmp: after the entry's kept first instruction
-  // (jit/patch_plan.h), where uprobe:FUNC+N would put its int3.
+  // The first byte of dyni's jmp where an instruction of the file begins:
+  // after hot_short_entry's kept first instruction, where uprobe:FUNC+N would put its int3.
   uint64_t probed = 0;
   for (const auto& f : table->functions()) {
-    if (!elf::display_name(f).starts_with("unsigned long hot_work<") || f.size < 16) continue;
+    if (elf::display_name(f) != "hot_short_entry") continue;
     const std::vector<uint8_t> file = file_bytes(exe, f.addr, 16), live = live_bytes(pid, base + f.addr, 16);
-    for (std::size_t k = 0; k < 16 && !probed; ++k)
-      if (live[k] != file[k] && live[k] == 0xe9) probed = f.addr + k;
+    for (uint64_t at : instruction_starts(exe, f, 16))
+      if (!probed && live[at - f.addr] != file[at - f.addr] && live[at - f.addr] == 0xe9) probed = at;
     if (probed) break;
   }
-  ASSERT_NE(probed, 0u) << "no hot_work entry holds dyni's jump";
+  ASSERT_NE(probed, 0u) << "hot_short_entry does not hold dyni's jump at an instruction: "
+                        << target_json(host, pid).dump();
+  nlohmann::json unsafe = target_json(host, pid)["dynimized"]["entries_unsafe_for_uprobes"];
+  EXPECT_GT(unsafe.value("count", 0u), 0u) << unsafe.dump() << ": -status -json names them";
   const std::vector<uint8_t> original = file_bytes(exe, probed, 5);
   int fd = open_uprobe(pid, exe, probed);
   ASSERT_GE(fd, 0) << errno_text();
@@ -1648,15 +1664,17 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
-// bpftrace's uprobe:FUNC attaches at offset 0, and the kernel runs the
-// file's first instruction out of line and resumes after it. Every patched
-// entry keeps its first instruction, or begins with a jmp rel32, which the
-// kernel emulates and whose opcode is the patch's own (jit/patch_plan.h); a
-// function that has neither keeps its entry as it is. So a
-// uprobe attached after injection to a dynimized function fires and the
-// target runs on with the right results; removing it leaves dyni's entry
-// whole, and -undo then brings back the file's bytes.
-TEST_F(Daemon, UprobesAttachedAfterInjectionAtPatchedFunctionsFireAndTheTargetRunsOn) {
+// Uprobes (bpftrace's uprobe:FUNC and uprobe:FUNC+N, perf probe) sit where
+// the file's instructions begin; the kernel runs the file's instruction out
+// of line and resumes after it, and writes the file's byte back when the
+// probe goes. With probe_safe_entries = true an entry patch changes no byte
+// where an instruction begins (jit/patch_plan.h): the jmp goes into a jmp rel32 or
+// after the REX prefix of a long instruction, after instructions that only
+// fall through. So uprobes attached after injection at every instruction
+// of every patched entry, up to the patch's end, fire, the target runs on
+// with the right results, removing them leaves dyni's entries whole, and
+// -undo then brings back the file's bytes.
+TEST_F(Daemon, UprobesAttachedAfterInjectionAtEveryInstructionOfPatchedEntriesFireAndTheTargetRunsOn) {
   std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-upa");
   auto file = elf::ElfFile::open(exe);
   ASSERT_TRUE(file) << file.error().message();
@@ -1664,7 +1682,8 @@ TEST_F(Daemon, UprobesAttachedAfterInjectionAtPatchedFunctionsFireAndTheTargetRu
   ASSERT_TRUE(table) << table.error().message();
   pid_t pid = host.spawn({exe, "60", "0"});  // main works, in the original run() it entered before injection
   RemovesPerfMap removes{pid};
-  start({"dyni-hot-upa"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  start({"dyni-hot-upa"},
+        std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\nprobe_safe_entries = true\n");
   ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
   auto maps = profiler::read_maps(pid);
   ASSERT_TRUE(maps);
@@ -1672,42 +1691,51 @@ TEST_F(Daemon, UprobesAttachedAfterInjectionAtPatchedFunctionsFireAndTheTargetRu
   for (const auto& m : *maps)
     if (m.path == exe && m.offset == 0) base = m.start;
   struct Probe {
-    uint64_t addr;
+    uint64_t addr;  // run-time
     int fd;
+  };
+  struct Entry {
+    uint64_t addr;  // run-time start
     std::vector<uint8_t> file;
   };
+  constexpr std::size_t kSpan = 64;  // past the furthest entry patch (jit::kMaxEntryPatchOffset + 5)
   std::vector<Probe> probes;
-  std::size_t kept = 0, jumps = 0;
+  std::vector<Entry> entries;
   for (const auto& f : table->functions()) {
     if (f.size < 8) continue;
-    std::vector<uint8_t> original = file_bytes(exe, f.addr, 8);
-    std::vector<uint8_t> live = live_bytes(pid, base + f.addr, 8);
+    const std::size_t n = std::min<std::size_t>(kSpan, f.size);
+    std::vector<uint8_t> original = file_bytes(exe, f.addr, n), live = live_bytes(pid, base + f.addr, n);
     if (live == original) continue;  // not patched
-    const bool jumps_first = original[0] == 0xe9;
-    kept += live[0] == original[0] && !jumps_first;
-    jumps += jumps_first;
-    int fd = open_uprobe(pid, exe, f.addr);
-    ASSERT_GE(fd, 0) << errno_text();
-    probes.push_back({base + f.addr, fd, original});
+    std::size_t last_changed = 0;
+    for (std::size_t k = 0; k < n; ++k)
+      if (live[k] != original[k]) last_changed = k;
+    entries.push_back({base + f.addr, original});
+    for (uint64_t at : instruction_starts(exe, f, last_changed + 1)) {
+      EXPECT_EQ(live[at - f.addr], original[at - f.addr])
+          << elf::display_name(f) << "+" << at - f.addr << ": dyni changed a byte where an instruction begins";
+      int fd = open_uprobe(pid, exe, at);
+      ASSERT_GE(fd, 0) << errno_text();
+      probes.push_back({base + at, fd});
+    }
   }
-  ASSERT_GE(probes.size(), 3u) << "patched entries";
-  EXPECT_EQ(kept + jumps, probes.size()) << "every patched entry keeps its first instruction or begins with a jmp";
+  ASSERT_GE(entries.size(), 3u) << "patched entries";
   nlohmann::json d = target_json(host, pid)["dynimized"];
   EXPECT_EQ(d["entries_at_first_byte"].value("count", 99u), 0u) << d.dump();
+  EXPECT_EQ(d["entries_unsafe_for_uprobes"].value("count", 99u), 0u) << d.dump();
   std::this_thread::sleep_for(1500ms);
   uint64_t fired = 0;
   for (const Probe& p : probes) fired += hits(p.fd);
-  std::printf("%zu uprobes on patched entries (%zu keep their first instruction): %lu hits\n", probes.size(), kept,
+  std::printf("%zu uprobes on %zu patched entries: %lu hits\n", probes.size(), entries.size(),
               static_cast<unsigned long>(fired));
   EXPECT_GT(fired, 0u) << "the probes fire";
   int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died with a probe attached: status " << status;
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died with probes attached: status " << status;
   for (const Probe& p : probes) close(p.fd);
   std::this_thread::sleep_for(500ms);
   ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died after the probes went: status " << status;
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
-  for (const Probe& p : probes) EXPECT_EQ(live_bytes(pid, p.addr, 8), p.file) << std::hex << p.addr;
+  for (const Entry& e : entries) EXPECT_EQ(live_bytes(pid, e.addr, e.file.size()), e.file) << std::hex << e.addr;
   kill(pid, SIGTERM);
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;

@@ -1,5 +1,6 @@
 // A target with a known profile: 24 functions, function k doing (24 - k) units
-// of work per round, so function k gets (24-k)/300 of the CPU (8 % down to 0.3 %).
+// of work per round, so function k gets (24-k)/300 of the CPU (8 % down to 0.3 %),
+// and hot_short_entry 8 units (2.6 %, hot enough for every hot set).
 // Every round's result is checked against the first one's: a wrong result
 // (dyni's copies computing differently) prints WRONG and exits 3.
 // usage: dyni-test-hot [SECONDS=30] [THREADS=2]   (THREADS workers; main waits; 0: main works)
@@ -28,10 +29,38 @@ __attribute__((noinline)) unsigned long hot_work(unsigned long x) {
   return x;
 }
 
+// 8 units of work in a function whose instructions before its first
+// branch are all shorter than 6 bytes: its entry patch can only go at its
+// second instruction's start (jit/patch_plan.h), where a uprobe breaks it.
+extern "C" unsigned long hot_short_entry(unsigned long x);
+asm(R"(
+        .intel_syntax noprefix
+        .text
+        .globl hot_short_entry
+        .type hot_short_entry, @function
+hot_short_entry:
+        .cfi_startproc
+        push rbx
+        .cfi_def_cfa_offset 16
+        .cfi_offset rbx, -16
+        mov ebx, 16000
+        mov rax, rdi
+1:      imul rax, rax, 5
+        add rax, 7
+        sub ebx, 1
+        jne 1b
+        pop rbx
+        .cfi_def_cfa_offset 8
+        ret
+        .cfi_endproc
+        .size hot_short_entry, . - hot_short_entry
+        .att_syntax prefix
+)");
+
 template <int... K>
 unsigned long one_round(unsigned long x, std::integer_sequence<int, K...>) {
   ((x = hot_work<K>(x)), ...);
-  return x;
+  return hot_short_entry(x);
 }
 
 static unsigned long round_from_one() { return one_round(1, std::make_integer_sequence<int, 24>{}); }

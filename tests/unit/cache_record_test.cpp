@@ -299,7 +299,7 @@ TEST(CacheRecord, RefusesForgedCallSites) {
   const uint64_t entry = good.patches[4].addr, copy = kCache + 4096 + 4 * 64;
   std::vector<PatchRecord> forged = {
       call_site(0x55d3a1400000, entry + 1, copy),                 // from no entry of the record
-      call_site(0x55d3a1400000, entry - 16, copy),                // from further before one than an instruction
+      call_site(0x55d3a1400000, entry - 49, copy),                // from further before one than kept instructions reach
       call_site(0x55d3a1400000, entry, 0x7f0000000000),           // to outside the cache
       call_site(0x55d3a1400000, entry, copy, 0x90),               // not a call or jmp
       call_site(0x55d3a1400001, entry, copy, 0x85),               // a jcc's second byte: never written

@@ -167,7 +167,8 @@ TEST(CountingCopy, SitesGoWhereThePlainCodeMayRun) {
   ASSERT_TRUE(entry);
   EXPECT_FALSE(entry->saves_flags);
   // After the first instruction, which the entry patch keeps (patch_plan.h): it lands there.
-  ASSERT_TRUE(keeps_first_instruction(g));
+  ASSERT_TRUE(entry_spot(g));
+  ASSERT_EQ(entry_spot(g)->kept, 1u);
   EXPECT_EQ(entry->before, g.instructions[1].addr);
   const uint64_t not_less = g.instructions[4].addr;  // the block that is only jg
   const CounterSite* jg = site_of(sites, CounterKind::Block, not_less);
@@ -1419,7 +1420,9 @@ end:
   ASSERT_TRUE(m);
   const FunctionCfg& f = m->cfg("f");
   ASSERT_EQ(f.blocks.size(), 4u);
-  ASSERT_TRUE(keeps_first_instruction(f));
+  ASSERT_TRUE(entry_spot(f));
+  ASSERT_EQ(entry_spot(f)->kept, 1u);
+  EXPECT_TRUE(entry_spot(f)->probe_safe) << "in the jmp rel32: only its displacement changes";
   std::vector<CounterSite> sites = plan_counters(f, 0, false, CounterSet::Every);
   const CounterSite* entry = site_of(sites, CounterKind::Block, f.start);
   ASSERT_TRUE(entry);

@@ -285,14 +285,17 @@ TEST_F(CacheInProcess, CallsBetweenHotFunctionsGoStraightToTheCopies) {
     EXPECT_EQ(p.replacement[0], 0xe9);  // jmp rel32 to the copy
     int32_t rel;
     std::memcpy(&rel, p.replacement.data() + 1, 4);
-    // At the entry, or after its kept first instruction, landing after that instruction's copy.
-    const uint64_t kept = p.addr - f.original_entry;
-    auto first = decode_one(std::span(f.code.bytes), f.code.base);
-    ASSERT_TRUE(first);
-    EXPECT_EQ(p.addr + 5 + static_cast<int64_t>(rel), f.code.base + (kept ? first->length : 0)) << std::hex << p.addr;
-    if (kept) {
-      EXPECT_EQ(kept, first->length) << "the copy begins with the kept instruction, as long";
-    }
+    // After the kept instructions, landing after their copies, which are as long here (no rip-relative one).
+    const FunctionCfg* cfg = nullptr;
+    for (const auto& [name, c] : cfgs)
+      if (c->start == f.original_entry) cfg = c.get();
+    ASSERT_TRUE(cfg);
+    auto spot = entry_spot(*cfg);
+    ASSERT_TRUE(spot);
+    EXPECT_EQ(p.addr, spot->addr);
+    const uint64_t kept_bytes = spot->kept ? spot->at - f.original_entry : 0;  // an endbr64 alone is run again
+    EXPECT_EQ(p.addr + 5 + static_cast<int64_t>(rel), f.code.base + kept_bytes) << std::hex << p.addr;
+    EXPECT_EQ(0, std::memcmp(f.code.bytes.data(), reinterpret_cast<const void*>(f.original_entry + bias), kept_bytes));
     EXPECT_EQ(0, std::memcmp(p.original.data(), reinterpret_cast<const void*>(p.addr + bias), 5));
   }
 }

@@ -342,7 +342,8 @@ TEST_F(EntryBranches, AnEntryAnotherFunctionJumpsIntoIsNotPatched) {
   auto jumped_cfg = build_cfg(*named("jit_entry_jumped"), *image);
   ASSERT_TRUE(fib_cfg && jumped_cfg);
   ASSERT_EQ(patch_address(*jumped_cfg), jumped + 3) << "its first instruction is kept";
-  std::set<uint64_t> hit = entries_branched_into(*table, *image, {jumped + 3, patch_address(*fib_cfg)});
+  auto span = [](const FunctionCfg& cfg) { return std::make_pair(entry_spot(cfg)->at, entry_spot(cfg)->addr + kEntryPatchSize); };
+  std::set<uint64_t> hit = entries_branched_into(*table, *image, {span(*jumped_cfg), span(*fib_cfg)});
   EXPECT_EQ(hit, (std::set<uint64_t>{jumped + 3}));
   ModuleInput input{table.get(), image.get(), nullptr, {jumped, fib}, provisional_cache_base(*table), {}, {}, 0};
   use_unwind_info(input, *file);

@@ -211,7 +211,7 @@ TEST_F(Assembled, EdgeInferenceConservesFlow) {
 
 TEST_F(Assembled, EntryPatchIsAJumpToTheCopyAndKeepsTheOriginalBytes) {
   load(kTakenIsHot);
-  auto patch = plan_patch(cfg, original() + 0x1000);
+  auto patch = plan_patch(cfg, original() + 0x1000, false);
   ASSERT_TRUE(patch) << patch.error().message();
   ASSERT_EQ(patch->entries.size(), 1u);
   // After the kept test edi,edi (85 ff): 74 06 / b8 ..: je +6; the first 3 bytes of mov
@@ -220,55 +220,113 @@ TEST_F(Assembled, EntryPatchIsAJumpToTheCopyAndKeepsTheOriginalBytes) {
   EXPECT_EQ(patch->entries[0].original[2], 0xb8);
   // e9 f9 0f 00 00: jmp rel32, 0x1000 - 7
   EXPECT_EQ(patch->entries[0].replacement, (std::array<uint8_t, 5>{0xe9, 0xf9, 0x0f, 0x00, 0x00}));
+  auto safe = plan_patch(cfg, original() + 0x1000, true);
+  ASSERT_FALSE(safe) << "the jmp would change je's opcode, where a uprobe can sit";
+  EXPECT_EQ(reason_kind(safe.error().message()), "no instruction takes the jmp whole before a branch");
 }
 
-// A uprobe at a function (offset 0) runs the file's first instruction out
-// of line and resumes after it: the entry patch keeps that instruction
-// when it only falls through, and the copy is entered right after its own
-// copy of it. Not kept: a branch or call first, no room.
-TEST_F(Assembled, EntryPatchKeepsAFirstInstructionThatOnlyFallsThrough) {
-  load("push rbx\nmov eax, edi\nadd eax, 1\npop rbx\nret");
-  EXPECT_TRUE(keeps_first_instruction(cfg));
-  EXPECT_EQ(patch_address(cfg), original() + 1);
+// Whether any byte that `patch` changes is one where an instruction of
+// `cfg` begins (a uprobe or breakpoint can sit there) and differs.
+bool changes_an_instruction_start(const FunctionCfg& cfg, const EntryPatch& patch) {
+  for (const Instruction& in : cfg.instructions)
+    if (in.addr >= patch.addr && in.addr < patch.addr + kEntryPatchSize &&
+        patch.original[in.addr - patch.addr] != patch.replacement[in.addr - patch.addr])
+      return true;
+  return false;
+}
+
+// The uprobe-safe entry (patch_plan.h): after the instructions that only
+// fall through, the jmp goes after the REX prefix of the first instruction
+// of 6 bytes or more, and no byte where an instruction begins changes. The
+// patched original computes what it did.
+TEST_F(Assembled, EntryPatchGoesAfterTheRexPrefixOfALongInstruction) {
+  load(R"(
+    push rbp                 # +0
+    mov rbp, rsp             # +1: 48 89 e5, too short
+    mov rax, [rdi + 0x100]   # +4: 48 8b 87 00 01 00 00
+    add rax, rsi
+    pop rbp
+    ret
+  )");
+  auto spot = entry_spot(cfg);
+  ASSERT_TRUE(spot) << spot.error().message();
+  EXPECT_TRUE(spot->probe_safe);
+  EXPECT_EQ(spot->kept, 2u);
+  EXPECT_EQ(spot->at, original() + 4);
+  EXPECT_EQ(spot->addr, original() + 5);
   auto cache = build_code_cache({{&cfg, original_layout(cfg)}}, cache_base());
   ASSERT_TRUE(cache) << cache.error().message();
   const CachedFunction& f = cache->functions[0];
   ASSERT_EQ(f.patch.entries.size(), 1u) << f.unpatched;
+  const EntryPatch& patch = f.patch.entries[0];
+  EXPECT_FALSE(changes_an_instruction_start(cfg, patch));
+  EXPECT_EQ(patch.original, (std::array<uint8_t, 5>{0x8b, 0x87, 0x00, 0x01, 0x00}));
+  const auto& t = f.code.translation;
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_EQ(t[2].original_addr, original() + 4);
+  EXPECT_EQ(original() + 5 + 5 + *reinterpret_cast<const int32_t*>(patch.replacement.data() + 1), t[2].new_addr)
+      << "lands on the copy of the REX instruction, after those of push rbp and mov rbp, rsp";
+  const std::vector<uint8_t> file = code;
+  std::memcpy(area + (cache->base - original()), cache->bytes.data(), cache->bytes.size());
+  std::memcpy(area + 5, patch.replacement.data(), kEntryPatchSize);
+  EXPECT_EQ(area[4], 0x48) << "the REX prefix stays";
+  uint64_t table[64] = {};
+  table[32] = 1000;
+  for (uint64_t add : {0u, 7u, 123456u})
+    EXPECT_EQ(at<uint64_t (*)(const uint64_t*, uint64_t)>(original())(table, add), 1000 + add);
+  std::memcpy(area, file.data(), file.size());
+}
+
+// An entry whose instructions before its first branch are all short keeps
+// the session-20 spot (after its first instruction), unless only
+// probe-safe entries are asked for: a uprobe at its second instruction
+// would break the jmp there.
+TEST_F(Assembled, EntryPatchAfterAFirstInstructionOnlyWhereNotProbeSafe) {
+  load("push rbx\nmov eax, edi\nadd eax, 1\npop rbx\nret");
+  auto spot = entry_spot(cfg);
+  ASSERT_TRUE(spot) << spot.error().message();
+  EXPECT_FALSE(spot->probe_safe);
+  EXPECT_EQ(spot->kept, 1u);
+  EXPECT_EQ(patch_address(cfg), original() + 1);
+  CacheOptions probe_safe;
+  probe_safe.probe_safe_entries = true;
+  auto safe = build_code_cache({{&cfg, original_layout(cfg)}}, cache_base(), {}, probe_safe);
+  ASSERT_TRUE(safe) << safe.error().message();
+  ASSERT_EQ(safe->functions.size(), 1u) << "still copied, for the copies that call it";
+  EXPECT_TRUE(safe->functions[0].patch.entries.empty());
+  EXPECT_EQ(reason_kind(safe->functions[0].unpatched), "no instruction takes the jmp whole before a branch");
+  auto cache = build_code_cache({{&cfg, original_layout(cfg)}}, cache_base());
+  ASSERT_TRUE(cache) << cache.error().message();
+  const CachedFunction& f = cache->functions[0];
+  ASSERT_EQ(f.patch.entries.size(), 1u) << f.unpatched;
+  EXPECT_TRUE(changes_an_instruction_start(cfg, f.patch.entries[0]));
   int32_t rel;
   std::memcpy(&rel, f.patch.entries[0].replacement.data() + 1, 4);
   EXPECT_EQ(original() + 1 + 5 + rel, f.code.base + 1) << "lands after the copy of push rbx";
   EXPECT_EQ(f.code.bytes[0], 0x53);
   load("call rax\nnop\nnop\nnop\nnop\nnop\nret");
-  EXPECT_FALSE(keeps_first_instruction(cfg)) << "a call first";
+  EXPECT_EQ(reason_kind(entry_spot(cfg).error().message()), "first instruction cannot be kept before the jmp")
+      << "a call first";
   load("mov eax, edi\njmp out\nnop\nnop\nnop\nout:\nret");
-  EXPECT_TRUE(keeps_first_instruction(cfg)) << "a jmp second";
+  EXPECT_FALSE(entry_spot(cfg)->probe_safe) << "a jmp rel8 second";
   load("push rbx\nmov eax, edi\npop rbx\nret");
-  EXPECT_FALSE(keeps_first_instruction(cfg)) << "no room for the jmp after push rbx";
+  EXPECT_EQ(reason_kind(entry_spot(cfg).error().message()), "too small to patch") << "no room after push rbx";
   EXPECT_EQ(patch_address(cfg), original());
 }
 
-// A first instruction that cannot be kept leaves the entry unpatched (a
-// uprobe at the first byte would break a jmp there), unless it is itself a
-// jmp rel32: the kernel emulates it, and writes its opcode, the jmp's
-// own, back when the probe goes.
-TEST_F(Assembled, EntryAtTheFirstByteOnlyWhereAUprobeLeavesTheJmpWhole) {
-  load("push rbx\nmov eax, edi\npop rbx\nret");
-  auto tiny = plan_patch(cfg, cache_base());
-  ASSERT_FALSE(tiny) << "push rbx cannot be kept: no room after it";
-  EXPECT_EQ(reason_kind(tiny.error().message()), "first instruction cannot be kept before the jmp");
-  EXPECT_FALSE(first_byte_takes_a_uprobe(cfg));
-  auto cache = build_code_cache({{&cfg, original_layout(cfg)}}, cache_base());
-  ASSERT_TRUE(cache) << cache.error().message();
-  ASSERT_EQ(cache->functions.size(), 1u) << "still copied, for the copies that call it";
-  EXPECT_TRUE(cache->functions[0].patch.entries.empty());
+// A jmp rel32 takes the patch at its own first byte, even the function's:
+// the kernel emulates it under a uprobe, and writes its opcode, the jmp's
+// own, back when the probe goes. A jmp rel8 does not (its opcode, written
+// back, would cut the jmp short).
+TEST_F(Assembled, EntryAtAJmpRel32ChangesOnlyItsDisplacement) {
   load(".byte 0xe9\n.long body - next\nnext:\nint3\nbody:\nmov eax, edi\nadd eax, 1\nadd eax, 2\nret");
-  EXPECT_TRUE(first_byte_takes_a_uprobe(cfg));
-  auto jumps = plan_patch(cfg, cache_base());
+  auto jumps = plan_patch(cfg, cache_base(), true);
   ASSERT_TRUE(jumps) << jumps.error().message();
   EXPECT_EQ(jumps->entries[0].addr, original());
+  EXPECT_FALSE(changes_an_instruction_start(cfg, jumps->entries[0]));
   load("jmp body\nint3\nint3\nint3\nbody:\nmov eax, edi\nadd eax, 1\nadd eax, 2\nret");
-  EXPECT_FALSE(first_byte_takes_a_uprobe(cfg)) << "a jmp rel8's opcode, written back, would cut the jmp short";
-  EXPECT_FALSE(plan_patch(cfg, cache_base()));
+  EXPECT_FALSE(entry_spot(cfg));
+  EXPECT_FALSE(plan_patch(cfg, cache_base(), false));
 }
 
 // A kept first instruction followed by a jmp that the layout drops: the
@@ -287,7 +345,7 @@ TEST_F(Assembled, EntryPatchAfterAKeptInstructionLandsWhereADroppedJmpWent) {
     jne body
     ret
   )");
-  ASSERT_TRUE(keeps_first_instruction(cfg));
+  ASSERT_TRUE(entry_spot(cfg)->probe_safe) << "in the jmp rel32, after the kept mov";
   const std::vector<uint8_t> file = code;
   const std::size_t body = block_at(7), check = block_at(12), exit = block_at(16);
   for (unsigned alignment : {0u, 32u}) {  // 32: check is a loop top, after nop padding
@@ -320,7 +378,7 @@ TEST_F(Assembled, EntryPatchAfterAKeptInstructionLandsWhereADroppedJmpWent) {
 
 TEST_F(Assembled, EntryPatchKeepsEndbr64) {
   load("endbr64\npush rbx\nmov eax, edi\npop rbx\nret");
-  auto patch = plan_patch(cfg, original() + 0x1000);
+  auto patch = plan_patch(cfg, original() + 0x1000, false);
   ASSERT_TRUE(patch) << patch.error().message();
   EXPECT_EQ(patch->entries[0].addr, original() + 4);
   // 53 / 89 f8 / 5b / c3: push rbx; mov eax, edi; pop rbx (the bytes after endbr64)
@@ -339,11 +397,11 @@ TEST_F(Assembled, AnotherEntryPointInTheEntryBytesLeavesTheEntryUnpatched) {
 
 TEST_F(Assembled, EntryPatchRefusals) {
   load("xor eax, eax\nret");
-  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "too small to patch");
-  load("push rbx\nloop:\ndec edi\njne loop\npop rbx\nret");
-  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "branch target in the entry bytes");
-  load("call rax\nnop\nnop\nnop\nnop\nret");
-  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base()).error().message()), "call in the entry bytes");
+  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base(), false).error().message()), "too small to patch");
+  load("push rbx\nnop\nloop:\ndec edi\njne loop\npop rbx\nret");
+  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base(), false).error().message()), "branch target in the entry bytes");
+  load("nop\ncall rax\nnop\nnop\nnop\nret");
+  EXPECT_EQ(reason_kind(plan_patch(cfg, cache_base(), false).error().message()), "call in the entry bytes");
 }
 
 TEST_F(Assembled, VerifierCatchesBrokenBridges) {

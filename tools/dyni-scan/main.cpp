@@ -133,6 +133,32 @@ void print_failure(uint64_t function, const std::string& why, std::size_t& failu
 // The copies the verifier rejected while the cache was built, then every
 // copy kept decoded back again (exits against all entry patches) and its
 // frames checked; the failures are printed.
+// Where the entry patches sit (jit/patch_plan.h): inside a jmp rel32 or
+// after a REX prefix, after how many kept instructions; and, checked apart
+// from the rule, how many change a byte where an instruction of the file
+// begins (a uprobe or breakpoint there would break them): none should.
+void print_entry_spots(const jit::ModulePlan& plan) {
+  std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
+  for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
+  std::size_t in_jmp = 0, after_rex = 0, keeping = 0, at_starts = 0;
+  for (const jit::CachedFunction& f : plan.cache.functions)
+    for (const jit::EntryPatch& p : f.patch.entries) {
+      const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
+      keeping += !cfg.instructions.empty() && cfg.instructions[0].end() <= p.addr;
+      bool changes_a_start = false;
+      for (const jit::Instruction& in : cfg.instructions) {
+        in_jmp += in.addr == p.addr && p.original[0] == jit::kJmpRel32Opcode;
+        after_rex += in.addr + 1 == p.addr && (in.bytes[0] & 0xf0) == 0x40 && in.length > jit::kEntryPatchSize;
+        const bool inside = in.addr >= p.addr && in.addr < p.addr + jit::kEntryPatchSize;
+        changes_a_start |= inside && p.original[in.addr - p.addr] != p.replacement[in.addr - p.addr];
+      }
+      at_starts += changes_a_start;
+    }
+  std::printf("entries:   %zu in a jmp rel32, %zu after a REX prefix (%zu after kept instructions); %zu change a byte "
+              "where an instruction begins (probe_safe_entries = false)\n",
+              in_jmp, after_rex, keeping, at_starts);
+}
+
 std::size_t verify_all(const jit::ModulePlan& plan) {
   std::size_t failures = 0;
   for (const jit::Rejection& r : plan.rejected)
@@ -360,13 +386,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(plan->cache.base), plan->blocks_left, plan->blocks);
   for (const auto& [kind, n] : unpatched)
     std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
-  // Where the entry patches sit (jit/patch_plan.h): after a kept first
-  // instruction or endbr64 a uprobe at the function is safe; at the first byte it is not.
-  std::size_t at_first = 0, after_first = 0;
-  for (const jit::CachedFunction& f : plan->cache.functions)
-    for (const jit::EntryPatch& p : f.patch.entries) (p.addr == f.original_entry ? at_first : after_first)++;
-  std::printf("entries:   %zu patched, %zu after their kept first instruction or endbr64, %zu at their first byte\n",
-              at_first + after_first, after_first, at_first);
+  print_entry_spots(*plan);
   std::size_t rebuildable = 0, rebuilt = 0;
   for (const auto& c : plan->cfgs)
     for (const jit::JumpTable& t : c->tables) rebuildable += t.rebuildable;
