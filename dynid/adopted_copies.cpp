@@ -57,7 +57,7 @@ Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record) {
     const uint64_t start = at.function ? patch.addr - (at.link_addr - at.function->addr) : patch.addr;
     out.copies.push_back({fde->begin, fde->end - fde->begin, start,
                           at.function ? elf::display_name(*at.function) : fmt::format("func_{:x}", at.link_addr),
-                          {}});
+                          {}, patch.addr, std::nullopt});  // whether a uprobe leaves it whole is not recorded
   }
   std::sort(out.copies.begin(), out.copies.end(),
             [](const CopyRange& a, const CopyRange& b) { return a.cache_addr < b.cache_addr; });

@@ -77,9 +77,11 @@ struct CopyRange {
   // (offset in the copy, run-time original instruction), where it changes:
   // what `dyni -addr2orig` reads back (copy_origins.h).
   std::vector<std::pair<uint32_t, uint64_t>> lines;
-  // Its entry patch, if planned, changes no byte where an instruction of
-  // the file begins (jit/patch_plan.h): a uprobe anywhere leaves it whole.
-  bool entry_probe_safe = true;
+  // Its planned entry patch (run-time; 0: none), and whether it changes no
+  // byte where an instruction of the file begins (jit/patch_plan.h: a uprobe
+  // anywhere leaves it whole). Unknown for a cache adopted from its record.
+  uint64_t entry_patch = 0;
+  std::optional<bool> entry_probe_safe = std::nullopt;
 };
 
 // Where a patch window's time went (the longest one is kept).

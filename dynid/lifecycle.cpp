@@ -108,7 +108,8 @@ std::optional<ParentCopies> TargetLifecycle::copies_for_children() const {
   if (!injection_ || injection_->copies.empty()) return std::nullopt;
   ParentCopies out{injection_->cache.addr, {}, huge_page_bytes_};
   out.copies.reserve(injection_->copies.size());
-  for (const CopyRange& c : injection_->copies) out.copies.push_back({c.cache_addr, c.size, c.original_entry, c.name, {}});
+  for (const CopyRange& c : injection_->copies)
+    out.copies.push_back({c.cache_addr, c.size, c.original_entry, c.name, {}, c.entry_patch, c.entry_probe_safe});
   return out;
 }
 
@@ -720,15 +721,15 @@ nlohmann::json entries_at_first_byte(const Injection& in) {
 // The patched functions whose entry jmp begins where an instruction of the
 // file does (probe_safe_entries = false, jit/patch_plan.h): a uprobe
 // attached there after injection (uprobe:FUNC+N) would land on dyni's jmp.
+// null where that is not known (a cache adopted from its record).
 nlohmann::json entries_unsafe_for_uprobes(const Injection& in) {
   std::set<uint64_t> patched;
   for (const PatchRecord& p : in.patched)
     if (p.kind == PatchKind::Entry) patched.insert(p.addr);
   std::vector<std::string> names;
   for (const CopyRange& c : in.copies) {
-    auto it = patched.upper_bound(c.original_entry);
-    if (!c.entry_probe_safe && it != patched.end() && *it - c.original_entry <= jit::kMaxEntryPatchOffset)
-      names.push_back(c.name);
+    if (!c.entry_probe_safe) return nullptr;
+    if (!*c.entry_probe_safe && patched.count(c.entry_patch)) names.push_back(c.name);
   }
   return count_and_examples(std::move(names));
 }

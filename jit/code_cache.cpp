@@ -153,15 +153,15 @@ Status emit_into(CodeCache& cache, CachedFunction& slot, const HotCode& f, const
 Result<uint64_t> landing(const FunctionCfg& cfg, const EmittedCode& code) {
   auto spot = entry_spot(cfg);
   if (!spot) return std::unexpected(spot.error());
-  const std::size_t m = spot->kept;
+  const std::size_t m = spot->kept, first = cfg.blocks[0].first;  // entry_spot counts in the entry block
   if (m == 0) return code.base;
   const std::vector<TranslationEntry>& t = code.translation;
   if (t.size() <= m || t[0].new_addr != code.base)
     return fail(fmt::format("the copy does not begin with the kept instructions at {:#x}", cfg.start));
   for (std::size_t i = 0; i < m; ++i)
-    if (t[i].original_addr != cfg.instructions[i].addr || t[i].kind != Translation::Copied)
+    if (t[i].original_addr != cfg.instructions[first + i].addr || t[i].kind != Translation::Copied)
       return fail(fmt::format("the copy does not begin with the kept instructions at {:#x}", cfg.start));
-  const Instruction& patched = cfg.instructions[m];
+  const Instruction& patched = cfg.instructions[first + m];
   const Translation k = t[m].kind;
   const bool runs_it = t[m].original_addr == patched.addr && k != Translation::Jump && k != Translation::Padding &&
                        k != Translation::EdgeCounter;

@@ -80,8 +80,10 @@ Result<EntrySpot> after_first_instruction(const FunctionCfg& cfg) {
     if (auto why = refusal(cfg, first.end(), first.end())) return fail(*why);
     return EntrySpot{0, first.end(), first.end(), false};
   }
-  if (entry.count < 2 || first.flow != Flow::Next)
+  if (entry.count < 2 || first.flow != Flow::Next) {
+    if (auto why = refusal(cfg, cfg.start, cfg.start)) return fail(*why);  // what a patch at the start would break
     return fail(fmt::format("first instruction cannot be kept before the jmp at {:#x}", cfg.start));
+  }
   const uint64_t second = cfg.instructions[entry.first + 1].addr;
   if (auto why = refusal(cfg, second, second)) return fail(*why);
   return EntrySpot{1, second, second, false};

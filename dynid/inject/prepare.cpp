@@ -256,9 +256,10 @@ std::vector<CopyRange> copy_ranges(const Prepared& p) {
   const uint64_t bias = p.exe.module->bias;
   for (const jit::CachedFunction& f : p.planned.plan.cache.functions) {
     const elf::Function* fn = p.exe.module->functions->find(f.original_entry);
-    const bool probe_safe = f.patch.entries.empty() || f.patch.entries[0].probe_safe;
+    const bool patched = !f.patch.entries.empty();
     out.push_back({f.code.base + bias, f.code.bytes.size(), f.original_entry + bias,
-                   fn ? elf::display_name(*fn) : fmt::format("func_{:x}", f.original_entry), {}, probe_safe});
+                   fn ? elf::display_name(*fn) : fmt::format("func_{:x}", f.original_entry), {},
+                   patched ? f.patch.entries[0].addr + bias : 0, !patched || f.patch.entries[0].probe_safe});
     for (const jit::TranslationEntry& t : f.code.translation)
       if (out.back().lines.empty() || out.back().lines.back().second != t.original_addr + bias)
         out.back().lines.emplace_back(static_cast<uint32_t>(t.new_addr - f.code.base), t.original_addr + bias);

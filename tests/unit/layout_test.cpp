@@ -305,8 +305,10 @@ TEST_F(Assembled, EntryPatchAfterAFirstInstructionOnlyWhereNotProbeSafe) {
   EXPECT_EQ(original() + 1 + 5 + rel, f.code.base + 1) << "lands after the copy of push rbx";
   EXPECT_EQ(f.code.bytes[0], 0x53);
   load("call rax\nnop\nnop\nnop\nnop\nnop\nret");
+  EXPECT_EQ(reason_kind(entry_spot(cfg).error().message()), "call in the entry bytes") << "a call first";
+  load("mov eax, 1\nloop:\ndec edi\njne loop\nret");
   EXPECT_EQ(reason_kind(entry_spot(cfg).error().message()), "first instruction cannot be kept before the jmp")
-      << "a call first";
+      << "the second begins a loop";
   load("mov eax, edi\njmp out\nnop\nnop\nnop\nout:\nret");
   EXPECT_FALSE(entry_spot(cfg)->probe_safe) << "a jmp rel8 second";
   load("push rbx\nmov eax, edi\npop rbx\nret");
