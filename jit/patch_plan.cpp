@@ -98,6 +98,14 @@ Result<EntrySpot> entry_spot(const FunctionCfg& cfg) {
   return safe ? safe : after_first_instruction(cfg);
 }
 
+bool changes_an_instruction_start(const FunctionCfg& cfg, const EntryPatch& patch) {
+  for (const Instruction& in : cfg.instructions)
+    if (in.addr >= patch.addr && in.addr < patch.addr + kEntryPatchSize &&
+        patch.original[in.addr - patch.addr] != patch.replacement[in.addr - patch.addr])
+      return true;
+  return false;
+}
+
 uint64_t patch_address(const FunctionCfg& cfg) {
   auto spot = entry_spot(cfg);
   return spot ? spot->addr : cfg.start;

@@ -94,6 +94,11 @@ BlockLayout with_entry_bytes_copied(const FunctionCfg& cfg, BlockLayout layout);
 // the jmp can go there (not probe_safe).
 Result<EntrySpot> entry_spot(const FunctionCfg& cfg);
 
+// Whether `patch` changes a byte where one of `cfg`'s instructions begins
+// (a uprobe or breakpoint there would break it): a check of the invariant
+// above apart from entry_spot, for tests and dyni-scan.
+bool changes_an_instruction_start(const FunctionCfg& cfg, const EntryPatch& patch);
+
 // entry_spot's jmp address, or the function's start where it has none.
 uint64_t patch_address(const FunctionCfg& cfg);
 

@@ -225,16 +225,6 @@ TEST_F(Assembled, EntryPatchIsAJumpToTheCopyAndKeepsTheOriginalBytes) {
   EXPECT_EQ(reason_kind(safe.error().message()), "no instruction takes the jmp whole before a branch");
 }
 
-// Whether any byte that `patch` changes is one where an instruction of
-// `cfg` begins (a uprobe or breakpoint can sit there) and differs.
-bool changes_an_instruction_start(const FunctionCfg& cfg, const EntryPatch& patch) {
-  for (const Instruction& in : cfg.instructions)
-    if (in.addr >= patch.addr && in.addr < patch.addr + kEntryPatchSize &&
-        patch.original[in.addr - patch.addr] != patch.replacement[in.addr - patch.addr])
-      return true;
-  return false;
-}
-
 // The uprobe-safe entry (patch_plan.h): after the instructions that only
 // fall through, the jmp goes after the REX prefix of the first instruction
 // of 6 bytes or more, and no byte where an instruction begins changes. The

@@ -130,9 +130,6 @@ void print_failure(uint64_t function, const std::string& why, std::size_t& failu
     std::fprintf(stderr, "verifier failure: %#llx: %s\n", static_cast<unsigned long long>(function), why.c_str());
 }
 
-// The copies the verifier rejected while the cache was built, then every
-// copy kept decoded back again (exits against all entry patches) and its
-// frames checked; the failures are printed.
 // Where the entry patches sit (jit/patch_plan.h): inside a jmp rel32 or
 // after a REX prefix, after how many kept instructions; and, checked apart
 // from the rule, how many change a byte where an instruction of the file
@@ -145,20 +142,20 @@ void print_entry_spots(const jit::ModulePlan& plan) {
     for (const jit::EntryPatch& p : f.patch.entries) {
       const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
       keeping += !cfg.instructions.empty() && cfg.instructions[0].end() <= p.addr;
-      bool changes_a_start = false;
       for (const jit::Instruction& in : cfg.instructions) {
         in_jmp += in.addr == p.addr && p.original[0] == jit::kJmpRel32Opcode;
         after_rex += in.addr + 1 == p.addr && (in.bytes[0] & 0xf0) == 0x40 && in.length > jit::kEntryPatchSize;
-        const bool inside = in.addr >= p.addr && in.addr < p.addr + jit::kEntryPatchSize;
-        changes_a_start |= inside && p.original[in.addr - p.addr] != p.replacement[in.addr - p.addr];
       }
-      at_starts += changes_a_start;
+      at_starts += jit::changes_an_instruction_start(cfg, p);
     }
   std::printf("entries:   %zu in a jmp rel32, %zu after a REX prefix (%zu after kept instructions); %zu change a byte "
               "where an instruction begins (probe_safe_entries = false)\n",
               in_jmp, after_rex, keeping, at_starts);
 }
 
+// The copies the verifier rejected while the cache was built, then every
+// copy kept decoded back again (exits against all entry patches) and its
+// frames checked; the failures are printed.
 std::size_t verify_all(const jit::ModulePlan& plan) {
   std::size_t failures = 0;
   for (const jit::Rejection& r : plan.rejected)
