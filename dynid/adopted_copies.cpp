@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/file_io.h"
+#include "dynid/copy_origins.h"
 #include "dynid/target_memory.h"
 #include "elf/eh_frame.h"
 #include "elf/function_table.h"
@@ -62,6 +64,19 @@ Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record) {
   std::sort(out.copies.begin(), out.copies.end(),
             [](const CopyRange& a, const CopyRange& b) { return a.cache_addr < b.cache_addr; });
   return out;
+}
+
+std::vector<CopyRange> copies_from_origins(const std::string& path, const CacheRecord& record,
+                                           const std::string& tier) {
+  std::vector<CopyRange> copies;
+  auto text = read_file(path, 256 << 20);
+  std::size_t skipped = 0;  // a line cut short by a dynid killed while writing
+  auto origins = text ? parse_origins(*text, &skipped) : std::unexpected(text.error());
+  if (!origins) return copies;
+  for (CopyOrigin& o : *origins)
+    if (o.tier == tier && o.cache_addr >= record.cache_addr && o.cache_addr + o.size <= record.cache_addr + record.cache_length)
+      copies.push_back({o.cache_addr, o.size, o.original_entry, std::move(o.name), {}, 0, std::nullopt});
+  return copies;
 }
 
 }  // namespace dyni

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -29,6 +30,13 @@ struct AdoptedCopies {
   std::vector<uint8_t> eh_frame;
 };
 Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record);
+
+// `record`'s copies of tier `tier` ("optimized", "counting") as the origins
+// file at `path` names them, without their line tables: what the dynid
+// that made the cache wrote (dynid's own file: root's, 0600), read when a
+// restarted dynid adopts that process. Empty when the file does not say.
+std::vector<CopyRange> copies_from_origins(const std::string& path, const CacheRecord& record,
+                                           const std::string& tier);
 
 // Where an entry patch's jmp rel32 at `addr` goes; 0 if `replacement` is no
 // such jmp. Pure.

@@ -82,6 +82,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   log::info("dynid {} started, pid {}, config {}, socket {}", DYNI_VERSION, ::getpid(),
             options.config_path, paths::socket_file());
   restore_lifted_thp();  // before any target is touched (cache_huge_pages.h)
+  daemon->watch_processes();
   daemon->use_exe_list();
   daemon->check_license();
   return daemon;
@@ -158,9 +159,23 @@ int Daemon::poll_timeout_ms(int64_t now) {
   return stopping_ ? std::min(timeout, 50) : timeout;
 }
 
+// The kernel's process events let each scan read only the processes that
+// forked, exec'd or exited (discovery.h); without them it reads them all.
+void Daemon::watch_processes() {
+  if (options_.proc_root != "/proc") return;  // a test's fake /proc: its pids are not the kernel's
+  auto watch = ExecWatch::open();
+  if (!watch) {
+    log::info("discovery: no process events from the kernel ({}): each scan reads every process",
+              watch.error().message());
+    return;
+  }
+  identities_ = ProcessIdentities(std::move(*watch));
+  log::info("discovery: process events from the kernel's proc connector: a scan reads only the processes that changed");
+}
+
 void Daemon::scan() {
   if (now_mono_ms() >= next_license_check_ms_) check_license();
-  targets_.reconcile(discover(exe_matcher_, options_.proc_root, ::getpid()), now_mono_ms());
+  targets_.reconcile(discover(exe_matcher_, options_.proc_root, ::getpid(), &identities_), now_mono_ms());
   targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
   sync_lifecycles();
   keep_groups_undone();

@@ -47,6 +47,7 @@ class Daemon {
          int signal_fd);
 
   void scan();
+  void watch_processes();
   void write_metrics_textfile();
   void sync_lifecycles();
   profiler::RecorderOptions recorder_options() const;
@@ -80,6 +81,7 @@ class Daemon {
   DaemonOptions options_;
   Config config_;
   ExeMatcher exe_matcher_;  // config_.exe_list with its symlinks resolved (use_exe_list)
+  ProcessIdentities identities_{nullptr};  // kept across scans where the kernel reports process events
   InstanceLock lock_;
   ControlServer server_;
   int signal_fd_;

@@ -2,11 +2,14 @@
 // and the symlink resolution of [exeList] that the scans match against.
 #include "dynid/discovery.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -60,32 +63,120 @@ std::optional<ExeMatch> match_exe(const ExeMatcher& matcher, const std::string& 
   return std::nullopt;
 }
 
-std::vector<DiscoveredProcess> discover(const ExeMatcher& matcher, const std::string& proc_root,
-                                        pid_t self) {
+void ProcessIdentities::begin_scan(const std::vector<pid_t>& listed, int64_t now_ms) {
+  now_ms_ = now_ms;
+  read_ = 0;
+  ExecWatch::Changes changes = watch_ ? watch_->drain() : ExecWatch::Changes{.all = true, .pids = {}};
+  if (changes.all) known_.clear();
+  for (pid_t pid : changes.pids) known_.erase(pid);
+  const std::unordered_set<pid_t> live(listed.begin(), listed.end());
+  std::erase_if(known_, [&](const auto& entry) {
+    return !live.contains(entry.first) || now_ms - entry.second.read_ms >= kRefreshMs;
+  });
+  kept_fds_ = std::count_if(known_.begin(), known_.end(), [](const auto& entry) { return entry.second.stat_fd.fd >= 0; });
+}
+
+ProcessIdentity::KeptFd& ProcessIdentity::KeptFd::operator=(KeptFd&& other) noexcept {
+  if (this != &other) {
+    if (fd >= 0) ::close(fd);
+    fd = std::exchange(other.fd, -1);
+  }
+  return *this;
+}
+
+ProcessIdentity::KeptFd::~KeptFd() {
+  if (fd >= 0) ::close(fd);
+}
+
+Result<ProcStat> ProcessIdentities::stat_of(ProcessIdentity& id, const std::string& proc_root, pid_t pid) {
+  if (id.stat_fd.fd < 0 && kept_fds_ < kMaxKeptFds && watch_) {
+    id.stat_fd.fd = ::open(fmt::format("{}/{}/stat", proc_root, pid).c_str(), O_RDONLY | O_CLOEXEC);
+    kept_fds_ += id.stat_fd.fd >= 0;
+  }
+  if (id.stat_fd.fd < 0) return read_proc_stat(proc_root, pid);
+  char text[4096];  // one line of about 300 bytes
+  const ssize_t n = ::pread(id.stat_fd.fd, text, sizeof text, 0);
+  if (n <= 0 || static_cast<std::size_t>(n) == sizeof text) return fail(fmt::format("cannot read {}/{}/stat", proc_root, pid));
+  return parse_proc_stat(std::string(text, static_cast<std::size_t>(n)));
+}
+
+ProcessIdentity& ProcessIdentities::of(const std::string& proc_root, pid_t pid) {
+  auto [it, added] = known_.try_emplace(pid);
+  if (!added) return it->second;
+  ++read_;
+  ProcessIdentity& id = it->second;
+  id.read_ms = now_ms_;
+  if (auto exe = read_exe(proc_root, pid)) id.exe = std::move(*exe);  // fails for kernel threads and exited pids
+  return id;
+}
+
+namespace {
+
+const std::string& mount_ns_of(ProcessIdentity& id, const std::string& proc_root, pid_t pid) {
+  if (!id.mount_ns) id.mount_ns = read_mount_namespace(proc_root, pid);
+  return *id.mount_ns;
+}
+
+std::pair<uint64_t, uint64_t> exe_file_of(ProcessIdentity& id, const std::string& proc_root, pid_t pid) {
+  if (!id.exe_file) {
+    struct stat file{};
+    id.exe_file = ::stat(fmt::format("{}/{}/exe", proc_root, pid).c_str(), &file) == 0
+                      ? std::pair<uint64_t, uint64_t>{file.st_dev, file.st_ino}
+                      : std::pair<uint64_t, uint64_t>{0, 0};
+  }
+  return *id.exe_file;
+}
+
+// True when `stat` is of the process `id` was read from (the first stat read
+// with it says which): not a new process under a reused pid, nor an exec.
+bool same_process(ProcessIdentity& id, const ProcStat& stat) {
+  if (!id.start_time) id.start_time = stat.start_time, id.image = stat.image;
+  return id.start_time == stat.start_time && id.image == stat.image;
+}
+
+// `pid` as a target, if its executable is listed.
+std::optional<DiscoveredProcess> examine(const ExeMatcher& matcher, const std::string& proc_root, pid_t pid,
+                                         const std::string& own_ns, ProcessIdentities& known) {
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second with all read afresh
+    ProcessIdentity& id = known.of(proc_root, pid);
+    if (!id.exe) return std::nullopt;
+    // Its mount namespace only where it matters: a match, or an executable
+    // that a listed symlink leads to.
+    auto match = match_exe(matcher, id.exe->path, false);
+    const bool linked = std::any_of(matcher.symlinks.begin(), matcher.symlinks.end(),
+                                    [&](const ExeSymlink& s) { return s.target == id.exe->path; });
+    if (!match && !linked) return std::nullopt;
+    const std::string& ns = mount_ns_of(id, proc_root, pid);
+    if (!match) match = match_exe(matcher, id.exe->path, !ns.empty() && ns == own_ns);
+    if (!match) return std::nullopt;
+    auto stat = known.stat_of(id, proc_root, pid);
+    if (!stat || stat->state == 'Z' || stat->state == 'X') return std::nullopt;
+    if (!same_process(id, *stat)) {
+      known.forget(pid);
+      continue;
+    }
+    DiscoveredProcess p{*stat, *id.exe, basename_of(id.exe->path), ns, *match};
+    std::tie(p.exe_dev, p.exe_ino) = exe_file_of(id, proc_root, pid);
+    return p;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<DiscoveredProcess> discover(const ExeMatcher& matcher, const std::string& proc_root, pid_t self,
+                                        ProcessIdentities* known) {
   std::vector<DiscoveredProcess> found;
   if (matcher.entries.empty()) return found;
-  std::string own_ns = read_mount_namespace(proc_root, ::getpid());
-  for (pid_t pid : list_pids(proc_root)) {
-    if (pid == self) continue;
-    auto exe = read_exe(proc_root, pid);  // fails for kernel threads and exited pids
-    if (!exe) continue;
-    // Its mount namespace only where it matters (each scan reads every
-    // process): a match, or an executable that a listed symlink leads to.
-    auto match = match_exe(matcher, exe->path, false);
-    const bool linked = std::any_of(matcher.symlinks.begin(), matcher.symlinks.end(),
-                                    [&](const ExeSymlink& s) { return s.target == exe->path; });
-    if (!match && !linked) continue;
-    std::string ns = read_mount_namespace(proc_root, pid);
-    if (!match) match = match_exe(matcher, exe->path, !ns.empty() && ns == own_ns);
-    if (!match) continue;
-    auto stat = read_proc_stat(proc_root, pid);
-    if (!stat || stat->state == 'Z' || stat->state == 'X') continue;
-    DiscoveredProcess p{*stat, *exe, basename_of(exe->path), ns, *match};
-    struct stat file{};
-    if (::stat(fmt::format("{}/{}/exe", proc_root, pid).c_str(), &file) == 0)
-      p.exe_dev = file.st_dev, p.exe_ino = file.st_ino;
-    found.push_back(std::move(p));
-  }
+  ProcessIdentities read_all(nullptr);
+  ProcessIdentities& ids = known ? *known : read_all;
+  const std::vector<pid_t> pids = list_pids(proc_root);
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  ids.begin_scan(pids, std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+  const std::string own_ns = read_mount_namespace(proc_root, ::getpid());
+  for (pid_t pid : pids)
+    if (pid != self)
+      if (auto p = examine(matcher, proc_root, pid, own_ns, ids)) found.push_back(std::move(*p));
   return found;
 }
 

@@ -9,10 +9,15 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "dynid/exec_watch.h"
 #include "dynid/proc_reader.h"
 
 namespace dyni {
@@ -66,8 +71,65 @@ struct DiscoveredProcess {
 
 std::string basename_of(const std::string& path);
 
+// What discovery read of one process that does not change while it runs one
+// program: its executable, its mount namespace, the file's device and inode.
+struct ProcessIdentity {
+  std::optional<ExePath> exe;           // none: a kernel thread, or gone
+  std::optional<std::string> mount_ns;  // read only for a listed executable
+  std::optional<std::pair<uint64_t, uint64_t>> exe_file;  // dev, ino; likewise
+  uint64_t start_time = 0, image = 0;   // from its first /proc/PID/stat read: 0 before
+  int64_t read_ms = 0;
+  // Its /proc/PID/stat, kept open: it names this process for as long as the
+  // descriptor lives (reads fail once it is gone, even if its pid is reused).
+  struct KeptFd {
+    int fd = -1;
+    KeptFd() = default;
+    KeptFd(KeptFd&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
+    KeptFd& operator=(KeptFd&& other) noexcept;
+    ~KeptFd();
+  } stat_fd;
+};
+
+// The identities of the host's processes, kept from scan to scan while the
+// kernel's process events (exec_watch.h) say that a process is still the
+// program it was: a scan then reads /proc/PID/stat of the listed executables
+// only, not every process's links (with 200 postgres backends that was most
+// of dynid's CPU). Without events (`watch` null) nothing is kept.
+// Invariant: an identity is used only while no fork, exec or exit of its pid
+// was reported since it was read, its pid is listed, and it is younger than
+// kRefreshMs (a safety net: a mount namespace may change without an exec, and
+// an upgrade deletes the running file); a listed process's stat must still
+// show the start time and image it was read with.
+class ProcessIdentities {
+ public:
+  static constexpr int64_t kRefreshMs = 10'000;
+  explicit ProcessIdentities(std::unique_ptr<ExecWatch> watch) : watch_(std::move(watch)) {}
+
+  // Forgets what changed since the last scan: call once a scan, first.
+  void begin_scan(const std::vector<pid_t>& listed, int64_t now_ms);
+  // `pid`'s identity, read from `proc_root` unless kept; forget() drops it.
+  ProcessIdentity& of(const std::string& proc_root, pid_t pid);
+  void forget(pid_t pid) { known_.erase(pid); }
+  // Its /proc/PID/stat, through the descriptor kept for it where one is.
+  Result<ProcStat> stat_of(ProcessIdentity& id, const std::string& proc_root, pid_t pid);
+  // How many identities were read (not kept) since begin_scan.
+  std::size_t read_this_scan() const { return read_; }
+
+ private:
+  std::unique_ptr<ExecWatch> watch_;
+  std::unordered_map<pid_t, ProcessIdentity> known_;
+  // Descriptors kept open at most: a server's thousands of workers must not
+  // exhaust dynid's (RLIMIT_NOFILE is often 1024); past it, stat is opened
+  // for each read.
+  static constexpr std::size_t kMaxKeptFds = 512;
+  std::size_t kept_fds_ = 0;
+  int64_t now_ms_ = 0;
+  std::size_t read_ = 0;
+};
+
 // Scans `proc_root` (normally "/proc") once; skips `self` and kernel threads.
+// With `known`, reads again only the processes that changed.
 std::vector<DiscoveredProcess> discover(const ExeMatcher& matcher, const std::string& proc_root,
-                                        pid_t self);
+                                        pid_t self, ProcessIdentities* known = nullptr);
 
 }  // namespace dyni

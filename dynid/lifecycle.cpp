@@ -105,6 +105,7 @@ TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
 
 std::optional<ParentCopies> TargetLifecycle::copies_for_children() const {
   std::lock_guard lock(injection_mutex_);
+  if (adopted_copies_ && injection_ && injection_->cache.addr == adopted_copies_->cache_addr) return adopted_copies_;
   if (!injection_ || injection_->copies.empty()) return std::nullopt;
   ParentCopies out{injection_->cache.addr, {}, huge_page_bytes_};
   out.copies.reserve(injection_->copies.size());
@@ -511,7 +512,9 @@ void TargetLifecycle::write_adopted_copy_files(const CacheRecord& record) {
   if (::access(origins_path(pid_, start_time_).c_str(), F_OK) == 0) {
     const std::string gdb = cache_symbol_file_path(pid_, start_time_, tier);
     const bool have_gdb = ::access(gdb.c_str(), F_OK) == 0;
+    std::vector<CopyRange> copies = copies_from_origins(origins_path(pid_, start_time_), record, tier);
     std::lock_guard lock(injection_mutex_);
+    if (!copies.empty()) adopted_copies_ = ParentCopies{record.cache_addr, std::move(copies), huge_page_bytes_};
     perf_map_ = fmt::format("/tmp/perf-{}.map", pid_);
     perf_map_here_ = perf_map_seen_here(pid_);
     gdb_command_ = have_gdb ? "add-symbol-file " + gdb : "";

@@ -173,6 +173,10 @@ class TargetLifecycle {
   bool adopted_ = false;  // found in the target, not made by this dynid
   bool inherited_ = false;  // adopted, and its parent maps that cache: it came with a fork
   std::optional<ParentCopies> parent_copies_;  // set before the thread starts
+  // An adopted cache's copies as its maker's origins file names them (a
+  // restarted dynid): handed to the children it forks, which would each read
+  // the executable's symbols otherwise. Under injection_mutex_.
+  std::optional<ParentCopies> adopted_copies_;
   std::optional<uint64_t> huge_page_bytes_;  // of the cache, measured once after injection
   std::size_t redo_count_ = 0, undo_count_ = 0;
 

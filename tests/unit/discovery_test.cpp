@@ -5,10 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "dynid/discovery.h"
+#include "dynid/exec_watch.h"
 #include "dynid/proc_reader.h"
 
 namespace dyni {
@@ -197,6 +200,74 @@ TEST_F(DiscoverRealProcess, SkipsSelfAndZombies) {
   kill(child, SIGKILL);
   usleep(100 * 1000);  // now a zombie until reaped
   EXPECT_TRUE(discover(listing({name}), "/proc", getpid()).empty());
+}
+
+// A process that runs another program by the time of the next scan is read
+// again: here a child that was no target at the first scan execs the listed
+// file. Without the kernel's exec event it would keep its first identity for
+// ProcessIdentities::kRefreshMs (10 s).
+TEST_F(DiscoverRealProcess, AProcessThatExecsAListedFileIsFoundAtTheNextScan) {
+  auto watch = ExecWatch::open();
+  if (!watch) GTEST_SKIP() << "no process events here (" << watch.error().message() << "): discovery reads every process";
+  ProcessIdentities known(std::move(*watch));
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  pid_t late = fork();
+  if (late == 0) {
+    char byte;
+    close(go[1]);
+    if (read(go[0], &byte, 1) == 1) execl(exe.c_str(), exe.c_str(), "20", nullptr);
+    _exit(127);
+  }
+  close(go[0]);
+  auto pids_of = [](const std::vector<DiscoveredProcess>& found) {
+    std::set<pid_t> pids;
+    for (const auto& p : found) pids.insert(p.stat.pid);
+    return pids;
+  };
+  EXPECT_EQ(pids_of(discover(listing({name}), "/proc", getpid(), &known)), std::set<pid_t>{child});
+  const std::size_t first_read = known.read_this_scan();
+  EXPECT_EQ(pids_of(discover(listing({name}), "/proc", getpid(), &known)), std::set<pid_t>{child});
+  EXPECT_LT(known.read_this_scan() * 4, first_read) << "a second scan reads again only what changed";
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  close(go[1]);
+  for (int i = 0; i < 200 && read_exe("/proc", late).value_or(ExePath{}).path != exe.string(); ++i) usleep(10 * 1000);
+  EXPECT_EQ(pids_of(discover(listing({name}), "/proc", getpid(), &known)), (std::set<pid_t>{child, late}));
+  kill(late, SIGKILL);
+  waitpid(late, nullptr, 0);
+}
+
+// The kernel reports a child's birth, its exec and its end by its pid.
+TEST(ExecWatch, ReportsAChildsForkExecAndExit) {
+  auto watch = ExecWatch::open();
+  if (!watch) GTEST_SKIP() << "no process events here (" << watch.error().message() << ")";
+  auto seen = [&](pid_t pid) {
+    bool found = false;
+    for (int i = 0; i < 100 && !found; ++i) {
+      ExecWatch::Changes changes = (*watch)->drain();
+      EXPECT_FALSE(changes.all) << "no event lost";
+      found = std::find(changes.pids.begin(), changes.pids.end(), pid) != changes.pids.end();
+      if (!found) usleep(10 * 1000);
+    }
+    return found;
+  };
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    char byte;
+    close(go[1]);
+    if (read(go[0], &byte, 1) == 1) execl("/bin/sleep", "sleep", "0.2", nullptr);
+    _exit(127);
+  }
+  close(go[0]);
+  EXPECT_TRUE(seen(child)) << "fork";
+  EXPECT_FALSE(seen(getpid())) << "nothing about a process that did nothing";
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  close(go[1]);
+  EXPECT_TRUE(seen(child)) << "exec";
+  waitpid(child, nullptr, 0);
+  EXPECT_TRUE(seen(child)) << "exit";
 }
 
 TEST(Discover, MissingProcRootFindsNothing) {
