@@ -83,6 +83,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
             options.config_path, paths::socket_file());
   restore_lifted_thp();  // before any target is touched (cache_huge_pages.h)
   daemon->watch_processes();
+  if (std::size_t gone = daemon->stale_perf_maps_.take_over_leftovers())
+    log::info("perf maps: {} of processes that exited before this dynid removed, the last {} kept", gone,
+              StalePerfMaps::kKeptHere);
   daemon->use_exe_list();
   daemon->check_license();
   return daemon;

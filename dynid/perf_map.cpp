@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -208,6 +210,24 @@ std::size_t StalePerfMaps::trim_here() {
     here_.pop_front();
   }
   return removed;
+}
+
+std::size_t StalePerfMaps::take_over_leftovers(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::pair<pid_t, PerfMapHere>>> found;  // by modification time
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename();
+    pid_t pid = 0;
+    if (std::sscanf(name.c_str(), "perf-%d.map", &pid) != 1 || name != fmt::format("perf-{}.map", pid) || pid <= 0)
+      continue;
+    struct stat st{};
+    if (::lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // a live process's, or its pid another's: sweep's part
+    found.push_back({st.st_mtim.tv_sec, {pid, PerfMapHere{e.path().string(), st.st_dev, st.st_ino}}});
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [mtime, map] : found) here_.push_back(std::move(map));
+  return trim_here();
 }
 
 std::size_t StalePerfMaps::sweep() {

@@ -50,7 +50,8 @@ std::string perf_map_line(const CopyRange& copy);
 // process sees /tmp, if it is still dyni's alone (a plain file older than
 // the new process, every line a " [dyni]" one), so that it never names the
 // new process's code. Best effort: a process that takes the pid is seen at
-// the next scan (one interval), and a restarted dynid knows none.
+// the next scan (one interval); a restarted dynid knows only those in its
+// own /tmp, by their pids being free (take_over_leftovers).
 // Maps in dynid's own /tmp (targets in its mount and pid namespaces) are
 // also bounded in number: past `kept_here` dead processes' maps, the oldest
 // goes, while its pid is free and it is dyni's alone, unchanged for a
@@ -77,6 +78,10 @@ class StalePerfMaps {
   // and those past the last `kept_here` that had to wait. Returns how many
   // were removed.
   std::size_t sweep();
+  // At start: the maps in `dir` (dynid's own /tmp) of pids that are free
+  // now, left by targets of an earlier dynid (which alone knew them), join
+  // the bound, oldest first. Returns how many past it were removed.
+  std::size_t take_over_leftovers(const std::string& dir = "/tmp");
   std::size_t size() const { return exited_.size(); }
 
  private:

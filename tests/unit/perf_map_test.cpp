@@ -87,6 +87,28 @@ TEST_F(DeadPerfMaps, PastTheLastKeptTheOldestGoes) {
   EXPECT_TRUE(fs::exists(here[2].path) && fs::exists(here[4].path));
 }
 
+// A restarted dynid finds the maps its predecessors left for processes
+// that are gone: past the last kept, the oldest of dyni's alone go; a live
+// process's map, another program's, and other files stay.
+TEST_F(DeadPerfMaps, ARestartedDynidBoundsTheMapsLeftBeforeIt) {
+  std::vector<pid_t> pids = free_pids(5);
+  ASSERT_EQ(pids.size(), 5u);
+  std::vector<PerfMapHere> dead;
+  for (int k = 0; k < 4; ++k) dead.push_back(map(pids[k], dynis, 400 - 100 * k));  // pids[0] the oldest
+  const PerfMapHere theirs = map(pids[4], "7f0000002000 10 jitted_by_the_process\n", 1000);
+  const PerfMapHere live = map(::getpid(), dynis, 1000);
+  std::ofstream(dir + "/perf-12x.map") << dynis;
+  StalePerfMaps maps(2);
+  EXPECT_EQ(maps.take_over_leftovers(dir), 2u);
+  EXPECT_FALSE(fs::exists(dead[0].path) || fs::exists(dead[1].path)) << "the two oldest of dyni's";
+  EXPECT_TRUE(fs::exists(dead[2].path) && fs::exists(dead[3].path)) << "the last two kept";
+  EXPECT_TRUE(fs::exists(theirs.path)) << "not dyni's alone";
+  EXPECT_TRUE(fs::exists(live.path)) << "a live process's";
+  EXPECT_TRUE(fs::exists(dir + "/perf-12x.map"));
+  EXPECT_EQ(maps.exited(pids[0], 1, 1, map(pids[0], dynis)), 1u) << "the bound goes on from there";
+  EXPECT_FALSE(fs::exists(dead[2].path));
+}
+
 TEST_F(DeadPerfMaps, OnlyDynisOldMapsOfFreePidsGo) {
   std::vector<pid_t> pids = free_pids(5);
   ASSERT_EQ(pids.size(), 5u);
