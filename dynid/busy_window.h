@@ -15,6 +15,8 @@ class BusyWindow {
   // readings do not span the window yet.
   double percent(int64_t window_ms) const;
   void clear() { samples_.clear(); }
+  // How long the readings span: 0 after one (a process found at this scan).
+  int64_t observed_ms() const { return samples_.size() < 2 ? 0 : samples_.back().ms - samples_.front().ms; }
 
  private:
   struct Sample {

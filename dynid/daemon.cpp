@@ -182,7 +182,7 @@ void Daemon::scan() {
   targets_.advance({config_.busy_threshold_percent, config_.busy_window_ms}, license_.active);
   sync_lifecycles();
   keep_groups_undone();
-  stale_perf_maps_.sweep();
+  stale_perf_maps_.sweep(identities_.listed());
   if (now_mono_ms() >= next_metrics_ms_) {
     write_metrics_textfile();
     next_metrics_ms_ = now_mono_ms() + kMetricsIntervalMs;
@@ -249,7 +249,7 @@ void Daemon::sync_lifecycles() {
     if (lifecycles_.count(pid) || retiring_.count(pid)) continue;
     if (t.state == TargetState::Profiling) {
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(t, targets_, recorder_options(), dynimize_options()));
-    } else if ((t.state == TargetState::Waiting || t.state == TargetState::Unlicensed) &&
+    } else if ((t.state == TargetState::Waiting || t.state == TargetState::Unlicensed) && t.cpu.observed_ms() > 0 &&
                adopting < kMaxAdoptionChecks && adoption_checked_.insert({pid, t.start_time}).second) {
       ++adopting;
       // Idle (or the license lapsed), but maybe dynimized by an earlier

@@ -63,17 +63,26 @@ std::optional<ExeMatch> match_exe(const ExeMatcher& matcher, const std::string& 
   return std::nullopt;
 }
 
-void ProcessIdentities::begin_scan(const std::vector<pid_t>& listed, int64_t now_ms) {
+const std::vector<pid_t>& ProcessIdentities::begin_scan(const std::string& proc_root, int64_t now_ms) {
   now_ms_ = now_ms;
   read_ = 0;
   ExecWatch::Changes changes = watch_ ? watch_->drain() : ExecWatch::Changes{.all = true, .pids = {}};
   if (changes.all) known_.clear();
   for (pid_t pid : changes.pids) known_.erase(pid);
-  const std::unordered_set<pid_t> live(listed.begin(), listed.end());
+  // No process born or gone since the last drain, which came before the
+  // last listing: that listing still holds (a zombie reaped since is not
+  // reported; its pid then reads as nothing).
+  const bool unchanged = listed_ms_ > 0 && !changes.all && changes.pids.empty() && now_ms - listed_ms_ < kRefreshMs;
+  if (!unchanged) {
+    pids_ = list_pids(proc_root);
+    listed_ = std::unordered_set<pid_t>(pids_.begin(), pids_.end());
+    listed_ms_ = now_ms;
+  }
   std::erase_if(known_, [&](const auto& entry) {
-    return !live.contains(entry.first) || now_ms - entry.second.read_ms >= kRefreshMs;
+    return !listed_.contains(entry.first) || now_ms - entry.second.read_ms >= kRefreshMs;
   });
   kept_fds_ = std::count_if(known_.begin(), known_.end(), [](const auto& entry) { return entry.second.stat_fd.fd >= 0; });
+  return pids_;
 }
 
 ProcessIdentity::KeptFd& ProcessIdentity::KeptFd::operator=(KeptFd&& other) noexcept {
@@ -89,6 +98,19 @@ ProcessIdentity::KeptFd::~KeptFd() {
 }
 
 Result<ProcStat> ProcessIdentities::stat_of(ProcessIdentity& id, const std::string& proc_root, pid_t pid) {
+  if (id.last_stat && id.stat_skips_left > 0) {
+    --id.stat_skips_left;
+    return *id.last_stat;
+  }
+  auto stat = read_stat(id, proc_root, pid);
+  if (!stat || !watch_) return stat;
+  // Idle since its last read: read again kIdleStatStride scans later.
+  id.stat_skips_left = id.last_stat && id.last_stat->cpu_ticks == stat->cpu_ticks ? kIdleStatStride - 1 : 0;
+  id.last_stat = *stat;
+  return stat;
+}
+
+Result<ProcStat> ProcessIdentities::read_stat(ProcessIdentity& id, const std::string& proc_root, pid_t pid) {
   if (id.stat_fd.fd < 0 && kept_fds_ < kMaxKeptFds && watch_) {
     id.stat_fd.fd = ::open(fmt::format("{}/{}/stat", proc_root, pid).c_str(), O_RDONLY | O_CLOEXEC);
     kept_fds_ += id.stat_fd.fd >= 0;
@@ -170,9 +192,8 @@ std::vector<DiscoveredProcess> discover(const ExeMatcher& matcher, const std::st
   if (matcher.entries.empty()) return found;
   ProcessIdentities read_all(nullptr);
   ProcessIdentities& ids = known ? *known : read_all;
-  const std::vector<pid_t> pids = list_pids(proc_root);
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
-  ids.begin_scan(pids, std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+  const std::vector<pid_t>& pids = ids.begin_scan(proc_root, std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
   const std::string own_ns = read_mount_namespace(proc_root, ::getpid());
   for (pid_t pid : pids)
     if (pid != self)

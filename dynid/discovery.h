@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,8 @@ struct ProcessIdentity {
   std::optional<std::pair<uint64_t, uint64_t>> exe_file;  // dev, ino; likewise
   uint64_t start_time = 0, image = 0;   // from its first /proc/PID/stat read: 0 before
   int64_t read_ms = 0;
+  std::optional<ProcStat> last_stat;    // its last /proc/PID/stat read
+  int stat_skips_left = 0;              // scans that use last_stat before the next read
   // Its /proc/PID/stat, kept open: it names this process for as long as the
   // descriptor lives (reads fail once it is gone, even if its pid is reused).
   struct KeptFd {
@@ -106,14 +109,23 @@ class ProcessIdentities {
   explicit ProcessIdentities(std::unique_ptr<ExecWatch> watch) : watch_(std::move(watch)) {}
 
   // Forgets what changed since the last scan: call once a scan, first.
-  void begin_scan(const std::vector<pid_t>& listed, int64_t now_ms);
+  // Returns the pids to look at: /proc listed afresh, unless no process was
+  // born or has gone since the last listing.
+  const std::vector<pid_t>& begin_scan(const std::string& proc_root, int64_t now_ms);
   // `pid`'s identity, read from `proc_root` unless kept; forget() drops it.
   ProcessIdentity& of(const std::string& proc_root, pid_t pid);
   void forget(pid_t pid) { known_.erase(pid); }
-  // Its /proc/PID/stat, through the descriptor kept for it where one is.
+  // Its /proc/PID/stat, through the descriptor kept for it where one is. A
+  // process that used no CPU between its last two reads is read every
+  // kIdleStatStride scans (200 idle backends each read every 500 ms was
+  // most of what dynid did): its stat is then up to that many scans old,
+  // except that a fork, exec or exit of its pid makes it read at once.
   Result<ProcStat> stat_of(ProcessIdentity& id, const std::string& proc_root, pid_t pid);
+  static constexpr int kIdleStatStride = 4;
   // How many identities were read (not kept) since begin_scan.
   std::size_t read_this_scan() const { return read_; }
+  // The pids that begin_scan was given: the processes of this scan.
+  const std::unordered_set<pid_t>& listed() const { return listed_; }
 
  private:
   std::unique_ptr<ExecWatch> watch_;
@@ -123,6 +135,11 @@ class ProcessIdentities {
   // for each read.
   static constexpr std::size_t kMaxKeptFds = 512;
   std::size_t kept_fds_ = 0;
+  Result<ProcStat> read_stat(ProcessIdentity& id, const std::string& proc_root, pid_t pid);
+
+  std::vector<pid_t> pids_;           // the last listing of /proc
+  std::unordered_set<pid_t> listed_;  // the same, to look up
+  int64_t listed_ms_ = 0;
   int64_t now_ms_ = 0;
   std::size_t read_ = 0;
 };

@@ -230,11 +230,12 @@ std::size_t StalePerfMaps::take_over_leftovers(const std::string& dir) {
   return trim_here();
 }
 
-std::size_t StalePerfMaps::sweep() {
+std::size_t StalePerfMaps::sweep(const std::unordered_set<pid_t>& listed) {
   std::size_t removed = trim_here();
   for (auto it = exited_.begin(); it != exited_.end();) {
     const pid_t pid = it->first;
-    if (::kill(pid, 0) != 0 && errno == ESRCH) {  // still free: the map stays for perf report
+    const bool free = listed.empty() ? ::kill(pid, 0) != 0 && errno == ESRCH : !listed.contains(pid);
+    if (free) {  // still free: the map stays for perf report
       ++it;
       continue;
     }

@@ -31,6 +31,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "common/result.h"
@@ -77,7 +78,9 @@ class StalePerfMaps {
   // Each scan: the maps of pids that another process has taken are removed,
   // and those past the last `kept_here` that had to wait. Returns how many
   // were removed.
-  std::size_t sweep();
+  // `listed`: the pids of this scan's /proc listing, when it is at hand
+  // (a pid not in it is free: no kill(2) for each of thousands).
+  std::size_t sweep(const std::unordered_set<pid_t>& listed = {});
   // At start: the maps in `dir` (dynid's own /tmp) of pids that are free
   // now, left by targets of an earlier dynid (which alone knew them), join
   // the bound, oldest first. Returns how many past it were removed.

@@ -13,9 +13,8 @@
 namespace dyni {
 namespace {
 
-// More patches than one process_vm_readv takes (IOV_MAX, 1024), on two
-// readable pages around an unmapped one; a third hold their jump, and
-// patches on the hole, or across its edge, never count.
+// 1,500 patches on two readable pages around an unmapped one, some holding
+// their jump: those on the hole, or across its edge, never count.
 TEST(LivePatches, CountsThePatchesThatHoldTheirBytesPastUnreadableOnes) {
   const long page = sysconf(_SC_PAGESIZE);
   auto* base = static_cast<uint8_t*>(mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
