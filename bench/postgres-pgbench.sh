@@ -21,9 +21,9 @@
 #    group's plan: ABBA groups (--churn, default 3) through -undo/-redo, TPS
 #    dynimized/original, dynid's CPU meanwhile, and how many backends dynid
 #    found at all;
-# 4. --idle N (default 200) connections held open by psql sessions: every
-#    backend inherited from the postmaster, the time `dyni -status` takes
-#    with them, dynid's CPU while they idle;
+# 4. --idle N (default 200) connections held open by psql sessions: the time
+#    until every backend is seen inherited from the postmaster, then the time
+#    `dyni -status` takes with them, and dynid's CPU while they idle;
 # 5. prints one table: TPS (pg_stat_database's xact_commit) and the backends'
 #    user CPU per transaction, dynimized/original, each with its interval,
 #    and the churn figures.
@@ -257,19 +257,24 @@ if [ "$CHURN_GROUPS" -gt 0 ]; then
 fi
 
 # ---- 4. Many idle connections: inherited backends, -status -----------------
-STATUS_MS=""; IDLE_INHERITED=""; IDLE_CPU=""
+STATUS_MS=""; IDLE_INHERITED=""; IDLE_CPU=""; IDLE_SETTLED=""
 if [ "$IDLE" -gt 0 ]; then
   say "opening $IDLE idle connections (psql sessions in pg_sleep)"
   SLEEPERS=()
   for _ in $(seq "$IDLE"); do
-    "$PGBIN/psql" -X -At -h "$DATA" -p "$PORT" -U postgres -d postgres -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
+    "$PGBIN/psql" -X -At -h "$DATA" -p "$PORT" -U postgres -d postgres -c "SELECT pg_sleep(120)" >/dev/null 2>&1 &
     SLEEPERS+=($!)
   done
-  sleep 10
+  # Until every backend is seen as inherited (at most 60 s): then dynid's
+  # CPU and -status with them all, idle.
+  inherited() { dyni -status -json | jq '[.targets[] | select(.dynimized.via == "inherited")] | length'; }
+  t_open=$(now)
+  for _ in $(seq 120); do [ "$(inherited)" -ge "$IDLE" ] && break; sleep 0.5; done
+  IDLE_SETTLED=$(awk -v a="$t_open" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
   c0=$(dynid_ticks); t0=$(now); sleep 10
   IDLE_CPU=$(awk -v c0="$c0" -v c1="$(dynid_ticks)" -v t0="$t0" -v t1="$(now)" -v hz="$TICK" \
              'BEGIN { printf "%.2f", (c1 - c0) / hz / (t1 - t0) * 100 }')
-  IDLE_INHERITED=$(dyni -status -json | jq '[.targets[] | select(.dynimized.via == "inherited")] | length')
+  IDLE_INHERITED=$(inherited)
   STATUS_MS=$(for _ in 1 2 3 4 5; do
                 t0=$(now); dyni -status >/dev/null; awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
               done | sort -n | tail -1)
@@ -299,6 +304,6 @@ if [ -s "$CHURN" ]; then
   printf "%-42s %s\n" "backends dynid found under pgbench -C" "$CHURN_FOUND"
 fi
 if [ -n "$STATUS_MS" ]; then
-  printf "%-42s %s of %s inherited; dyni -status %s ms (slowest of 5); dynid %s %% of a core\n" \
-    "idle connections" "$IDLE_INHERITED" "$IDLE" "$STATUS_MS" "$IDLE_CPU"
+  printf "%-42s %s of %s inherited (all seen in %s s); then dyni -status %s ms (slowest of 5), dynid %s %% of a core\n" \
+    "idle connections" "$IDLE_INHERITED" "$IDLE" "$IDLE_SETTLED" "$STATUS_MS" "$IDLE_CPU"
 fi

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -73,9 +74,11 @@ std::vector<CopyRange> copies_from_origins(const std::string& path, const CacheR
   std::size_t skipped = 0;  // a line cut short by a dynid killed while writing
   auto origins = text ? parse_origins(*text, &skipped) : std::unexpected(text.error());
   if (!origins) return copies;
+  std::map<uint64_t, CopyOrigin*> by_addr;  // a line written twice (appended again) counts once: the last
   for (CopyOrigin& o : *origins)
     if (o.tier == tier && o.cache_addr >= record.cache_addr && o.cache_addr + o.size <= record.cache_addr + record.cache_length)
-      copies.push_back({o.cache_addr, o.size, o.original_entry, std::move(o.name), {}, 0, std::nullopt});
+      by_addr[o.cache_addr] = &o;
+  for (auto& [addr, o] : by_addr) copies.push_back({o->cache_addr, o->size, o->original_entry, std::move(o->name), {}, 0, std::nullopt});
   return copies;
 }
 

@@ -3,6 +3,7 @@
 #include "dynid/discovery.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,12 @@ std::optional<ExeMatch> match_exe(const ExeMatcher& matcher, const std::string& 
   return std::nullopt;
 }
 
+ProcessIdentities::ProcessIdentities(std::unique_ptr<ExecWatch> watch) : watch_(std::move(watch)) {
+  rlimit files{};
+  if (watch_ && ::getrlimit(RLIMIT_NOFILE, &files) == 0)
+    max_kept_fds_ = std::min<std::size_t>(512, static_cast<std::size_t>(files.rlim_cur / 8));
+}
+
 const std::vector<pid_t>& ProcessIdentities::begin_scan(const std::string& proc_root, int64_t now_ms) {
   now_ms_ = now_ms;
   read_ = 0;
@@ -100,7 +107,9 @@ ProcessIdentity::KeptFd::~KeptFd() {
 Result<ProcStat> ProcessIdentities::stat_of(ProcessIdentity& id, const std::string& proc_root, pid_t pid) {
   if (id.last_stat && id.stat_skips_left > 0) {
     --id.stat_skips_left;
-    return *id.last_stat;
+    ProcStat reused = *id.last_stat;
+    reused.reused = true;
+    return reused;
   }
   auto stat = read_stat(id, proc_root, pid);
   if (!stat || !watch_) return stat;
@@ -111,7 +120,7 @@ Result<ProcStat> ProcessIdentities::stat_of(ProcessIdentity& id, const std::stri
 }
 
 Result<ProcStat> ProcessIdentities::read_stat(ProcessIdentity& id, const std::string& proc_root, pid_t pid) {
-  if (id.stat_fd.fd < 0 && kept_fds_ < kMaxKeptFds && watch_) {
+  if (id.stat_fd.fd < 0 && kept_fds_ < max_kept_fds_) {
     id.stat_fd.fd = ::open(fmt::format("{}/{}/stat", proc_root, pid).c_str(), O_RDONLY | O_CLOEXEC);
     kept_fds_ += id.stat_fd.fd >= 0;
   }
@@ -189,11 +198,12 @@ std::optional<DiscoveredProcess> examine(const ExeMatcher& matcher, const std::s
 std::vector<DiscoveredProcess> discover(const ExeMatcher& matcher, const std::string& proc_root, pid_t self,
                                         ProcessIdentities* known) {
   std::vector<DiscoveredProcess> found;
-  if (matcher.entries.empty()) return found;
   ProcessIdentities read_all(nullptr);
   ProcessIdentities& ids = known ? *known : read_all;
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  // Even with nothing listed: the events queue up otherwise.
   const std::vector<pid_t>& pids = ids.begin_scan(proc_root, std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+  if (matcher.entries.empty()) return found;
   const std::string own_ns = read_mount_namespace(proc_root, ::getpid());
   for (pid_t pid : pids)
     if (pid != self)

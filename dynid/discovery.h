@@ -106,7 +106,7 @@ struct ProcessIdentity {
 class ProcessIdentities {
  public:
   static constexpr int64_t kRefreshMs = 10'000;
-  explicit ProcessIdentities(std::unique_ptr<ExecWatch> watch) : watch_(std::move(watch)) {}
+  explicit ProcessIdentities(std::unique_ptr<ExecWatch> watch);
 
   // Forgets what changed since the last scan: call once a scan, first.
   // Returns the pids to look at: /proc listed afresh, unless no process was
@@ -131,9 +131,10 @@ class ProcessIdentities {
   std::unique_ptr<ExecWatch> watch_;
   std::unordered_map<pid_t, ProcessIdentity> known_;
   // Descriptors kept open at most: a server's thousands of workers must not
-  // exhaust dynid's (RLIMIT_NOFILE is often 1024); past it, stat is opened
-  // for each read.
-  static constexpr std::size_t kMaxKeptFds = 512;
+  // exhaust dynid's, which profiling (one per thread) and windows need: an
+  // eighth of RLIMIT_NOFILE, and 512 at most; past it, stat is opened for
+  // each read.
+  std::size_t max_kept_fds_ = 0;  // set with the watch
   std::size_t kept_fds_ = 0;
   Result<ProcStat> read_stat(ProcessIdentity& id, const std::string& proc_root, pid_t pid);
 

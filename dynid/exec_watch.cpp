@@ -6,8 +6,10 @@
 #include <linux/connector.h>
 #include <linux/netlink.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -57,7 +59,9 @@ pid_t changed_process(const proc_event& e) {
 
 // Reads one datagram's events into `changes`; false for a message that is
 // not the kernel's proc connector speaking.
-bool read_datagram(const uint8_t* data, std::size_t size, ExecWatch::Changes& changes) {
+bool read_datagram(const uint8_t* data, int size, ExecWatch::Changes& changes) {
+  // A signed length: NLMSG_NEXT takes a whole aligned message off it, and
+  // a last message shorter than its alignment must end the walk, not wrap.
   for (auto* h = reinterpret_cast<const nlmsghdr*>(data); NLMSG_OK(h, size); h = NLMSG_NEXT(h, size)) {
     if (h->nlmsg_type == NLMSG_NOOP) continue;
     if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_len < NLMSG_LENGTH(sizeof(cn_msg))) return false;
@@ -86,14 +90,32 @@ Result<std::unique_ptr<ExecWatch>> ExecWatch::open() {
   if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0)
     return fail(fmt::format("binding to the kernel's process events: {}", errno_text()));
   if (auto subscribed = listen(fd); !subscribed) return std::unexpected(subscribed.error());
+  if (auto heard = hears_a_child(*watch); !heard) return std::unexpected(heard.error());
   return watch;
+}
+
+// The kernel may take the subscription and send nothing: dynid outside the
+// initial pid or network namespace, a kernel that drops the request. A
+// child of dynid's own, forked and reaped, must be reported within a second.
+Status ExecWatch::hears_a_child(ExecWatch& watch) {
+  const pid_t child = ::fork();
+  if (child < 0) return fail(fmt::format("fork for a test event: {}", errno_text()));
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int wait_ms = 0; wait_ms < 1000; wait_ms += 10) {
+    ExecWatch::Changes changes = watch.drain();
+    if (std::find(changes.pids.begin(), changes.pids.end(), child) != changes.pids.end()) return ok();
+    ::usleep(10 * 1000);
+  }
+  return fail(fmt::format("subscribed, but the kernel reported nothing of a child (pid {}) forked as a test", child));
 }
 
 ExecWatch::~ExecWatch() { ::close(fd_); }
 
 ExecWatch::Changes ExecWatch::drain() {
   Changes changes;
-  std::array<uint8_t, 8192> buffer;
+  alignas(nlmsghdr) std::array<uint8_t, 8192> buffer;
   while (true) {
     sockaddr_nl from{};
     socklen_t from_size = sizeof(from);
@@ -108,7 +130,7 @@ ExecWatch::Changes ExecWatch::drain() {
     if (n <= 0) break;  // EAGAIN: all read
     // Only the kernel (port 0) sends process events; anything else is
     // not trusted to say what did not change.
-    if (from.nl_pid != 0 || !read_datagram(buffer.data(), static_cast<std::size_t>(n), changes)) changes.all = true;
+    if (from.nl_pid != 0 || !read_datagram(buffer.data(), static_cast<int>(n), changes)) changes.all = true;
   }
   return changes;
 }

@@ -38,6 +38,7 @@ class ExecWatch {
 
  private:
   explicit ExecWatch(int fd) : fd_(fd) {}
+  static Status hears_a_child(ExecWatch& watch);
   int fd_;
 };
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "common/errno_text.h"
@@ -212,10 +213,29 @@ std::size_t StalePerfMaps::trim_here() {
   return removed;
 }
 
+namespace {
+
+// The pids that processes in nested pid namespaces (containers) have there:
+// a map named perf-N.map in a /tmp they share with the host may be theirs.
+std::set<pid_t> pids_inside_namespaces() {
+  std::set<pid_t> out;
+  for (pid_t pid : list_pids("/proc")) {
+    auto status = read_file(fmt::format("/proc/{}/status", pid), 1 << 16);
+    std::vector<uint64_t> nspids = status ? numbers(status_field(*status, "NSpid:")) : std::vector<uint64_t>{};
+    if (nspids.size() > 1) out.insert(static_cast<pid_t>(nspids.back()));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::size_t StalePerfMaps::take_over_leftovers(const std::string& dir) {
   std::vector<std::pair<int64_t, std::pair<pid_t, PerfMapHere>>> found;  // by modification time
+  const std::set<pid_t> inside = pids_inside_namespaces();
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::filesystem::directory_entry& e = *it;
     const std::string name = e.path().filename();
     pid_t pid = 0;
     if (std::sscanf(name.c_str(), "perf-%d.map", &pid) != 1 || name != fmt::format("perf-{}.map", pid) || pid <= 0)
@@ -223,6 +243,7 @@ std::size_t StalePerfMaps::take_over_leftovers(const std::string& dir) {
     struct stat st{};
     if (::lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // a live process's, or its pid another's: sweep's part
+    if (inside.contains(pid)) continue;  // maybe a container's live process's
     found.push_back({st.st_mtim.tv_sec, {pid, PerfMapHere{e.path().string(), st.st_dev, st.st_ino}}});
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

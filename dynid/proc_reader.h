@@ -30,6 +30,10 @@ struct ProcStat {
   // Where exec put the code and the stack (startcode, startstack), mixed; 0
   // when hidden. An exec keeps pid and start time, and with ASLR changes this.
   uint64_t image = 0;
+  // Not read now: an idle process's reading kept from an earlier scan
+  // (discovery.h ProcessIdentities::stat_of). Its CPU ticks are not a
+  // reading of this moment.
+  bool reused = false;
 };
 
 // Parses the text of /proc/PID/stat.

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <string>
 
-#include "dynid/busy_window.h"
 
 namespace dyni {
 
@@ -47,8 +46,8 @@ struct Target {
   std::string reason;    // for Unsupported/Failed
   int64_t since_ms = 0;  // wall clock (unix ms) of the last state change
 
-  BusyWindow cpu;
   double cpu_percent = -1;  // over the busy window; -1 until measured
+  int64_t observed_ms = 0;  // how long its CPU readings span: 0 when found at the last scan
 };
 
 // "waiting", "failed: <reason>", ...

@@ -61,11 +61,13 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
     if (it != targets_.end() && it->second.start_time != p.stat.start_time) {
       log::info("target pid {} ({}) exited; pid reused by a new {}", it->first, it->second.name,
                 p.name);
+      cpu_.erase(it->first);
       targets_.erase(it);
       it = targets_.end();
     } else if (it != targets_.end() && it->second.image != p.stat.image && it->second.image && p.stat.image) {
       // An exec: a new image, plain (every mapping dyni made is gone).
       log::info("target pid {} ({}) exec'd {}: a new target", it->first, it->second.name, p.exe.path);
+      cpu_.erase(it->first);
       targets_.erase(it);
       it = targets_.end();
     }
@@ -79,7 +81,9 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
     it->second.exe_deleted = p.exe.deleted;
     it->second.matched_entry = p.matched_by.entry;  // a reload may change the entry that matches
     it->second.matched_via = p.matched_by.via;
-    it->second.cpu.add(now_mono, p.stat.cpu_ticks);
+    BusyWindow& cpu = cpu_[p.stat.pid];
+    if (!p.stat.reused) cpu.add(now_mono, p.stat.cpu_ticks);  // an old reading at this time would inflate the window
+    it->second.observed_ms = cpu.observed_ms();
   }
   for (auto it = targets_.begin(); it != targets_.end();) {
     if (seen.count(it->first)) {
@@ -87,6 +91,7 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
       continue;
     }
     log::info("target gone: {} pid {} (exited or no longer listed)", it->second.name, it->first);
+    cpu_.erase(it->first);
     it = targets_.erase(it);
   }
 }
@@ -103,7 +108,7 @@ void TargetTable::set_state(Target& target, TargetState state, const std::string
 void TargetTable::advance(const BusyRule& rule, bool licensed) {
   std::lock_guard lock(mutex_);
   for (auto& [pid, t] : targets_) {
-    t.cpu_percent = t.cpu.percent(rule.window_ms);
+    t.cpu_percent = cpu_[pid].percent(rule.window_ms);
     // A target being injected finishes (seconds): its lifecycle must keep what
     // it patched, for -undo.
     if (!licensed && (t.state == TargetState::Waiting || t.state == TargetState::Profiling))

@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "dynid/busy_window.h"
 #include "dynid/discovery.h"
 #include "dynid/process_group.h"
 #include "dynid/target.h"
@@ -64,6 +65,8 @@ class TargetTable {
 
   mutable std::mutex mutex_;
   std::map<pid_t, Target> targets_;
+  // Each target's CPU readings (kept apart: every snapshot copies targets_).
+  std::map<pid_t, BusyWindow> cpu_;
   std::map<std::string, std::shared_ptr<const GroupPlan>> plans_;  // by group key
   std::set<std::string> undone_groups_;  // keys; dropped with the group
 };
