@@ -275,9 +275,10 @@ if [ "$IDLE" -gt 0 ]; then
   IDLE_CPU=$(awk -v c0="$c0" -v c1="$(dynid_ticks)" -v t0="$t0" -v t1="$(now)" -v hz="$TICK" \
              'BEGIN { printf "%.2f", (c1 - c0) / hz / (t1 - t0) * 100 }')
   IDLE_INHERITED=$(inherited)
-  STATUS_MS=$(for _ in 1 2 3 4 5; do
+  STATUS_MS=$(for _ in $(seq 20); do
                 t0=$(now); dyni -status >/dev/null; awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
-              done | sort -n | tail -1)
+                sleep 0.25
+              done | sort -n | awk '{ v[NR] = $1 } END { printf "%s ms median, %s ms slowest of %d", v[int((NR + 1) / 2)], v[NR], NR }')
   kill "${SLEEPERS[@]}" 2>/dev/null || true
   wait "${SLEEPERS[@]}" 2>/dev/null || true
 fi
@@ -304,6 +305,6 @@ if [ -s "$CHURN" ]; then
   printf "%-42s %s\n" "backends dynid found under pgbench -C" "$CHURN_FOUND"
 fi
 if [ -n "$STATUS_MS" ]; then
-  printf "%-42s %s of %s inherited (all seen in %s s); then dyni -status %s ms (slowest of 5), dynid %s %% of a core\n" \
+  printf "%-42s %s of %s inherited (all seen in %s s); then dyni -status %s, dynid %s %% of a core\n" \
     "idle connections" "$IDLE_INHERITED" "$IDLE" "$IDLE_SETTLED" "$STATUS_MS" "$IDLE_CPU"
 fi

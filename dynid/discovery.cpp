@@ -85,8 +85,12 @@ const std::vector<pid_t>& ProcessIdentities::begin_scan(const std::string& proc_
     listed_ = std::unordered_set<pid_t>(pids_.begin(), pids_.end());
     listed_ms_ = now_ms;
   }
+  // Refreshed at one of eight ages up to kRefreshMs, by pid: the hundreds
+  // read in one scan (dynid's first, a burst of workers) are not all read
+  // again in one later scan, which -status would wait for.
   std::erase_if(known_, [&](const auto& entry) {
-    return !listed_.contains(entry.first) || now_ms - entry.second.read_ms >= kRefreshMs;
+    const int64_t refresh_ms = kRefreshMs - (entry.first % 8) * (kRefreshMs / 16);
+    return !listed_.contains(entry.first) || now_ms - entry.second.read_ms >= refresh_ms;
   });
   kept_fds_ = std::count_if(known_.begin(), known_.end(), [](const auto& entry) { return entry.second.stat_fd.fd >= 0; });
   return pids_;

@@ -101,6 +101,8 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   auto stat = read_proc_stat("/proc", req.pid);
   if (!stat) return std::unexpected(stat.error());
   out.start_time = stat->start_time;
+  if (req.start_time && stat->start_time != req.start_time)
+    return fail(fmt::format("process {} is gone: its pid is another process's", req.pid));
   if (auto same = same_image(*stat, req.image); !same) return std::unexpected(same.error());
   const auto t0 = std::chrono::steady_clock::now();
   auto p = prepare(req, out.skipped);

@@ -55,6 +55,9 @@ struct InjectRequest {
   // The image the caller profiled (ProcStat::image, 0: not checked): a
   // process that exec'd since (same pid and start time) is refused.
   uint64_t image = 0;
+  // Its start time when found (0: not checked): a pid taken by another
+  // process since is refused, whatever its image.
+  uint64_t start_time = 0;
   // The cache on huge pages where the target turned THP off for itself, and
   // again after a fork split them (cache_huge_pages.h). false: small pages
   // there, a measurement's control (dyni-inject's DYNI_LIFT_THP=0).

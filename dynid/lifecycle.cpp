@@ -298,6 +298,7 @@ void TargetLifecycle::dynimize() {
     request.options = dynimize_.jit();
     request.pid = pid_;
     request.image = image_;
+    request.start_time = start_time_;
     request.hot = exe->profile.hot_set(kHotSetShare);
     for (const auto& [start, samples] : exe->profile.functions) request.callers.push_back(start);
     request.profile = layout;
@@ -369,6 +370,7 @@ void TargetLifecycle::follow_group_plan() {
   request.options = dynimize_.jit();
   request.pid = pid_;
   request.image = image_;
+  request.start_time = start_time_;
   request.hot = plan->hot;
   request.callers = plan->callers;
   request.counts = &plan->counts;
