@@ -202,6 +202,30 @@ TEST_F(DiscoverRealProcess, SkipsSelfAndZombies) {
   EXPECT_TRUE(discover(listing({name}), "/proc", getpid()).empty());
 }
 
+// A forked child held until release(), then exec'ing `path` with `arg`.
+struct HeldChild {
+  pid_t pid = -1;
+  int go = -1;
+  bool release() {
+    const bool sent = write(go, "x", 1) == 1;
+    close(go);
+    return sent;
+  }
+};
+HeldChild fork_held(const std::string& path, const char* arg) {
+  int go[2];
+  if (pipe(go) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    char byte;
+    close(go[1]);
+    if (read(go[0], &byte, 1) == 1) execl(path.c_str(), path.c_str(), arg, nullptr);
+    _exit(127);
+  }
+  close(go[0]);
+  return {pid, go[1]};
+}
+
 // A process that runs another program by the time of the next scan is read
 // again: here a child that was no target at the first scan execs the listed
 // file. Without the kernel's exec event it would keep its first identity for
@@ -210,16 +234,9 @@ TEST_F(DiscoverRealProcess, AProcessThatExecsAListedFileIsFoundAtTheNextScan) {
   auto watch = ExecWatch::open();
   if (!watch) GTEST_SKIP() << "no process events here (" << watch.error().message() << "): discovery reads every process";
   ProcessIdentities known(std::move(*watch));
-  int go[2];
-  ASSERT_EQ(pipe(go), 0);
-  pid_t late = fork();
-  if (late == 0) {
-    char byte;
-    close(go[1]);
-    if (read(go[0], &byte, 1) == 1) execl(exe.c_str(), exe.c_str(), "20", nullptr);
-    _exit(127);
-  }
-  close(go[0]);
+  HeldChild held = fork_held(exe.string(), "20");
+  ASSERT_GT(held.pid, 0);
+  const pid_t late = held.pid;
   auto pids_of = [](const std::vector<DiscoveredProcess>& found) {
     std::set<pid_t> pids;
     for (const auto& p : found) pids.insert(p.stat.pid);
@@ -229,8 +246,7 @@ TEST_F(DiscoverRealProcess, AProcessThatExecsAListedFileIsFoundAtTheNextScan) {
   const std::size_t first_read = known.read_this_scan();
   EXPECT_EQ(pids_of(discover(listing({name}), "/proc", getpid(), &known)), std::set<pid_t>{child});
   EXPECT_LT(known.read_this_scan() * 4, first_read) << "a second scan reads again only what changed";
-  ASSERT_EQ(write(go[1], "x", 1), 1);
-  close(go[1]);
+  ASSERT_TRUE(held.release());
   for (int i = 0; i < 200 && read_exe("/proc", late).value_or(ExePath{}).path != exe.string(); ++i) usleep(10 * 1000);
   EXPECT_EQ(pids_of(discover(listing({name}), "/proc", getpid(), &known)), (std::set<pid_t>{child, late}));
   kill(late, SIGKILL);
@@ -251,20 +267,12 @@ TEST(ExecWatch, ReportsAChildsForkExecAndExit) {
     }
     return found;
   };
-  int go[2];
-  ASSERT_EQ(pipe(go), 0);
-  pid_t child = fork();
-  if (child == 0) {
-    char byte;
-    close(go[1]);
-    if (read(go[0], &byte, 1) == 1) execl("/bin/sleep", "sleep", "0.2", nullptr);
-    _exit(127);
-  }
-  close(go[0]);
+  HeldChild held = fork_held("/bin/sleep", "0.2");
+  ASSERT_GT(held.pid, 0);
+  const pid_t child = held.pid;
   EXPECT_TRUE(seen(child)) << "fork";
   EXPECT_FALSE(seen(getpid())) << "nothing about a process that did nothing";
-  ASSERT_EQ(write(go[1], "x", 1), 1);
-  close(go[1]);
+  ASSERT_TRUE(held.release());
   EXPECT_TRUE(seen(child)) << "exec";
   waitpid(child, nullptr, 0);
   EXPECT_TRUE(seen(child)) << "exit";
