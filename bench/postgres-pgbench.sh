@@ -262,15 +262,16 @@ if [ "$IDLE" -gt 0 ]; then
   say "opening $IDLE idle connections (psql sessions in pg_sleep)"
   SLEEPERS=()
   for _ in $(seq "$IDLE"); do
-    "$PGBIN/psql" -X -At -h "$DATA" -p "$PORT" -U postgres -d postgres -c "SELECT pg_sleep(120)" >/dev/null 2>&1 &
+    "$PGBIN/psql" -X -At -h "$DATA" -p "$PORT" -U postgres -d postgres -c "SELECT pg_sleep(300)" >/dev/null 2>&1 &
     SLEEPERS+=($!)
   done
   # Until every backend is seen as inherited (at most 60 s): then dynid's
   # CPU and -status with them all, idle.
   inherited() { dyni -status -json | jq '[.targets[] | select(.dynimized.via == "inherited")] | length'; }
-  t_open=$(now)
-  for _ in $(seq 120); do [ "$(inherited)" -ge "$IDLE" ] && break; sleep 0.5; done
+  t_open=$(now); deadline=$(( $(date +%s) + 60 ))
+  while [ "$(inherited)" -lt "$IDLE" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
   IDLE_SETTLED=$(awk -v a="$t_open" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+  [ "$(inherited)" -ge "$IDLE" ] && IDLE_SETTLED="all seen in $IDLE_SETTLED s" || IDLE_SETTLED="not all within 60 s"
   c0=$(dynid_ticks); t0=$(now); sleep 10
   IDLE_CPU=$(awk -v c0="$c0" -v c1="$(dynid_ticks)" -v t0="$t0" -v t1="$(now)" -v hz="$TICK" \
              'BEGIN { printf "%.2f", (c1 - c0) / hz / (t1 - t0) * 100 }')
@@ -305,6 +306,6 @@ if [ -s "$CHURN" ]; then
   printf "%-42s %s\n" "backends dynid found under pgbench -C" "$CHURN_FOUND"
 fi
 if [ -n "$STATUS_MS" ]; then
-  printf "%-42s %s of %s inherited (all seen in %s s); then dyni -status %s, dynid %s %% of a core\n" \
+  printf "%-42s %s of %s inherited (%s); then dyni -status %s, dynid %s %% of a core\n" \
     "idle connections" "$IDLE_INHERITED" "$IDLE" "$IDLE_SETTLED" "$STATUS_MS" "$IDLE_CPU"
 fi

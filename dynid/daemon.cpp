@@ -55,6 +55,16 @@ Result<int> open_signal_fd() {
 
 int64_t now_unix_s() { return now_unix_ms() / 1000; }
 
+// Descriptors: a perf event per CPU or thread of a target being profiled,
+// /proc files kept by discovery (discovery.h), a target's memory in each
+// window. systemd's soft limit (1024) is far below its hard one.
+void raise_open_files_limit() {
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  files.rlim_cur = files.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &files) != 0) log::warn("open files: the limit stays at its soft value: {}", errno_text());
+}
+
 nlohmann::json symlinks_json(const ExeMatcher& matcher) {
   nlohmann::json list = nlohmann::json::array();
   for (const ExeSymlink& s : matcher.symlinks)
@@ -82,6 +92,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   log::info("dynid {} started, pid {}, config {}, socket {}", DYNI_VERSION, ::getpid(),
             options.config_path, paths::socket_file());
   restore_lifted_thp();  // before any target is touched (cache_huge_pages.h)
+  raise_open_files_limit();
   daemon->watch_processes();
   if (std::size_t gone = daemon->stale_perf_maps_.take_over_leftovers())
     log::info("perf maps: {} of processes that exited before this dynid removed, the last {} kept", gone,

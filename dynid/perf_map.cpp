@@ -231,7 +231,6 @@ std::set<pid_t> pids_inside_namespaces() {
 
 std::size_t StalePerfMaps::take_over_leftovers(const std::string& dir) {
   std::vector<std::pair<int64_t, std::pair<pid_t, PerfMapHere>>> found;  // by modification time
-  const std::set<pid_t> inside = pids_inside_namespaces();
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec)) {
@@ -243,8 +242,11 @@ std::size_t StalePerfMaps::take_over_leftovers(const std::string& dir) {
     struct stat st{};
     if (::lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // a live process's, or its pid another's: sweep's part
-    if (inside.contains(pid)) continue;  // maybe a container's live process's
     found.push_back({st.st_mtim.tv_sec, {pid, PerfMapHere{e.path().string(), st.st_dev, st.st_ino}}});
+  }
+  if (!found.empty()) {
+    const std::set<pid_t> inside = pids_inside_namespaces();  // maybe a container's live process's
+    std::erase_if(found, [&](const auto& f) { return inside.contains(f.second.first); });
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [mtime, map] : found) here_.push_back(std::move(map));

@@ -8,10 +8,13 @@
 
 #include <algorithm>
 
+#include "dynid/cache_scan.h"
+#include "dynid/proc_reader.h"
 #include "dynid/target_memory.h"
 #include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
 #include "elf/function_table.h"
+#include "profiler/process_maps.h"
 #include "tests/integration/stoppable_target.h"
 
 namespace dyni {
@@ -69,6 +72,23 @@ int windows_in(pid_t pid, const UnwindTable& frames, int windows) {
 }
 
 using InjectorTest = test::PtraceTest;
+
+// A pid that another process took since the target was found is refused
+// before anything is read or written, whatever the new process's image.
+TEST_F(InjectorTest, APidTakenByAnotherProcessIsRefused) {
+  StoppableTarget target(DYNI_TEST_INJECT, nullptr);
+  ASSERT_EQ(target.read_line(), "ready");
+  auto stat = read_proc_stat("/proc", target.pid());
+  ASSERT_TRUE(stat);
+  InjectRequest request{target.pid(), hot_functions()};
+  request.start_time = stat->start_time + 1;  // the process found earlier
+  auto injected = inject_executable(request);
+  ASSERT_FALSE(injected);
+  EXPECT_NE(injected.error().message().find("its pid is another process's"), std::string::npos) << injected.error().message();
+  auto maps = profiler::read_maps(target.pid());
+  ASSERT_TRUE(maps);
+  EXPECT_TRUE(find_cache_records(target.pid(), *maps).empty()) << "nothing was mapped into it";
+}
 
 TEST_F(InjectorTest, HotCodeRunsFromTheCacheWithTheSameResultsAndUndoRestoresIt) {
   StoppableTarget target(DYNI_TEST_INJECT, nullptr);

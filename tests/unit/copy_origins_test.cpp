@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "dynid/adopted_copies.h"
 #include "dynid/copy_origins.h"
 #include "dynid/proc_reader.h"
 #include "dynid/process_files.h"
@@ -20,6 +21,32 @@ namespace {
 CopyOrigin example() {
   return {0x7f0000001000, 0x40, 0x555500002000, "optimized", "f(int)\nsecond line",
           {{0, 0x555500002000}, {0x5, 0x555500002004}, {0x10, 0x555500002030}}};
+}
+
+// A restarted dynid reads an adopted cache's copies from its maker's
+// origins file: those of its tier within the cache, a line written twice
+// (appended again) once, without line tables.
+TEST(CopyOrigins, AnAdoptedCachesCopiesComeFromItsOriginsFile) {
+  CacheRecord record;
+  record.cache_addr = 0x7f0000000000;
+  record.cache_length = 0x200000;
+  const CopyOrigin f{0x7f0000001000, 0x40, 0x401000, "optimized", "f(int)", {{0, 0x401000}, {8, 0x401010}}};
+  const CopyOrigin g{0x7f0000001040, 0x20, 0x402000, "optimized", "g", {}};
+  const CopyOrigin counting{0x7f0000001080, 0x20, 0x403000, "counting", "h", {}};
+  const CopyOrigin elsewhere{0x7f0000400000, 0x20, 0x404000, "optimized", "k", {}};
+  const std::string path = ::testing::TempDir() + "/origins-" + std::to_string(::getpid()) + ".txt";
+  std::ofstream(path) << origin_line(f) << origin_line(counting) << origin_line(g) << origin_line(f) << origin_line(elsewhere);
+  std::vector<CopyRange> copies = copies_from_origins(path, record, "optimized");
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].cache_addr, f.cache_addr);
+  EXPECT_EQ(copies[0].size, f.size);
+  EXPECT_EQ(copies[0].original_entry, f.original_entry);
+  EXPECT_EQ(copies[0].name, "f(int)");
+  EXPECT_TRUE(copies[0].lines.empty());
+  EXPECT_EQ(copies[1].name, "g");
+  EXPECT_EQ(copies_from_origins(path, record, "counting").size(), 1u);
+  EXPECT_TRUE(copies_from_origins(path + ".none", record, "optimized").empty());
+  std::filesystem::remove(path);
 }
 
 TEST(CopyOrigins, ReadBackAndFindTheOriginalInstruction) {

@@ -48,6 +48,25 @@ TEST(TargetTable, BusyTargetStartsProfilingIdleOneWaits) {
   EXPECT_EQ(state_text(s[1]), "waiting");
 }
 
+// A reading kept from an earlier scan (an idle process's: discovery reads
+// it every fourth scan) is not a reading of now: put in the window at this
+// time, it would count CPU used before it inside the window.
+TEST(TargetTable, AReusedReadingIsNotAddedToTheBusyWindow) {
+  TargetTable t;
+  t.reconcile({proc(10, 1, 0)}, 0);
+  DiscoveredProcess reused = proc(10, 1, 0);  // read at 0, while the process used hz / 2 since
+  reused.stat.reused = true;
+  t.reconcile({reused}, 1000);
+  t.advance(kRule, true);
+  EXPECT_EQ(t.snapshot()[0].observed_ms, 0) << "one reading only";
+  EXPECT_EQ(t.snapshot()[0].cpu_percent, -1) << "not measured yet";
+  t.reconcile({proc(10, 1, hz * 6 / 10)}, 2000);
+  t.advance(kRule, true);
+  EXPECT_EQ(t.snapshot()[0].observed_ms, 2000);
+  EXPECT_NEAR(t.snapshot()[0].cpu_percent, 30.0, 1.0) << "over the two real readings, not 60 % from 1000 on";
+  EXPECT_EQ(t.snapshot()[0].state, TargetState::Waiting);
+}
+
 TEST(TargetTable, PidReuseStartsOver) {
   TargetTable t;
   t.reconcile({proc(10, 1, 0)}, 0);
