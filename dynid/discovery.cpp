@@ -190,6 +190,18 @@ std::optional<DiscoveredProcess> examine(const ExeMatcher& matcher, const std::s
       known.forget(pid);
       continue;
     }
+    // A listed process's link again with each stat read afresh: an upgrade
+    // deletes its file (shown as exe_deleted), a rename moves it (matched
+    // anew from the start).
+    if (!stat->reused && !known.read_this_scan(id)) {
+      auto exe = read_exe(proc_root, pid);
+      if (!exe) return std::nullopt;
+      if (exe->path != id.exe->path) {
+        known.forget(pid);
+        continue;
+      }
+      id.exe->deleted = exe->deleted;
+    }
     DiscoveredProcess p{*stat, *id.exe, basename_of(id.exe->path), ns, *match};
     std::tie(p.exe_dev, p.exe_ino) = exe_file_of(id, proc_root, pid);
     return p;

@@ -95,8 +95,8 @@ struct ProcessIdentity {
 
 // The identities of the host's processes, kept from scan to scan while the
 // kernel's process events (exec_watch.h) say that a process is still the
-// program it was: a scan then reads /proc/PID/stat of the listed executables
-// only, not every process's links (with 200 postgres backends that was most
+// program it was: a scan then reads /proc/PID/stat (and exe) of the listed
+// executables only, not every process's links (with 200 postgres backends that was most
 // of dynid's CPU). Without events (`watch` null) nothing is kept.
 // Invariant: an identity is used only while no fork, exec or exit of its pid
 // was reported since it was read, its pid is listed, and it is younger than
@@ -124,6 +124,8 @@ class ProcessIdentities {
   static constexpr int kIdleStatStride = 4;
   // How many identities were read (not kept) since begin_scan.
   std::size_t read_this_scan() const { return read_; }
+  // Whether `id` was read in this scan.
+  bool read_this_scan(const ProcessIdentity& id) const { return id.read_ms == now_ms_; }
   // The pids that begin_scan was given: the processes of this scan.
   const std::unordered_set<pid_t>& listed() const { return listed_; }
 
