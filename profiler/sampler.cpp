@@ -6,8 +6,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <set>
 
 #include <fmt/format.h>
@@ -46,6 +48,17 @@ perf_event_attr make_attr(uint32_t type, uint64_t config, const SamplerOptions& 
   attr.exclude_hv = 1;
   attr.exclude_callchain_kernel = 1;
   attr.sample_max_stack = kMaxStack;
+  if (o.descendants && o.scope == SamplerScope::PerCpu) {
+    // Fork, exec and exit records, every record timed on one clock for all
+    // CPUs (sampler.h: Descendants).
+    attr.sample_type |= PERF_SAMPLE_TIME;
+    attr.task = 1;
+    attr.comm = 1;
+    attr.comm_exec = 1;
+    attr.sample_id_all = 1;
+    attr.use_clockid = 1;
+    attr.clockid = CLOCK_MONOTONIC;
+  }
   if (branch_stack) {
     attr.sample_type |= PERF_SAMPLE_BRANCH_STACK;
     attr.branch_sample_type = PERF_SAMPLE_BRANCH_USER | PERF_SAMPLE_BRANCH_ANY;
@@ -64,7 +77,8 @@ int online_cpus() {
 
 }  // namespace
 
-std::optional<Sample> parse_sample(std::span<const uint8_t> body, const SampleFormat& format, pid_t& pid) {
+std::optional<Sample> parse_sample(std::span<const uint8_t> body, const SampleFormat& format, pid_t& pid,
+                                   uint64_t* time) {
   const uint8_t* p = body.data();
   const uint8_t* end = body.data() + body.size();
   auto take = [&](auto& out) {
@@ -78,6 +92,9 @@ std::optional<Sample> parse_sample(std::span<const uint8_t> body, const SampleFo
   if (!take(s.ip) || !take(pid32) || !take(tid32)) return std::nullopt;
   pid = static_cast<pid_t>(pid32);
   s.tid = static_cast<pid_t>(tid32);
+  uint64_t at = 0;
+  if (format.time && !take(at)) return std::nullopt;
+  if (time) *time = at;
   if (format.callchain) {
     uint64_t nr = 0;
     if (!take(nr)) return std::nullopt;
@@ -135,7 +152,7 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
     s.event_type_ = c.type;
     s.event_config_ = c.config;
     s.event_name_ = c.name;
-    s.format_ = {options.callchains, c.branch_stack};
+    s.format_ = {options.callchains, c.branch_stack, options.descendants && options.scope == SamplerScope::PerCpu};
     break;
   }
   if (s.event_name_.empty()) return fail("perf_event_open failed (" + why + ")");
@@ -146,8 +163,13 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
       log::info("profiler: pid {}: system-wide sampling not allowed ({}), sampling per thread",
                 pid, r.error().message());
       s.scope_ = SamplerScope::PerThread;
+      if (options.descendants)
+        log::info("profiler: pid {}: the processes it forks are not sampled (that needs system-wide sampling)", pid);
+      s.options_.descendants = false;
+      s.format_.time = false;
     }
   }
+  if (s.format_.time) s.tree_.emplace(pid);
   if (auto r = s.refresh_threads(); !r) return std::unexpected(r.error());
   return s;
 }
@@ -155,7 +177,8 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
 Sampler::Sampler(Sampler&& o) noexcept
     : pid_(o.pid_), options_(o.options_), event_type_(o.event_type_), event_config_(o.event_config_),
       event_name_(std::move(o.event_name_)), format_(o.format_), scope_(o.scope_), threads_(std::move(o.threads_)),
-      tids_seen_(std::move(o.tids_seen_)), stats_(o.stats_) {
+      tids_seen_(std::move(o.tids_seen_)), pids_seen_(std::move(o.pids_seen_)), stats_(o.stats_),
+      tree_(std::move(o.tree_)), unknown_(std::move(o.unknown_)) {
   o.threads_.clear();
 }
 
@@ -231,12 +254,106 @@ Status Sampler::refresh_threads() {
 }
 
 void Sampler::drain(const std::function<void(const Sample&)>& sink) {
-  for (auto& [tid, e] : threads_) drain_one(e, sink);
+  if (tree_) {
+    drain_descendants(sink);
+    return;
+  }
+  for (auto& [tid, e] : threads_)
+    drain_one(e, [&](uint32_t type, uint16_t, std::span<const uint8_t> body) {
+      if (type != PERF_RECORD_SAMPLE) return;
+      pid_t pid = 0;
+      std::optional<Sample> s = parse_sample(body, format_, pid);
+      if (s && pid == pid_) take(*s, pid, sink);  // PerCpu: not another process
+    });
+}
+
+void Sampler::take(const Sample& s, pid_t pid, const std::function<void(const Sample&)>& sink) {
+  tids_seen_.insert(s.tid);
+  if (pids_seen_.insert(pid).second) stats_.processes_seen = pids_seen_.size();
+  ++stats_.samples;
+  sink(s);
+}
+
+namespace {
+
+// What a drain following descendants read, in the time order it is applied.
+struct TimedRecord {
+  enum Kind { Fork, Exec, Exit, SampleOf } kind;
+  uint64_t time = 0;
+  pid_t pid = 0, ppid = 0;
+  Sample sample;
+  bool deferred = false;  // a sample already held back by one drain
+};
+
+// The fields of a FORK or EXIT record: pid, ppid, tid, ptid, time.
+struct TaskRecord {
+  uint32_t pid, ppid, tid, ptid;
+  uint64_t time;
+};
+
+// sample_id_all puts the record's time in its last 8 bytes (sample_type's
+// TID and TIME are all that go there).
+std::optional<uint64_t> trailing_time(std::span<const uint8_t> body) {
+  if (body.size() < 16) return std::nullopt;
+  uint64_t time = 0;
+  std::memcpy(&time, body.data() + body.size() - 8, 8);
+  return time;
+}
+
+}  // namespace
+
+// Sampler.h, Descendants: every ring read first, then all of it in time order.
+void Sampler::drain_descendants(const std::function<void(const Sample&)>& sink) {
+  std::vector<TimedRecord> records;
+  for (auto& [t, held] : unknown_) records.push_back({TimedRecord::SampleOf, t, held.first, 0, std::move(held.second), true});
+  unknown_.clear();
+  for (auto& [cpu, e] : threads_)
+    drain_one(e, [&](uint32_t type, uint16_t misc, std::span<const uint8_t> body) {
+      if (type == PERF_RECORD_SAMPLE) {
+        pid_t pid = 0;
+        uint64_t time = 0;
+        if (std::optional<Sample> s = parse_sample(body, format_, pid, &time))
+          records.push_back({TimedRecord::SampleOf, time, pid, 0, std::move(*s)});
+      } else if ((type == PERF_RECORD_FORK || type == PERF_RECORD_EXIT) && body.size() >= sizeof(TaskRecord)) {
+        TaskRecord r;
+        std::memcpy(&r, body.data(), sizeof r);
+        // Threads come and go within a process: only processes matter.
+        if (type == PERF_RECORD_FORK && r.pid != r.ppid)
+          records.push_back({TimedRecord::Fork, r.time, static_cast<pid_t>(r.pid), static_cast<pid_t>(r.ppid), {}});
+        if (type == PERF_RECORD_EXIT && r.pid == r.tid)
+          records.push_back({TimedRecord::Exit, r.time, static_cast<pid_t>(r.pid), 0, {}});
+      } else if (type == PERF_RECORD_COMM && (misc & PERF_RECORD_MISC_COMM_EXEC) && body.size() >= 4) {
+        uint32_t pid = 0;
+        std::memcpy(&pid, body.data(), 4);
+        if (auto time = trailing_time(body)) records.push_back({TimedRecord::Exec, *time, static_cast<pid_t>(pid), 0, {}});
+      }
+    });
+  std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.time < b.time; });
+  for (TimedRecord& r : records) {
+    switch (r.kind) {
+      case TimedRecord::Fork: tree_->forked(r.pid, r.ppid, r.time); break;
+      case TimedRecord::Exec: tree_->execd(r.pid, r.time); break;
+      case TimedRecord::Exit: tree_->exited(r.pid, r.time); break;
+      case TimedRecord::SampleOf: {
+        std::optional<bool> member = tree_->member(r.pid, r.time);
+        if (member.value_or(false)) {
+          take(r.sample, r.pid, sink);
+        } else if (!member && !r.deferred) {
+          unknown_.push_back({r.time, {r.pid, std::move(r.sample)}});
+        }
+        break;
+      }
+    }
+  }
+  // A process that ended 10 s ago has no samples left unread (drains are
+  // 100 ms apart).
+  constexpr uint64_t kForgetNs = 10'000'000'000ull;
+  if (!records.empty() && records.back().time > kForgetNs) tree_->forget_before(records.back().time - kForgetNs);
 }
 
 // Reads the records between data_tail and data_head. A record may wrap around
 // the end of the ring, so each is copied out before it is parsed.
-void Sampler::drain_one(ThreadEvent& e, const std::function<void(const Sample&)>& sink) {
+void Sampler::drain_one(ThreadEvent& e, const RecordSink& sink) {
   auto* meta = static_cast<perf_event_mmap_page*>(e.ring);
   const uint8_t* data = static_cast<const uint8_t*>(e.ring) + page_size();
   const uint64_t size = kRingPages * page_size();
@@ -261,15 +378,39 @@ void Sampler::drain_one(ThreadEvent& e, const std::function<void(const Sample&)>
       stats_.lost += lost_record[1];
       continue;
     }
-    if (hdr.type != PERF_RECORD_SAMPLE) continue;
-    pid_t pid = 0;
-    std::optional<Sample> s = parse_sample(body, format_, pid);
-    if (!s || pid != pid_) continue;  // PerCpu: another process
-    tids_seen_.insert(s->tid);
-    ++stats_.samples;
-    sink(*s);
+    sink(hdr.type, hdr.misc, body);
   }
   __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+void DescendantTree::forked(pid_t child, pid_t parent, uint64_t time) {
+  if (!member(parent, time).value_or(false)) return;
+  end(child, time);  // an exit record missed: the pid is the new child's now
+  spans_.insert({child, Span{time, kNever}});
+}
+
+void DescendantTree::execd(pid_t pid, uint64_t time) {
+  if (pid != root_) end(pid, time);
+}
+
+void DescendantTree::exited(pid_t pid, uint64_t time) {
+  if (pid != root_) end(pid, time);
+}
+
+void DescendantTree::end(pid_t pid, uint64_t time) {
+  auto [first, last] = spans_.equal_range(pid);
+  for (auto it = first; it != last; ++it)
+    if (it->second.to == kNever) it->second.to = time;
+}
+
+std::optional<bool> DescendantTree::member(pid_t pid, uint64_t time) const {
+  auto [first, last] = spans_.equal_range(pid);
+  if (first == last) return std::nullopt;
+  return std::any_of(first, last, [&](const auto& s) { return s.second.from <= time && time < s.second.to; });
+}
+
+void DescendantTree::forget_before(uint64_t time) {
+  std::erase_if(spans_, [&](const auto& s) { return s.first != root_ && s.second.to < time; });
 }
 
 }  // namespace dyni::profiler

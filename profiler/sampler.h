@@ -14,6 +14,19 @@
 //   by a sampled thread would be counted twice once re-listed). Threads living
 //   less than one drain interval are missed.
 //
+// Descendants (SamplerOptions::descendants, PerCpu only): the samples of
+// the processes the target forks from the moment the sampler is attached,
+// and of theirs, are kept too, until each execs or exits: a postmaster's
+// backends, born and gone between two drains (issue 21: one profile across
+// a group). The CPU events then also carry the kernel's fork, exec (comm)
+// and exit records, with the time of each sample and record; a drain sorts
+// what it read from every CPU by time and follows the process tree as it
+// goes (DescendantTree). A child's fork record lies in the ring of the CPU
+// its parent ran on, perhaps read before its samples' ring was: a sample of
+// a process not yet known waits for the next drain once, then is decided.
+// Forked children run the parent's image at the same addresses, so their
+// samples symbolize with the target's maps.
+//
 // Cost: each sample is a timer interrupt in the sampled CPU. On bare metal or
 // hardware-assisted VMs that is ~1-2 us; on this project's machines (a PVM
 // nested guest) it is 35-52 us (bench/sample_cost.cpp), so 500 Hz per CPU
@@ -43,6 +56,33 @@ struct SamplerOptions {
   bool callchains = true;      // frame-pointer callchains for caller→callee weights
   bool allow_hardware = true;  // try `cycles` before `cpu-clock`
   bool branch_stacks = true;   // with `cycles`, ask for LBR branch stacks (edge counts) too
+  bool descendants = false;    // PerCpu: also the processes the target forks, until they exec (above)
+};
+
+// The processes descended from one root by fork, over time (pure: fed the
+// kernel's records in time order). A process is one from its fork record's
+// time until its exec or its exit.
+class DescendantTree {
+ public:
+  explicit DescendantTree(pid_t root) : root_(root) { spans_.insert({root, Span{}}); }
+  void forked(pid_t child, pid_t parent, uint64_t time);
+  void execd(pid_t pid, uint64_t time);    // runs another image from now on
+  void exited(pid_t pid, uint64_t time);   // the process (its pid is free from now on)
+  // Whether `pid` was the root or a descendant at `time`; nullopt when the
+  // tree never heard of `pid` (its fork record may not have been read yet).
+  std::optional<bool> member(pid_t pid, uint64_t time) const;
+  // Forgets processes that ended before `time`.
+  void forget_before(uint64_t time);
+  std::size_t size() const { return spans_.size(); }
+
+ private:
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  struct Span {
+    uint64_t from = 0, to = kNever;
+  };
+  void end(pid_t pid, uint64_t time);
+  pid_t root_;
+  std::multimap<pid_t, Span> spans_;  // a pid reused within the tree has two
 };
 
 // A taken branch from the PMU's last-branch record.
@@ -58,21 +98,24 @@ struct Sample {
 };
 
 // What a PERF_RECORD_SAMPLE carries after its header, in this order:
-// ip, pid/tid, [callchain], [branch stack].
+// ip, pid/tid, [time], [callchain], [branch stack].
 struct SampleFormat {
   bool callchain = false;
   bool branch_stack = false;
+  bool time = false;
 };
 
 // Parses the body of one PERF_RECORD_SAMPLE (after perf_event_header); pid
 // comes back in `pid`. Nothing is trusted: a short record is refused.
-std::optional<Sample> parse_sample(std::span<const uint8_t> body, const SampleFormat& format, pid_t& pid);
+std::optional<Sample> parse_sample(std::span<const uint8_t> body, const SampleFormat& format, pid_t& pid,
+                                   uint64_t* time = nullptr);
 
 struct SamplerStats {
   uint64_t samples = 0;
   uint64_t lost = 0;          // samples the kernel dropped (ring buffer full)
   std::size_t threads = 0;    // threads currently sampled
   std::size_t threads_seen = 0;
+  std::size_t processes_seen = 0;  // processes with samples: the target, and its descendants when followed
 };
 
 class Sampler {
@@ -104,7 +147,11 @@ class Sampler {
   Sampler(pid_t pid, SamplerOptions options) : pid_(pid), options_(options) {}
   Result<ThreadEvent> open_event(pid_t tid, int cpu);
   Status open_cpus();
-  void drain_one(ThreadEvent& e, const std::function<void(const Sample&)>& sink);
+  // A record read from a ring: its header's type and misc, and its body.
+  using RecordSink = std::function<void(uint32_t type, uint16_t misc, std::span<const uint8_t> body)>;
+  void drain_one(ThreadEvent& e, const RecordSink& sink);
+  void drain_descendants(const std::function<void(const Sample&)>& sink);
+  void take(const Sample& s, pid_t pid, const std::function<void(const Sample&)>& sink);
   void close_thread(ThreadEvent& e);
 
   pid_t pid_;
@@ -115,8 +162,12 @@ class Sampler {
   SampleFormat format_;
   SamplerScope scope_ = SamplerScope::PerCpu;
   std::map<pid_t, ThreadEvent> threads_;  // PerThread: by tid; PerCpu: by cpu
-  std::set<pid_t> tids_seen_;
+  std::set<pid_t> tids_seen_, pids_seen_;
   SamplerStats stats_;
+  // Descendants: the tree, and the samples of processes it did not know
+  // yet at the last drain (with their times).
+  std::optional<DescendantTree> tree_;
+  std::vector<std::pair<uint64_t, std::pair<pid_t, Sample>>> unknown_;
 };
 
 // The kernel's limit on sampling frequency (perf_event_max_sample_rate).

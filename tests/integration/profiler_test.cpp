@@ -121,6 +121,30 @@ TEST_F(Profiler, NewThreadsAreSampledAndExitedTargetsEndCleanly) {
   EXPECT_GT(profile.total(), 500u);
 }
 
+// A parent idle in select() whose work is all done by children living 0.2 s
+// each (postgres under pgbench -C, issue 21): sampled with its descendants,
+// the profile is the children's work, from many of them; sampled alone, it
+// is nearly empty. A child that execs another program leaves the tree
+// (tests/unit: DescendantTree).
+TEST_F(Profiler, DescendantsBornAndGoneBetweenDrainsAreSampledWithTheParent) {
+  pid_t pid = host.spawn({DYNI_TEST_PREFORK, "8", "0", "80", "0.2", "2"});  // two children at a time, 40 % each
+  std::this_thread::sleep_for(300ms);
+  auto symbolizer = Symbolizer::for_process(pid);
+  ASSERT_TRUE(symbolizer) << symbolizer.error().message();
+  SamplerOptions options;
+  options.descendants = true;
+  SamplerStats with, alone;
+  Profile family = record(pid, 3s, *symbolizer, &with, options);
+  Profile parent = record(pid, 1s, *symbolizer, &alone);
+  EXPECT_GT(family.total(), 1000u) << "two children at 40 % of a core, ~1 kHz, 3 s";
+  EXPECT_GE(with.processes_seen, 10u) << "children of 0.2 s each, for 3 s";
+  EXPECT_LT(parent.total(), 50u) << "the parent alone is idle";
+  double pool = 0;
+  for (const auto& h : family.top(40))
+    if (h.name.find("pool_work") != std::string::npos) pool += h.percent;
+  EXPECT_GT(pool, 80.0) << "the children's work, symbolized with the parent's maps";
+}
+
 // Samples per function name, and the process's total (unnamed samples included).
 struct Counts {
   std::map<std::string, double> by_name;

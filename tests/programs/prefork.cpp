@@ -1,9 +1,10 @@
 // A pre-forking server (issue 21): an idle parent keeps WORKERS worker
 // processes, each busy BUSY percent of the time on known work, so that no
 // worker alone may reach dynid's busy threshold while the pool does. A
-// worker lives LIFETIME seconds (0: to the end) and is replaced by a new
-// fork, as servers recycle workers. CHURNERS more workers, busy half as
-// much, live LIFETIME seconds each (1 if 0) and are replaced as they end,
+// worker lives LIFETIME seconds (0: to the end; a fraction such as 0.2 is
+// allowed) and is replaced by a new fork, as servers recycle workers.
+// CHURNERS more workers, busy half as much, live LIFETIME seconds each (1 if
+// 0) and are replaced as they end,
 // beside the WORKERS: short-lived workers born and dying while dynid
 // injects the others and the parent.
 //
@@ -89,11 +90,13 @@ int main(int argc, char** argv) {
   const auto end = Clock::now() + std::chrono::seconds(std::atoi(argv[1]));
   const int workers = std::atoi(argv[2]);
   const int busy = std::min(95, std::max(1, std::atoi(argv[3])));
-  const int lifetime = argc > 4 ? std::atoi(argv[4]) : 0;
+  const auto lifetime = std::chrono::milliseconds(argc > 4 ? static_cast<long>(std::atof(argv[4]) * 1000) : 0);
   const int churners = argc > 5 ? std::atoi(argv[5]) : 0;
   const unsigned long expected = round_from_one();
-  auto worker_end = [&] { return lifetime > 0 ? std::min(end, Clock::now() + std::chrono::seconds(lifetime)) : end; };
-  auto churner_end = [&] { return std::min(end, Clock::now() + std::chrono::seconds(std::max(1, lifetime))); };
+  auto worker_end = [&] { return lifetime.count() > 0 ? std::min(end, Clock::now() + lifetime) : end; };
+  auto churner_end = [&] {
+    return std::min(end, Clock::now() + (lifetime.count() > 0 ? lifetime : std::chrono::milliseconds(1000)));
+  };
   std::set<pid_t> pool, churning;
   long forks = 0;
   for (int i = 0; i < workers; ++i, ++forks) pool.insert(fork_worker(worker_end(), busy, expected));

@@ -53,6 +53,48 @@ TEST(Lbr, SampleRecordsParseInTheKernelsOrder) {
   EXPECT_TRUE(profiler::parse_sample(record({}, 0x1000, 1, 1), {false, false}, pid));
 }
 
+// With descendants followed, the time comes after pid/tid.
+TEST(Lbr, ATimedSampleCarriesItsTimeAfterPidAndTid) {
+  auto body = record({777, 1, PERF_CONTEXT_USER}, 0x1000, 42, 43);
+  pid_t pid = 0;
+  uint64_t time = 0;
+  auto s = profiler::parse_sample(body, {true, false, true}, pid, &time);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(time, 777u);
+  EXPECT_TRUE(s->callchain.empty());
+  body.resize(20);  // cut inside the time
+  EXPECT_FALSE(profiler::parse_sample(body, {false, false, true}, pid, &time));
+}
+
+// The process tree a sampler that follows descendants keeps (sampler.h).
+TEST(DescendantTree, FollowsForksUntilExecOrExitAndKnowsWhatItNeverHeardOf) {
+  profiler::DescendantTree tree(100);
+  EXPECT_EQ(tree.member(100, 5), true);
+  EXPECT_EQ(tree.member(200, 5), std::nullopt) << "not heard of: its fork record may come later";
+  tree.forked(200, 100, 10);  // a child
+  tree.forked(300, 200, 20);  // a grandchild
+  tree.forked(400, 999, 20);  // another process's child
+  EXPECT_EQ(tree.member(200, 9), false) << "before its fork";
+  EXPECT_EQ(tree.member(200, 10), true);
+  EXPECT_EQ(tree.member(300, 25), true);
+  EXPECT_EQ(tree.member(400, 25), std::nullopt);
+  tree.execd(300, 30);  // runs another program: other addresses
+  EXPECT_EQ(tree.member(300, 29), true);
+  EXPECT_EQ(tree.member(300, 30), false);
+  tree.forked(500, 300, 31);  // forked after the exec: not ours
+  EXPECT_EQ(tree.member(500, 35), std::nullopt);
+  tree.exited(200, 40);
+  EXPECT_EQ(tree.member(200, 40), false);
+  tree.forked(200, 100, 50);  // the pid reused by a new child
+  EXPECT_EQ(tree.member(200, 45), false);
+  EXPECT_EQ(tree.member(200, 55), true);
+  tree.exited(100, 60);  // the root stays: the sampler ends with the target
+  EXPECT_EQ(tree.member(100, 70), true);
+  tree.forget_before(45);
+  EXPECT_EQ(tree.member(300, 29), std::nullopt) << "ended at 30, forgotten";
+  EXPECT_EQ(tree.member(200, 55), true);
+}
+
 // Branch stacks inside a real function of this process become taken branches
 // and traces at the right offsets.
 class LbrProfile : public jit::ThisBinary {};
