@@ -16,9 +16,14 @@
 namespace dyni {
 namespace {
 
-std::array<uint64_t, 6> mmap_args(uint64_t addr, uint64_t length, int prot) {
-  return {addr, length, static_cast<uint64_t>(prot), MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-          static_cast<uint64_t>(-1), 0};
+// The code is private: each process's entries and copies are its own after
+// a fork. The counters are shared (process_group.h): a process forked while
+// counting counts into its parent's pages, where dynid reads them.
+constexpr int kCacheFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+constexpr int kCounterFlags = MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+
+std::array<uint64_t, 6> mmap_args(uint64_t addr, uint64_t length, int prot, int flags) {
+  return {addr, length, static_cast<uint64_t>(prot), static_cast<uint64_t>(flags), static_cast<uint64_t>(-1), 0};
 }
 
 bool is_the_cache(const profiler::Mapping& m, const MappedCache& cache) {
@@ -26,14 +31,16 @@ bool is_the_cache(const profiler::Mapping& m, const MappedCache& cache) {
          !m.shared && m.path.empty();
 }
 
+// Shared anonymous memory shows as "/dev/zero (deleted)" in maps.
 bool is_the_counters(const profiler::Mapping& m, const MappedCache& counters) {
   return m.start == counters.addr && m.end == counters.addr + counters.length && m.readable && m.writable &&
-         !m.executable && !m.shared && m.path.empty();
+         !m.executable && m.shared && m.path == "/dev/zero" && m.deleted;
 }
 
-// An anonymous private mapping of exactly [addr, addr + length).
-Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length, int prot) {
-  auto mapped = syscall_in_any_thread(world, sites, SYS_mmap, mmap_args(addr, length, prot));
+// An anonymous mapping of exactly [addr, addr + length).
+Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length, int prot,
+                                int flags) {
+  auto mapped = syscall_in_any_thread(world, sites, SYS_mmap, mmap_args(addr, length, prot, flags));
   if (!mapped) return std::unexpected(mapped.error());
   auto [tid, result] = *mapped;
   if (result < 0 && result > -4096)
@@ -49,7 +56,7 @@ Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uin
 }  // namespace
 
 Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length) {
-  return map_exactly(world, sites, addr, length, PROT_READ | PROT_WRITE);
+  return map_exactly(world, sites, addr, length, PROT_READ | PROT_WRITE, kCounterFlags);
 }
 
 Status write_counters(pid_t pid, const MappedCache& counters, std::span<const uint8_t> bytes) {
@@ -77,18 +84,18 @@ Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counte
 
 std::vector<SeccompCall> cache_mapping_calls(const CachePlacement& place, uint64_t counters_addr,
                                              uint64_t counters_length) {
-  std::vector<SeccompCall> calls = {{SYS_mmap, mmap_args(place.addr, place.length, PROT_READ | PROT_EXEC)},
+  std::vector<SeccompCall> calls = {{SYS_mmap, mmap_args(place.addr, place.length, PROT_READ | PROT_EXEC, kCacheFlags)},
                                     {SYS_madvise, {place.addr, place.length, MADV_HUGEPAGE, 0, 0, 0}},
                                     {SYS_munmap, {place.addr, place.length, 0, 0, 0, 0}}};
   if (counters_length) {
-    calls.push_back({SYS_mmap, mmap_args(counters_addr, counters_length, PROT_READ | PROT_WRITE)});
+    calls.push_back({SYS_mmap, mmap_args(counters_addr, counters_length, PROT_READ | PROT_WRITE, kCounterFlags)});
     calls.push_back({SYS_munmap, {counters_addr, counters_length, 0, 0, 0, 0}});
   }
   return calls;
 }
 
 Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place) {
-  auto mapped = map_exactly(world, sites, place.addr, place.length, PROT_READ | PROT_EXEC);
+  auto mapped = map_exactly(world, sites, place.addr, place.length, PROT_READ | PROT_EXEC, kCacheFlags);
   if (!mapped) return mapped;
   MappedCache cache = *mapped;
   const pid_t tid = cache.thread;

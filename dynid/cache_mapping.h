@@ -38,7 +38,8 @@ struct MappedCache {
 Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place);
 
 // Maps a counting cache's counters in the held target: mmap(MAP_FIXED_NOREPLACE,
-// rw-), private and anonymous (zero), beside the cache, run in the first
+// rw-), shared and anonymous (zero: fork shares it, cache_mapping.cpp),
+// beside the cache, run in the first
 // held thread that can take a remote call. The counters are data: never
 // executable, as the code is never writable.
 Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length);

@@ -206,6 +206,11 @@ bool CountingPhase::begin_switch() {
   return true;
 }
 
+void CountingPhase::replaced_by(const Injection& optimized) {
+  std::lock_guard lock(mutex_);
+  for (const PatchRecord& p : optimized.patched) replaced_.insert(p.addr);
+}
+
 bool CountingPhase::end() {
   std::lock_guard lock(mutex_);
   return end_locked();
@@ -218,7 +223,9 @@ bool CountingPhase::end_locked() {
   switching_ = false;
   stop_clock();
   std::string why;
-  if (auto undone = undo_patches(counting_); !undone) why = "entries: " + undone.error().message();
+  Injection ours = counting_;  // the entries the optimized cache did not re-point
+  std::erase_if(ours.patched, [&](const PatchRecord& p) { return replaced_.contains(p.addr); });
+  if (auto undone = undo_patches(ours); !undone) why = "entries: " + undone.error().message();
   auto off = counters_off(counting_);
   if (off) sites_off_ = *off;
   else why += (why.empty() ? "" : "; ") + std::string("counters: ") + off.error().message();

@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
@@ -68,6 +69,9 @@ class CountingPhase {
   // refuses meanwhile. False when the phase was stopped already.
   bool begin_switch();
   const Injection& injection() const { return counting_; }
+  // The optimized cache `optimized` re-pointed these entries: they hold its
+  // jumps, which end() leaves (and need not report as bytes it does not know).
+  void replaced_by(const Injection& optimized);
   // Entries still on counting copies back to the file's bytes, counters off.
   // False when a step failed (a window missed): it may be called again.
   bool end();
@@ -106,6 +110,7 @@ class CountingPhase {
   Injection counting_;
   std::atomic<bool> stopped_{false};
   bool switching_ = false, ended_ = false;
+  std::set<uint64_t> replaced_;  // entries the optimized cache holds now
   std::string phase_ = "counting", end_error_;
   double seconds_ = 0, last_distance_ = -1;
   int duty_percent_ = 100;

@@ -118,7 +118,11 @@ Result<ProcStat> ProcessIdentities::stat_of(ProcessIdentity& id, const std::stri
   auto stat = read_stat(id, proc_root, pid);
   if (!stat || !watch_) return stat;
   // Idle since its last read: read again kIdleStatStride scans later.
-  id.stat_skips_left = id.last_stat && id.last_stat->cpu_ticks == stat->cpu_ticks ? kIdleStatStride - 1 : 0;
+  // (A parent whose children come and go, each reaped, is not idle: its
+  // group's CPU counts their time, group_cpu.h.)
+  const bool idle = id.last_stat && id.last_stat->cpu_ticks == stat->cpu_ticks &&
+                    id.last_stat->children_ticks == stat->children_ticks;
+  id.stat_skips_left = idle ? kIdleStatStride - 1 : 0;
   id.last_stat = *stat;
   return stat;
 }

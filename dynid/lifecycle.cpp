@@ -84,6 +84,12 @@ double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& 
   return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
 }
 
+// A group's leading parent is profiled with what it forks (process_group.h).
+profiler::RecorderOptions with_descendants(profiler::RecorderOptions options, const Target& target) {
+  options.sampler.descendants = target.with_descendants;
+  return options;
+}
+
 // `pid` maps a cache at `cache_addr`: a child adopting it got it by fork
 // from that parent (a postmaster's backend). Only a label: nothing is
 // written on its account.
@@ -99,7 +105,8 @@ TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
                                  profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only,
                                  std::optional<ParentCopies> parent)
     : pid_(target.pid), ppid_(target.ppid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
-      group_(target.group), follows_(target.follows), options_(options), dynimize_(dynimize), adopt_only_(adopt_only),
+      group_(target.group), follows_(target.follows), options_(with_descendants(options, target)), dynimize_(dynimize),
+      adopt_only_(adopt_only),
       started_in_(target.state), parent_copies_(std::move(parent)),
       thread_([this] { run(); }) {}
 
@@ -341,6 +348,10 @@ void TargetLifecycle::dynimize() {
       for (const std::string& why : injected->skipped) said.insert(function(why));
       for (const std::string& why : request.replacing->skipped)
         if (said.insert(function(why)).second) injected->skipped.push_back(why);
+    }
+    if (injected && request.replacing) {
+      std::lock_guard lock(counting_mutex_);
+      if (counting_) counting_->replaced_by(*injected);
     }
     end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
@@ -847,8 +858,9 @@ void TargetLifecycle::fail_with(TargetState state, const std::string& reason) {
 Status TargetLifecycle::start_profiling() {
   auto recorder = profiler::Recorder::start(pid_, options_);
   if (!recorder) return std::unexpected(recorder.error());
-  log::info("target {} pid {}: sampling {} threads with {} at {} Hz", name_, pid_,
-            (*recorder)->sampler().stats().threads, (*recorder)->sampler().event_name(),
+  log::info("target {} pid {}: sampling {} threads{} with {} at {} Hz", name_, pid_,
+            (*recorder)->sampler().stats().threads,
+            options_.sampler.descendants ? " and the processes it forks" : "", (*recorder)->sampler().event_name(),
             options_.sampler.frequency_hz);
   std::lock_guard lock(mutex_);
   recorder_ = std::move(*recorder);

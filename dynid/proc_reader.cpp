@@ -43,7 +43,7 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
     return fail("malformed /proc stat pid");
   st.comm = text.substr(open + 1, close - open - 1);
   std::istringstream rest(text.substr(close + 1));
-  // Fields from 3 (state) on; utime=14, stime=15, num_threads=20, starttime=22, startcode=26,
+  // Fields from 3 (state) on; utime=14, stime=15, cutime=16, cstime=17, num_threads=20, starttime=22, startcode=26,
   // startstack=28 (proc(5)).
   std::vector<std::string> fields;
   for (std::string f; rest >> f && fields.size() < 26;) fields.push_back(f);
@@ -56,6 +56,8 @@ Result<ProcStat> parse_proc_stat(const std::string& text) {
   if (!num(fields[11], utime) || !num(fields[12], stime) || !num(fields[19], st.start_time))
     return fail("malformed /proc stat numbers");
   st.cpu_ticks = utime + stime;
+  uint64_t cutime = 0, cstime = 0;  // signed in the kernel's type, never negative in its values
+  if (num(fields[13], cutime) && num(fields[14], cstime)) st.children_ticks = cutime + cstime;
   uint64_t ppid = 0;
   if (num(fields[1], ppid)) st.ppid = static_cast<pid_t>(ppid);
   (void)num(fields[17], st.threads);

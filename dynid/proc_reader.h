@@ -26,6 +26,7 @@ struct ProcStat {
   pid_t ppid = 0;
   uint64_t threads = 0;      // num_threads
   uint64_t cpu_ticks = 0;    // utime + stime of all threads, in clock ticks
+  uint64_t children_ticks = 0;  // cutime + cstime: its children's, once it reaped them (group_cpu.h)
   uint64_t start_time = 0;   // since boot, in clock ticks: (pid, start_time) names a process
   // Where exec put the code and the stack (startcode, startstack), mixed; 0
   // when hidden. An exec keeps pid and start time, and with ASLR changes this.

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dyni {
 
 std::string group_key(const std::string& mount_ns, uint64_t exe_dev, uint64_t exe_ino, const std::string& exe) {
@@ -22,7 +24,8 @@ std::set<pid_t> group_parents(const std::vector<const Target*>& targets) {
   return parents;
 }
 
-std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Target*>& targets) {
+std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Target*>& targets,
+                                                     const std::map<std::string, double>& group_cpu) {
   std::map<std::string, GroupSummary> groups;
   const std::set<pid_t> parents = group_parents(targets);
   for (const Target* t : targets) {
@@ -43,13 +46,15 @@ std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Tar
     // other thread of it can fork with the unwinder's lock held (remote_call.h).
     if (t->state == TargetState::Waiting && parents.contains(t->pid) && t->threads == 1) g.waiting_parent = t->pid;
   }
+  for (auto& [key, g] : groups)
+    if (auto measured = group_cpu.find(key); measured != group_cpu.end()) g.cpu_percent = std::max(g.cpu_percent, measured->second);
   return groups;
 }
 
 pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent) {
   if (group.settled || group.cpu_percent < threshold_percent) return 0;
-  if (group.busiest_waiting == 0 || group.busiest_cpu < kLeaderFloorPercent) return 0;
-  return group.busiest_waiting;
+  if (group.busiest_waiting != 0 && group.busiest_cpu >= kLeaderFloorPercent) return group.busiest_waiting;
+  return group.waiting_parent;  // its descendants do the work (above)
 }
 
 pid_t group_follower_to_be(const GroupSummary& group, double threshold_percent) {

@@ -13,8 +13,18 @@
 //   - it is the group's busiest waiting member, with at least
 //     kLeaderFloorPercent of a core of its own.
 // A member that lived less than a busy window has no CPU reading yet
-// (cpu_percent < 0): it counts for nothing and is never chosen, so a backend
-// that lives shorter than the window costs nothing.
+// (cpu_percent < 0) and is never chosen, so a backend that lives shorter
+// than the window costs nothing; its CPU counts for the group's all the
+// same, through its parent's reaped children's time (group_cpu.h).
+//
+// When no member does the floor's share alone (postgres under pgbench -C:
+// a backend per transaction, each gone within milliseconds), the group's
+// waiting parent leads instead (Target::with_descendants): its profile is
+// of the processes it forks (profiler/sampler.h: Descendants), and its
+// counting copies count where the work runs: the processes it forks while
+// counting inherit the copies, and the counters are shared memory, which
+// fork shares rather than copies (cache_mapping.h), so their counts add up
+// in the parent's pages.
 //
 // Once a member was dynimized by counts, its plan (GroupPlan: the counts and
 // the functions that ran) serves the group's other busy members: each is
@@ -39,9 +49,6 @@
 // beside an unused cache (adopted as undone, which does not stop the
 // group), after them the copies.
 //
-// Not done yet (issue 21): one profile across the busy members (backends
-// born during profiling), so that a group of short-lived members only
-// (pgbench -C) gets a plan.
 #pragma once
 
 #include <sys/types.h>
@@ -66,7 +73,7 @@ std::string group_key(const std::string& mount_ns, uint64_t exe_dev, uint64_t ex
 
 struct GroupSummary {
   std::size_t members = 0;
-  double cpu_percent = 0;  // the measured members' CPU, summed (percent of one core)
+  double cpu_percent = 0;  // the group's CPU (summarize_groups), in percent of one core
   bool settled = false;    // a member is in the pipeline or past it
   bool in_pipeline = false;  // a member is profiling or dynimizing
   bool stopped = false;      // a member (not the parent) failed or is unsupported; or -undo undid the group
@@ -76,7 +83,10 @@ struct GroupSummary {
 };
 
 // Every group of `targets`, by key (pure: the caller holds the table's lock).
-std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Target*>& targets);
+// A group's CPU is its measured members' summed, or what `group_cpu`
+// measured of it (group_cpu.h: short-lived members included), the larger.
+std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Target*>& targets,
+                                                     const std::map<std::string, double>& group_cpu = {});
 
 // The group's leader to be, or 0: the rule above.
 pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent);

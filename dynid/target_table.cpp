@@ -94,6 +94,18 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
     cpu_.erase(it->first);
     it = targets_.erase(it);
   }
+  add_group_readings(found, now_mono);
+}
+
+void TargetTable::add_group_readings(const std::vector<DiscoveredProcess>& found, int64_t now_mono) {
+  std::map<std::string, std::vector<GroupCpu::Reading>> readings;
+  for (const auto& p : found)
+    if (auto t = targets_.find(p.stat.pid); t != targets_.end())
+      readings[t->second.group].push_back(
+          {p.stat.pid, p.stat.start_time, p.stat.cpu_ticks, p.stat.children_ticks, p.stat.reused});
+  const uint64_t boot_ticks = boot_ticks_now();
+  for (const auto& [key, members] : readings) group_cpu_[key].add(now_mono, boot_ticks, members);
+  std::erase_if(group_cpu_, [&](const auto& g) { return !readings.contains(g.first); });
 }
 
 void TargetTable::set_state(Target& target, TargetState state, const std::string& why,
@@ -120,6 +132,8 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
       set_state(t, TargetState::Profiling,
                 fmt::format("busy: {:.0f}% CPU over {} ms", t.cpu_percent, rule.window_ms));
   }
+  group_cpu_percent_.clear();
+  for (const auto& [key, cpu] : group_cpu_) group_cpu_percent_[key] = cpu.percent(rule.window_ms);
   if (licensed) advance_groups(rule);
 }
 
@@ -127,7 +141,7 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
 void TargetTable::advance_groups(const BusyRule& rule) {
   std::vector<const Target*> all;
   for (const auto& [pid, t] : targets_) all.push_back(&t);
-  const std::map<std::string, GroupSummary> groups = summarize_groups(all);
+  const std::map<std::string, GroupSummary> groups = summarize_groups(all, group_cpu_percent_);
   std::erase_if(plans_, [&](const auto& plan) { return !groups.contains(plan.first); });  // the group is gone
   std::erase_if(undone_groups_, [&](const std::string& key) { return !groups.contains(key); });
   for (const auto& [key, group] : groups) {
@@ -151,9 +165,13 @@ void TargetTable::advance_groups(const BusyRule& rule) {
     Target& t = targets_.at(leader);
     t.group_leader = true;
     t.follows = 0;
+    t.with_descendants = leader == group.waiting_parent;
+    const std::string role = t.with_descendants
+                                 ? "no member does its share alone: the parent, profiled and counted with what it forks"
+                                 : fmt::format("the busiest, at {:.0f}%", t.cpu_percent);
     set_state(t, TargetState::Profiling,
-              fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; the busiest, at {:.0f}%",
-                          group.cpu_percent, rule.window_ms, group.members, t.exe, t.cpu_percent));
+              fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; {}", group.cpu_percent,
+                          rule.window_ms, group.members, t.exe, role));
   }
 }
 
@@ -215,9 +233,14 @@ nlohmann::json TargetTable::brief_json() const {
 nlohmann::json TargetTable::to_json() const {
   nlohmann::json list = nlohmann::json::array();
   const std::vector<Target> targets = snapshot();
+  std::map<std::string, double> group_cpu;
+  {
+    std::lock_guard lock(mutex_);
+    group_cpu = group_cpu_percent_;
+  }
   std::vector<const Target*> all;
   for (const Target& t : targets) all.push_back(&t);
-  const std::map<std::string, GroupSummary> groups = summarize_groups(all);
+  const std::map<std::string, GroupSummary> groups = summarize_groups(all, group_cpu);
   const std::set<pid_t> parents = group_parents(all);
   for (const Target& t : targets) {
     const GroupSummary& group = groups.at(t.group);
@@ -238,6 +261,7 @@ nlohmann::json TargetTable::to_json() const {
                                {"members", group.members},
                                {"cpu_percent", group.cpu_percent},
                                {"leader", t.group_leader},
+                               {"with_descendants", t.with_descendants},  // profiled and counted with what it forks
                                {"parent", parents.contains(t.pid)},  // a member forked from it is in the group
                                {"ppid", t.ppid},
                                {"follows", t.follows ? nlohmann::json(t.follows) : nlohmann::json(nullptr)}}}});

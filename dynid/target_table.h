@@ -15,6 +15,7 @@
 
 #include "dynid/busy_window.h"
 #include "dynid/discovery.h"
+#include "dynid/group_cpu.h"
 #include "dynid/process_group.h"
 #include "dynid/target.h"
 
@@ -60,6 +61,7 @@ class TargetTable {
 
  private:
   void advance_groups(const BusyRule& rule);  // under mutex_
+  void add_group_readings(const std::vector<DiscoveredProcess>& found, int64_t now_mono);  // under mutex_
   void set_state(Target& target, TargetState state, const std::string& why,
                  const std::string& reason = "");
 
@@ -67,6 +69,8 @@ class TargetTable {
   std::map<pid_t, Target> targets_;
   // Each target's CPU readings (kept apart: every snapshot copies targets_).
   std::map<pid_t, BusyWindow> cpu_;
+  std::map<std::string, GroupCpu> group_cpu_;          // by group key, its short-lived members' CPU included
+  std::map<std::string, double> group_cpu_percent_;   // as advance() last measured it
   std::map<std::string, std::shared_ptr<const GroupPlan>> plans_;  // by group key
   std::set<std::string> undone_groups_;  // keys; dropped with the group
 };

@@ -109,6 +109,7 @@ nlohmann::json Recorder::to_json(std::size_t top_n) const {
   j["lost"] = s.lost;
   j["threads"] = s.threads;
   j["threads_seen"] = s.threads_seen;
+  j["processes_sampled"] = s.processes_seen;  // the target, and what it forked when followed
   auto end = finished_ == std::chrono::steady_clock::time_point{} ? std::chrono::steady_clock::now()
                                                                  : finished_;
   j["seconds"] = std::chrono::duration<double>(end - started_).count();

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -144,6 +146,56 @@ TEST(Groups, WorkersForkedByADynimizedParentInheritItsCacheWhileOthersComeAndGo)
   std::this_thread::sleep_for(3s);
   for (const auto& t : members_of(host.status_json(), "dyni-prefork"))
     EXPECT_NE(t.value("status", ""), "dynimized") << "-undo reaches every worker\n" << t.dump() << host.log();
+  EXPECT_EQ(exit_status_of(parent, 90s), 0) << "a worker computed a wrong result or died\n" << host.log();
+}
+
+// pgbench -C in miniature: the work is all done by workers living 0.2 s
+// each, three at a time at 40 % of a core, beside one long-lived idle
+// worker. No worker is ever measured over a busy window; the group's CPU
+// shows in the parent's reaped children's time. The parent leads: it is
+// profiled with what it forks, counted in the workers it forks while
+// counting (their counters are its shared pages), and dynimized by those
+// counts; the workers it forks afterwards start in its cache. None computes
+// differently or dies.
+TEST(Groups, AGroupOfShortLivedWorkersIsLedByItsParentCountedInItsWorkersAndTheyStartDynimized) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  DyniHost host;
+  const std::string exe = start_for_pools(host);
+  const pid_t parent = host.spawn({exe, "80", "1", "1", "0", "3:40:0.2"});
+  nlohmann::json parent_status, child;
+  auto parent_dynimized = [&](const nlohmann::json& j) {
+    for (const auto& t : members_of(j, "dyni-prefork"))
+      if (t.value("pid", 0) == parent) return (parent_status = t).value("status", "") == "dynimized";
+    return false;
+  };
+  ASSERT_TRUE(host.wait_for(parent_dynimized, 70s)) << host.status_json().dump() << host.log();
+  SCOPED_TRACE(parent_status.dump());
+  std::istringstream log(host.log());
+  for (std::string line; std::getline(log, line);)  // the parent's way, for whoever reads the test's output
+    if (line.find(fmt::format("pid {}:", parent)) != std::string::npos) std::printf("%s\n", line.c_str());
+  EXPECT_EQ(parent_status["group"]["leader"], true);
+  EXPECT_EQ(parent_status["group"]["with_descendants"], true);
+  EXPECT_EQ(parent_status["dynimized"]["via"], "injected");
+  EXPECT_NE(parent_status["dynimized"].value("layout", "").find("by counts"), std::string::npos)
+      << "counted in the workers it forked";
+  EXPECT_GE(parent_status["dynimized"].value("functions_patched", 0), 6) << "pool_work<0..11> ran in the workers";
+  RunResult profile = host.dyni({"-profile=" + std::to_string(parent), "-json"});
+  ASSERT_EQ(profile.exit_code, 0) << profile.out << profile.err;
+  auto sampled = nlohmann::json::parse(profile.out, nullptr, false);
+  EXPECT_GE(sampled["profile"].value("processes_sampled", 0), 10) << "its workers, 0.2 s each\n" << profile.out;
+  EXPECT_NE(host.log().find("the parent, profiled and counted with what it forks"), std::string::npos) << host.log();
+  const std::string since = parent_status.value("since", "");
+  auto inherited = [&](const nlohmann::json& j) {
+    for (const auto& t : members_of(j, "dyni-prefork"))
+      if (t.value("status", "") == "dynimized" && t["dynimized"]["via"] == "inherited" && t.value("since", "") > since)
+        return !(child = t).is_null();
+    return false;
+  };
+  ASSERT_TRUE(host.wait_for(inherited, 15s)) << host.status_json().dump() << host.log();
+  EXPECT_EQ(child["dynimized"]["cache"].value("addr", ""), parent_status["dynimized"]["cache"].value("addr", ""));
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err << host.log();
+  EXPECT_EQ(host.state_of(parent), "undone");
   EXPECT_EQ(exit_status_of(parent, 90s), 0) << "a worker computed a wrong result or died\n" << host.log();
 }
 

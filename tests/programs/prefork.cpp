@@ -4,7 +4,9 @@
 // worker lives LIFETIME seconds (0: to the end; a fraction such as 0.2 is
 // allowed) and is replaced by a new fork, as servers recycle workers.
 // CHURNERS more workers, busy half as much, live LIFETIME seconds each (1 if
-// 0) and are replaced as they end,
+// 0) and are replaced as they end (CHURNERS may be N:BUSY:LIFETIME, to give
+// them their own: 3:40:0.2 is postgres under pgbench -C, a backend per
+// transaction),
 // beside the WORKERS: short-lived workers born and dying while dynid
 // injects the others and the parent.
 //
@@ -13,7 +15,7 @@
 // differently) prints WRONG and the worker exits 3; a worker killed by a
 // signal or exiting non-zero makes the parent print FAILED and exit 3, after
 // killing the rest; workers die with the parent. The parent prints "forks N" to stdout once a second.
-// usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME=0 [CHURNERS=0]]
+// usage: dyni-test-prefork SECONDS WORKERS BUSY_PERCENT [LIFETIME=0 [CHURNERS=0[:BUSY[:LIFETIME]]]]
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/select.h>
@@ -91,17 +93,19 @@ int main(int argc, char** argv) {
   const int workers = std::atoi(argv[2]);
   const int busy = std::min(95, std::max(1, std::atoi(argv[3])));
   const auto lifetime = std::chrono::milliseconds(argc > 4 ? static_cast<long>(std::atof(argv[4]) * 1000) : 0);
-  const int churners = argc > 5 ? std::atoi(argv[5]) : 0;
+  int churners = 0, churn_busy = std::max(1, busy / 2);
+  double churn_seconds = lifetime.count() > 0 ? static_cast<double>(lifetime.count()) / 1000 : 1.0;
+  if (argc > 5) std::sscanf(argv[5], "%d:%d:%lf", &churners, &churn_busy, &churn_seconds);
+  churn_busy = std::min(95, std::max(1, churn_busy));
+  const auto churn_life = std::chrono::milliseconds(static_cast<long>(churn_seconds * 1000));
   const unsigned long expected = round_from_one();
   auto worker_end = [&] { return lifetime.count() > 0 ? std::min(end, Clock::now() + lifetime) : end; };
-  auto churner_end = [&] {
-    return std::min(end, Clock::now() + (lifetime.count() > 0 ? lifetime : std::chrono::milliseconds(1000)));
-  };
+  auto churner_end = [&] { return std::min(end, Clock::now() + churn_life); };
   std::set<pid_t> pool, churning;
   long forks = 0;
   for (int i = 0; i < workers; ++i, ++forks) pool.insert(fork_worker(worker_end(), busy, expected));
   for (int i = 0; i < churners; ++i, ++forks) {
-    pid_t c = fork_worker(churner_end(), std::max(1, busy / 2), expected);
+    pid_t c = fork_worker(churner_end(), churn_busy, expected);
     pool.insert(c), churning.insert(c);
   }
   auto next_report = Clock::now();
@@ -115,7 +119,7 @@ int main(int argc, char** argv) {
       if (Clock::now() >= end) continue;
       ++forks;
       if (churning.erase(done)) {
-        pid_t c = fork_worker(churner_end(), std::max(1, busy / 2), expected);
+        pid_t c = fork_worker(churner_end(), churn_busy, expected);
         pool.insert(c), churning.insert(c);
       } else {
         pool.insert(fork_worker(worker_end(), busy, expected));

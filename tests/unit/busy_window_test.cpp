@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "dynid/busy_window.h"
+#include "dynid/group_cpu.h"
 
 namespace dyni {
 namespace {
@@ -35,6 +36,58 @@ TEST(BusyWindow, ClearForgetsReadings) {
   w.add(1000, hz);
   w.clear();
   EXPECT_LT(w.percent(1000), 0);
+}
+
+// GroupCpu (group_cpu.h). Readings one second apart; boot ticks = 1000 + hz * second.
+GroupCpu::Reading reading(pid_t pid, uint64_t start, uint64_t ticks, uint64_t children = 0, bool reused = false) {
+  return {pid, start, ticks, children, reused};
+}
+uint64_t boot_at(int second) { return 1000 + hz * static_cast<uint64_t>(second); }
+
+TEST(GroupCpu, ChildrenBornAndReapedBetweenScansCountThroughTheirParent) {
+  GroupCpu g;
+  // An idle parent whose children, never seen, use 60 % of a core.
+  for (int second = 0; second <= 2; ++second)
+    g.add(second * 1000, boot_at(second), {reading(10, 5, 3, hz * 60 * static_cast<uint64_t>(second) / 100)});
+  EXPECT_NEAR(g.percent(1000), 60.0, 1.0);
+}
+
+TEST(GroupCpu, AMemberReapedByItsParentMovesItsTotalWithoutAJump) {
+  GroupCpu g;
+  // A backend with 100 s of CPU behind it, busy 50 % now, exits at second 2
+  // (half a second after its last reading: 0.5 s at 50 %) and is reaped.
+  g.add(0, boot_at(0), {reading(10, 5, 0), reading(11, 6, hz * 100)});
+  g.add(1000, boot_at(1), {reading(10, 5, 0), reading(11, 6, hz * 100 + hz / 2)});
+  g.add(2000, boot_at(2), {reading(10, 5, 0, hz * 100 + hz / 2 + hz / 4)});
+  EXPECT_NEAR(g.percent(1000), 25.0, 1.0) << "its last quarter second, not its life";
+  EXPECT_NEAR(g.percent(2000), 37.5, 1.0);
+}
+
+TEST(GroupCpu, AnOldProcessFirstSeenAddsNothingANewOneAddsItsLife) {
+  GroupCpu g;
+  g.add(0, boot_at(0), {reading(10, 5, 0)});
+  // Found at second 1: 11 started long ago (dynid restarted, or an exec
+  // into the listed file), 12 since the last scan.
+  g.add(1000, boot_at(1), {reading(10, 5, 0), reading(11, 6, hz * 500), reading(12, boot_at(0) + hz / 2, hz / 5)});
+  EXPECT_NEAR(g.percent(1000), 20.0, 1.0);
+}
+
+TEST(GroupCpu, AMemberGoneUnreapedReadsLowNeverBelowZero) {
+  GroupCpu g;
+  g.add(0, boot_at(0), {reading(10, 5, hz * 3), reading(11, 6, hz * 3)});
+  g.add(1000, boot_at(1), {reading(10, 5, hz * 3)});  // 11 gone, its parent not a member
+  EXPECT_NEAR(g.percent(1000), 0.0, 0.5);
+  g.add(2000, boot_at(2), {reading(10, 5, hz * 4)});
+  EXPECT_NEAR(g.percent(1000), 100.0, 1.0) << "the next window measures again";
+}
+
+TEST(GroupCpu, WhatAnIdleMemberUsedBetweenFreshReadingsIsSpreadOverThem) {
+  GroupCpu g;
+  g.add(0, boot_at(0), {reading(10, 5, 0)});
+  g.add(1000, boot_at(1), {reading(10, 5, 0, 0, true)});  // idle at its last read: not read again
+  g.add(2000, boot_at(2), {reading(10, 5, hz * 6 / 10)});
+  EXPECT_NEAR(g.percent(1000), 30.0, 1.0) << "60 % of a core over two seconds, not one";
+  EXPECT_NEAR(g.percent(2000), 30.0, 1.0);
 }
 
 }  // namespace

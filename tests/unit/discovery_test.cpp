@@ -42,6 +42,13 @@ TEST(ProcStat, ParsesCommWithParensAndSpaces) {
   EXPECT_EQ(st->image, 0u) << "no startcode and startstack fields";
 }
 
+TEST(ProcStat, ReapedChildrensTimeIsCutimePlusCstime) {
+  auto st = parse_proc_stat("7 (postgres) S 1 7 7 0 -1 4194304 100 0 0 0 250 50 70 30 20 0 1 0 98765 1000 200");
+  ASSERT_TRUE(st) << st.error().message();
+  EXPECT_EQ(st->cpu_ticks, 300u);
+  EXPECT_EQ(st->children_ticks, 100u);
+}
+
 TEST(ProcStat, TheImageMarkerComesFromStartcodeAndStartstack) {
   std::string head = "1234 (x) R 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 3 0 98765 1000000 200 "
                      "18446744073709551615 ";

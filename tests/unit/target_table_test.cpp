@@ -384,16 +384,53 @@ TEST(TargetTable, OtherFilesAndOtherNamespacesAreOtherGroups) {
   for (const auto& target : t.to_json()) EXPECT_EQ(target["group"]["members"], 1) << target.dump();
 }
 
-TEST(TargetTable, AMemberNotMeasuredOverAWholeWindowCountsForNothing) {
+TEST(TargetTable, AMemberNotMeasuredOverAWholeWindowIsNeverChosenButCountsForItsGroup) {
   TargetTable t;
   t.reconcile({member(10, 0)}, 0);
   t.reconcile({member(10, hz * 30 / 100), member(11, 0), member(12, 0)}, 1000);
-  t.reconcile({member(10, hz * 60 / 100), member(11, hz), member(12, hz)}, 1500);  // 11, 12: half a window
+  t.reconcile({member(10, hz * 60 / 100), member(11, hz / 4), member(12, hz / 4)}, 1500);  // 11, 12: half a window
   t.advance(kRule, true);
-  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u);
   auto j = t.to_json();
   EXPECT_TRUE(j[1]["cpu_percent"].is_null());
-  EXPECT_NEAR(j[1]["group"]["cpu_percent"].get<double>(), 40.0, 2.0);  // 10's alone
+  EXPECT_NEAR(j[1]["group"]["cpu_percent"].get<double>(), 73.3, 2.0) << "1.1 s of CPU in 1.5 s";
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 1u);
+  EXPECT_EQ(state_of(t, 10), TargetState::Profiling) << "the one member measured over a whole window";
+}
+
+// pgbench -C: every backend lives a transaction, between two scans. The
+// postmaster (10) and its helper (11) are all dynid sees; the backends' CPU
+// is in the postmaster's reaped children's time. The parent leads, profiled
+// with what it forks.
+TEST(TargetTable, AGroupOfShortLivedMembersIsLedByTheirParentWithItsDescendants) {
+  TargetTable t;
+  for (int second = 0; second <= 2; ++second) {
+    std::vector<DiscoveredProcess> found = {member(10, 0), member(11, 1)};
+    found[0].stat.children_ticks = hz * 80 * static_cast<uint64_t>(second) / 100;
+    found[1].stat.ppid = 10;
+    found[0].stat.threads = found[1].stat.threads = 1;
+    t.reconcile(found, second * 1000);
+    t.advance(kRule, true);
+  }
+  EXPECT_EQ(state_of(t, 10), TargetState::Profiling);
+  EXPECT_EQ(state_of(t, 11), TargetState::Waiting);
+  for (const auto& target : t.to_json()) {
+    SCOPED_TRACE(target.dump());
+    EXPECT_NEAR(target["group"]["cpu_percent"].get<double>(), 80.0, 2.0);
+    EXPECT_EQ(target["group"]["leader"], target["pid"] == 10);
+    EXPECT_EQ(target["group"]["with_descendants"], target["pid"] == 10);
+  }
+  // A member busy enough alone leads instead, without descendants.
+  TargetTable busy;
+  for (int second = 0; second <= 2; ++second) {
+    std::vector<DiscoveredProcess> found = {member(10, 0), member(11, hz * 30 * static_cast<uint64_t>(second) / 100)};
+    found[0].stat.children_ticks = hz * 50 * static_cast<uint64_t>(second) / 100;
+    found[1].stat.ppid = 10;
+    found[0].stat.threads = found[1].stat.threads = 1;
+    busy.reconcile(found, second * 1000);
+    busy.advance(kRule, true);
+  }
+  EXPECT_EQ(state_of(busy, 11), TargetState::Profiling);
+  EXPECT_EQ(busy.to_json()[1]["group"]["with_descendants"], false);
 }
 
 }  // namespace
