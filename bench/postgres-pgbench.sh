@@ -2,7 +2,7 @@
 # dyni on a postgres cluster under pgbench -S (issue 21): its busy backends
 # dynimized as one group, measured side by side on the same cluster.
 #
-#   sudo bench/postgres-pgbench.sh [--clients N] [--block SECONDS] [--groups MIN[:MAX]] [--churn GROUPS] [--idle N] [--build DIR]
+#   sudo bench/postgres-pgbench.sh [--clients N] [--block SECONDS] [--groups MIN[:MAX]] [--churn GROUPS] [--idle N] [--connect-each] [--build DIR]
 #
 # It touches nothing but what it starts itself: its own cluster (initdb as
 # the postgres user, datadir and socket under /var/tmp/dyni-pgbench, no TCP),
@@ -27,9 +27,16 @@
 # 5. prints one table: TPS (pg_stat_database's xact_commit) and the backends'
 #    user CPU per transaction, dynimized/original, each with its interval,
 #    and the churn figures.
+#
+# --connect-each: the load is pgbench -S -C from the start, a backend per
+# transaction, none living long enough to be measured: the postmaster leads
+# its group, profiled with what it forks and counted in the backends it
+# forks while counting (dynid/process_group.h). Step 1 times load start to
+# the postmaster dynimized, step 2 measures the backends' CPU from the
+# postmaster's reaped children's time, and step 3 is step 2 already.
 set -euo pipefail
 
-CLIENTS=4; BLOCK=5; MIN_GROUPS=6; MAX_GROUPS=20; BUILD=""; CHURN_GROUPS=3; IDLE=200
+CLIENTS=4; BLOCK=5; MIN_GROUPS=6; MAX_GROUPS=20; BUILD=""; CHURN_GROUPS=3; IDLE=200; CONNECT_EACH=""
 HALF_WIDTH=0.03
 WORK=${DYNI_PGBENCH_DIR:-/var/tmp/dyni-pgbench}
 PGBIN=${DYNI_PGBIN:-/usr/lib/postgresql/15/bin}
@@ -47,6 +54,7 @@ while [ $# -gt 0 ]; do
     --build) BUILD=${2:?}; shift ;;
     --churn) CHURN_GROUPS=${2:?}; shift ;;
     --idle) IDLE=${2:?}; shift ;;
+    --connect-each) CONNECT_EACH=-C ;;
     -h|--help) usage ;;
     *) echo "postgres-pgbench: unknown argument: $1" >&2; usage ;;
   esac
@@ -130,7 +138,7 @@ if [ "$(psql_ "SELECT count(*) FROM pg_tables WHERE tablename = 'pgbench_account
   say "pgbench -i -s 10"
   "$PGBIN/pgbench" -i -s 10 -q -h "$DATA" -p "$PORT" -U postgres postgres >/dev/null 2>&1 || die "pgbench -i failed"
 fi
-pgbench_run() { "$PGBIN/pgbench" -S -n -c "$CLIENTS" -j 2 -T "$1" -h "$DATA" -p "$PORT" -U postgres postgres; }
+pgbench_run() { "$PGBIN/pgbench" -S $CONNECT_EACH -n -c "$CLIENTS" -j 2 -T "$1" -h "$DATA" -p "$PORT" -U postgres postgres; }
 say "warming the cluster up (10 s of pgbench -S)"
 pgbench_run 10 >/dev/null 2>&1 || die "pgbench failed (see $WORK/postgres.log)"
 
@@ -138,11 +146,14 @@ TICK=$(getconf CLK_TCK)
 now() { date +%s.%N; }
 # The client backends: children of the postmaster that run pgbench's queries.
 backends() { psql_ "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'" | tr '\n' ' '; }
-# "time commits utime stime": one sample of the database and its backends.
+# "time commits utime stime": one sample of the database and its backends
+# (--connect-each: the backends the postmaster reaped, cutime and cstime).
 sample() {
   local pids u
   pids=$(backends)
-  u=$(for p in $pids; do awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{u += $1; s += $2} END {print u + 0, s + 0}')
+  if [ -n "$CONNECT_EACH" ]; then u=$(awk '{print $16, $17}' "/proc/$POSTMASTER/stat")
+  else u=$(for p in $pids; do awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{u += $1; s += $2} END {print u + 0, s + 0}')
+  fi
   echo "$(now) $(psql_ "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'") $u"
 }
 rate() {
@@ -157,12 +168,13 @@ dyni -start >/dev/null || die "dyni -start failed: $(tail -3 "$WORK/dynid.log" 2
 pgbench_run 36000 >/dev/null 2>&1 &
 LOAD=$!
 LOAD_START=$(now)
-say "load started: pgbench -S, $CLIENTS clients over a Unix socket"
+say "load started: pgbench -S $CONNECT_EACH, $CLIENTS clients over a Unix socket"
 FIRST=""; ALL=""
 while :; do
   status=$(dyni -status -json 2>/dev/null || true)
   [ -n "$status" ] || { sleep 0.5; continue; }
   pids=$(backends)
+  [ -n "$CONNECT_EACH" ] && pids=$POSTMASTER  # the backends live a transaction each: the group's leader
   n_dyn=0; n_bad=""
   for p in $pids; do
     st=$(jq -r --argjson pid "$p" '.targets[] | select(.pid == $pid) | .state' <<<"$status")
@@ -174,6 +186,7 @@ while :; do
   elapsed=$(awk -v a="$LOAD_START" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
   [ -z "$n_bad" ] || die "a backend ended $n_bad; see $WORK/dynid.log"
   if [ "$n_dyn" -ge 1 ] && [ -z "$FIRST" ]; then FIRST=$elapsed; say "  $elapsed s: the first backend dynimized"; fi
+  if [ -n "$CONNECT_EACH" ] && [ "$n_dyn" -ge 1 ]; then ALL=$elapsed; say "  $elapsed s: the postmaster dynimized"; break; fi
   if [ "$n_dyn" -ge "$CLIENTS" ]; then ALL=$elapsed; say "  $elapsed s: all $CLIENTS backends dynimized"; break; fi
   awk -v e="$elapsed" 'BEGIN { exit !(e > 240) }' && die "$n_dyn of $CLIENTS backends dynimized 240 s after the load started"
   kill -0 "$LOAD" 2>/dev/null || die "pgbench stopped"
@@ -224,7 +237,7 @@ POSTMASTER_STATE=$(dyni -status -json | jq -r --argjson pid "$POSTMASTER" '.targ
 say "the postmaster (pid $POSTMASTER) is $POSTMASTER_STATE"
 CHURN=$WORK/churn.txt
 : > "$CHURN"
-if [ "$CHURN_GROUPS" -gt 0 ]; then
+if [ "$CHURN_GROUPS" -gt 0 ] && [ -z "$CONNECT_EACH" ]; then
   say "churn: pgbench -S -C (a connection per transaction), ABBA groups of $BLOCK s, ratios B/A"
   churn_block() {  # A|B: prints "tps dynid_cpu_percent"
     if [ "$1" = A ]; then dyni -undo >/dev/null || die "dyni -undo failed"
@@ -290,14 +303,20 @@ read -r USER USER_HW _ < <(stats 3 "$RATIOS")
 read -r CPU CPU_HW _ < <(stats 4 "$RATIOS")
 CPU_NAME=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 echo
-echo "dyni on postgres ($PGBIN/postgres), pgbench -S, $CLIENTS clients over a Unix socket"
-echo "CPU: $CPU_NAME ($(nproc) CPUs); $N ABBA groups of 4 x $BLOCK s on the same $CLIENTS backends"
+echo "dyni on postgres ($PGBIN/postgres), pgbench -S $CONNECT_EACH, $CLIENTS clients over a Unix socket"
+ON="the same $CLIENTS backends"; [ -n "$CONNECT_EACH" ] && ON="the same cluster, a backend per transaction"
+echo "CPU: $CPU_NAME ($(nproc) CPUs); $N ABBA groups of 4 x $BLOCK s on $ON"
 echo
 printf "%-42s %6.3f  (±%.3f)\n" "transactions per second" "$TPS" "$TPS_HW"
 printf "%-42s %6.3f  (±%.3f)\n" "backends' user CPU per transaction" "$USER" "$USER_HW"
 printf "%-42s %6.3f  (±%.3f)\n" "backends' CPU per transaction" "$CPU" "$CPU_HW"
-printf "%-42s %s s (first backend), %s s (all %s)\n" "load start to dynimized" "$FIRST" "$ALL" "$CLIENTS"
-printf "%-42s %s of %s by the group's plan; layout: %s\n" "dynimized backends" "$FOLLOWERS" "$CLIENTS" "$LAYOUT"
+if [ -n "$CONNECT_EACH" ]; then
+  printf "%-42s %s s (the postmaster, its group's leader)\n" "load start to dynimized" "$ALL"
+  printf "%-42s %s\n" "layout" "$LAYOUT"
+else
+  printf "%-42s %s s (first backend), %s s (all %s)\n" "load start to dynimized" "$FIRST" "$ALL" "$CLIENTS"
+  printf "%-42s %s of %s by the group's plan; layout: %s\n" "dynimized backends" "$FOLLOWERS" "$CLIENTS" "$LAYOUT"
+fi
 printf "%-42s %s\n" "the postmaster" "$POSTMASTER_STATE"
 if [ -s "$CHURN" ]; then
   read -r CH CH_HW CH_N < <(stats 2 "$CHURN")

@@ -17,10 +17,12 @@ namespace dyni {
 namespace {
 
 // The code is private: each process's entries and copies are its own after
-// a fork. The counters are shared (process_group.h): a process forked while
-// counting counts into its parent's pages, where dynid reads them.
+// a fork. The counters are private too, or shared where the work is in what
+// the target forks (a group's leading parent, process_group.h): a process
+// forked while counting then counts into its parent's pages, where dynid
+// reads them.
 constexpr int kCacheFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
-constexpr int kCounterFlags = MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+int counter_flags(bool shared) { return (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE; }
 
 std::array<uint64_t, 6> mmap_args(uint64_t addr, uint64_t length, int prot, int flags) {
   return {addr, length, static_cast<uint64_t>(prot), static_cast<uint64_t>(flags), static_cast<uint64_t>(-1), 0};
@@ -31,10 +33,11 @@ bool is_the_cache(const profiler::Mapping& m, const MappedCache& cache) {
          !m.shared && m.path.empty();
 }
 
-// Shared anonymous memory shows as "/dev/zero (deleted)" in maps.
+// Private anonymous memory has no name in maps; shared, "/dev/zero (deleted)".
 bool is_the_counters(const profiler::Mapping& m, const MappedCache& counters) {
+  const bool anonymous = m.shared ? m.path == "/dev/zero" && m.deleted : m.path.empty();
   return m.start == counters.addr && m.end == counters.addr + counters.length && m.readable && m.writable &&
-         !m.executable && m.shared && m.path == "/dev/zero" && m.deleted;
+         !m.executable && anonymous;
 }
 
 // An anonymous mapping of exactly [addr, addr + length).
@@ -55,8 +58,9 @@ Result<MappedCache> map_exactly(WorldStop& world, const SyscallSites& sites, uin
 
 }  // namespace
 
-Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length) {
-  return map_exactly(world, sites, addr, length, PROT_READ | PROT_WRITE, kCounterFlags);
+Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length,
+                                 bool shared) {
+  return map_exactly(world, sites, addr, length, PROT_READ | PROT_WRITE, counter_flags(shared));
 }
 
 Status write_counters(pid_t pid, const MappedCache& counters, std::span<const uint8_t> bytes) {
@@ -83,12 +87,13 @@ Result<std::vector<uint64_t>> read_counters(pid_t pid, const MappedCache& counte
 }
 
 std::vector<SeccompCall> cache_mapping_calls(const CachePlacement& place, uint64_t counters_addr,
-                                             uint64_t counters_length) {
+                                             uint64_t counters_length, bool shared_counters) {
   std::vector<SeccompCall> calls = {{SYS_mmap, mmap_args(place.addr, place.length, PROT_READ | PROT_EXEC, kCacheFlags)},
                                     {SYS_madvise, {place.addr, place.length, MADV_HUGEPAGE, 0, 0, 0}},
                                     {SYS_munmap, {place.addr, place.length, 0, 0, 0, 0}}};
   if (counters_length) {
-    calls.push_back({SYS_mmap, mmap_args(counters_addr, counters_length, PROT_READ | PROT_WRITE, kCounterFlags)});
+    calls.push_back(
+        {SYS_mmap, mmap_args(counters_addr, counters_length, PROT_READ | PROT_WRITE, counter_flags(shared_counters))});
     calls.push_back({SYS_munmap, {counters_addr, counters_length, 0, 0, 0, 0}});
   }
   return calls;

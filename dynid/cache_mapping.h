@@ -38,11 +38,12 @@ struct MappedCache {
 Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const CachePlacement& place);
 
 // Maps a counting cache's counters in the held target: mmap(MAP_FIXED_NOREPLACE,
-// rw-), shared and anonymous (zero: fork shares it, cache_mapping.cpp),
-// beside the cache, run in the first
-// held thread that can take a remote call. The counters are data: never
-// executable, as the code is never writable.
-Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length);
+// rw-), anonymous (zero), private or `shared` (a fork then shares it,
+// cache_mapping.cpp), beside the cache, run in the first held thread that
+// can take a remote call. The counters are data: never executable, as the
+// code is never writable.
+Result<MappedCache> map_counters(WorldStop& world, const SyscallSites& sites, uint64_t addr, uint64_t length,
+                                 bool shared);
 
 // Writes `bytes` at the start of the counters' mapping (the stripe table,
 // before any counter code can run), once it is checked to be the one dyni made.
@@ -73,6 +74,6 @@ Status unmap_cache(WorldStop& world, const SyscallSites& sites, const MappedCach
 // unmap_cache make for `place`, with their arguments, for the seccomp check
 // before the first of them (seccomp_allows_all). Kept next to the calls.
 std::vector<SeccompCall> cache_mapping_calls(const CachePlacement& place, uint64_t counters_addr,
-                                             uint64_t counters_length);
+                                             uint64_t counters_length, bool shared_counters = false);
 
 }  // namespace dyni

@@ -73,7 +73,7 @@ Status register_frames_of(const InjectRequest& req, const Prepared& p, Injection
     out.frames_registered = "no: no unwinder is loaded in the target";
     return ok();
   }
-  RegisterCall call{p.register_frame, p.place.addr + p.layout.stub_offset, req.call_timeout};
+  RegisterCall call{p.register_frame, p.place.addr + p.layout.stub_offset, req.call_timeout, req.single_threaded};
   if (auto r = register_cache_frames(out, *p.symbols, p.exe.module->path, call); !r) return r;
   out.frames_registered = "yes: __register_frame of libgcc_s";
   return ok();

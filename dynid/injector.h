@@ -62,6 +62,14 @@ struct InjectRequest {
   // again after a fork split them (cache_huge_pages.h). false: small pages
   // there, a measurement's control (dyni-inject's DYNI_LIFT_THP=0).
   bool lift_thp = true;
+  // A group's parent (process_group.h): refused unless it has one thread,
+  // in the window that maps the cache and in the one that registers its
+  // frames (remote_call.h: a thread of it could fork while
+  // __register_frame holds the unwinder's lock).
+  bool single_threaded = false;
+  // A counting cache whose counters a fork shares (cache_mapping.h): the
+  // processes the target forks while counting count into its pages.
+  bool shared_counters = false;
 };
 
 // The profile to lay blocks out by: `profile` where it has measured edges

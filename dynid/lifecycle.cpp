@@ -84,9 +84,16 @@ double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& 
   return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
 }
 
-// A group's leading parent is profiled with what it forks (process_group.h).
-profiler::RecorderOptions with_descendants(profiler::RecorderOptions options, const Target& target) {
+// A group's leading parent is profiled with what it forks (process_group.h),
+// and with the members it forked before: those that run its image, at its
+// addresses (the same ProcStat::image).
+profiler::RecorderOptions with_descendants(profiler::RecorderOptions options, const Target& target,
+                                           const TargetTable& table) {
   options.sampler.descendants = target.with_descendants;
+  if (target.with_descendants && target.image)
+    for (const Target& t : table.snapshot())
+      if (t.group == target.group && t.image == target.image && t.pid != target.pid)
+        options.sampler.relatives.push_back(t.pid);
   return options;
 }
 
@@ -105,7 +112,8 @@ TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
                                  profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only,
                                  std::optional<ParentCopies> parent)
     : pid_(target.pid), ppid_(target.ppid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
-      group_(target.group), follows_(target.follows), options_(with_descendants(options, target)), dynimize_(dynimize),
+      group_(target.group), follows_(target.follows), as_parent_(target.as_parent),
+      options_(with_descendants(options, target, table)), dynimize_(dynimize),
       adopt_only_(adopt_only),
       started_in_(target.state), parent_copies_(std::move(parent)),
       thread_([this] { run(); }) {}
@@ -301,11 +309,7 @@ void TargetLifecycle::dynimize() {
     }
     const jit::ModuleProfile* layout = layout_profile(exe->profile);
     layout_ = layout ? "by profile (LBR edges)" : "original block order (no LBR: inferred edges lay out worse)";
-    InjectRequest request;
-    request.options = dynimize_.jit();
-    request.pid = pid_;
-    request.image = image_;
-    request.start_time = start_time_;
+    InjectRequest request = base_request();
     request.hot = exe->profile.hot_set(kHotSetShare);
     for (const auto& [start, samples] : exe->profile.functions) request.callers.push_back(start);
     request.profile = layout;
@@ -377,11 +381,7 @@ void TargetLifecycle::follow_group_plan() {
   if (!move(TargetState::Profiling, TargetState::Dynimizing,
             fmt::format("follows its group's plan (counted in pid {})", plan->counted_in)))
     return;
-  InjectRequest request;
-  request.options = dynimize_.jit();
-  request.pid = pid_;
-  request.image = image_;
-  request.start_time = start_time_;
+  InjectRequest request = base_request();
   request.hot = plan->hot;
   request.callers = plan->callers;
   request.counts = &plan->counts;
@@ -395,6 +395,18 @@ void TargetLifecycle::follow_group_plan() {
   }
   seconds_optimizing_ = seconds_since(t0);
   settle_injection(std::move(injected), std::nullopt);
+}
+
+// What every injection into this target asks, whatever its code.
+InjectRequest TargetLifecycle::base_request() const {
+  InjectRequest request;
+  request.options = dynimize_.jit();
+  request.pid = pid_;
+  request.image = image_;
+  request.start_time = start_time_;
+  request.single_threaded = as_parent_;
+  request.shared_counters = options_.sampler.descendants;  // the work is in what it forks
+  return request;
 }
 
 // Where an injection leaves the target (dynimizing → dynimized, or failed
@@ -858,9 +870,15 @@ void TargetLifecycle::fail_with(TargetState state, const std::string& reason) {
 Status TargetLifecycle::start_profiling() {
   auto recorder = profiler::Recorder::start(pid_, options_);
   if (!recorder) return std::unexpected(recorder.error());
+  if (options_.sampler.descendants && (*recorder)->sampler().scope() != profiler::SamplerScope::PerCpu)
+    return fail("its group's work is in the processes it forks, which only system-wide sampling sees, and that "
+                "is not allowed here");
   log::info("target {} pid {}: sampling {} threads{} with {} at {} Hz", name_, pid_,
             (*recorder)->sampler().stats().threads,
-            options_.sampler.descendants ? " and the processes it forks" : "", (*recorder)->sampler().event_name(),
+            options_.sampler.descendants
+                ? fmt::format(", {} members it forked before and the processes they all fork", options_.sampler.relatives.size())
+                : "",
+            (*recorder)->sampler().event_name(),
             options_.sampler.frequency_hz);
   std::lock_guard lock(mutex_);
   recorder_ = std::move(*recorder);

@@ -126,6 +126,7 @@ class TargetLifecycle {
   void dynimize();
   void follow_group_plan();
   bool settle_injection(Result<Injection> injected, std::optional<double> share_copied);
+  InjectRequest base_request() const;
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
   void save_counts(const jit::ModuleCounts& counts);
   void note_copies(const Injection& in, const std::string& tier);  // never throws
@@ -155,6 +156,7 @@ class TargetLifecycle {
   TargetTable& table_;
   std::string group_;  // its process group's key
   pid_t follows_;      // dynimized by its group's plan (process_group.h), counted in this member; 0: its own
+  bool as_parent_;     // its group's parent: injected only while single-threaded (InjectRequest::single_threaded)
   profiler::RecorderOptions options_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};

@@ -32,12 +32,15 @@ std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Tar
     GroupSummary& g = groups[t->group];
     ++g.members;
     if (t->cpu_percent > 0) g.cpu_percent += t->cpu_percent;
-    if (t->state != TargetState::Waiting && t->state != TargetState::Unlicensed) g.settled = true;
+    // A parent that led and failed (its descendants gave no profile) leaves
+    // the lead to a member busy enough alone.
+    const bool failed = t->state == TargetState::Failed || t->state == TargetState::Unsupported;
+    if (t->state != TargetState::Waiting && t->state != TargetState::Unlicensed && !(failed && parents.contains(t->pid)))
+      g.settled = true;
     if (t->state == TargetState::Profiling || t->state == TargetState::Dynimizing) g.in_pipeline = true;
     // A parent's own failure (no clean thread for its remote call) is not
     // the plan's: the busy members born later may still follow it.
-    if ((t->state == TargetState::Failed || t->state == TargetState::Unsupported) && !parents.contains(t->pid))
-      g.stopped = true;
+    if (failed && !parents.contains(t->pid)) g.stopped = true;
     if (t->state == TargetState::Waiting && t->cpu_percent > g.busiest_cpu) {
       g.busiest_waiting = t->pid;
       g.busiest_cpu = t->cpu_percent;

@@ -6,12 +6,15 @@
 //
 // The busy rule (TargetTable::advance): a waiting target is busy on its own
 // CPU, as ever, or it becomes its group's leader when
-//   - the group's CPU (its measured members', summed) reaches the threshold;
+//   - the group's CPU (its measured members', summed, or as GroupCpu
+//     measured it with its reaped children's, the larger) reaches the
+//     threshold;
 //   - no member of the group is in the pipeline or past it (profiling,
 //     dynimizing, dynimized, undone, unsupported, failed): one member at a
 //     time is profiled, and once one was, the group's answer is known;
 //   - it is the group's busiest waiting member, with at least
-//     kLeaderFloorPercent of a core of its own.
+//     kLeaderFloorPercent of a core of its own, or else the group's
+//     waiting parent (below).
 // A member that lived less than a busy window has no CPU reading yet
 // (cpu_percent < 0) and is never chosen, so a backend that lives shorter
 // than the window costs nothing; its CPU counts for the group's all the

@@ -41,6 +41,7 @@ struct Target {
   std::string group;          // its process group's key (process_group.h)
   bool group_leader = false;  // made busy by its group's CPU, not its own
   bool with_descendants = false;  // a leading parent: profiled and counted with what it forks (process_group.h)
+  bool as_parent = false;         // chosen as its group's parent, to lead or follow (process_group.h)
   pid_t follows = 0;          // dynimized by its group's plan, counted in this member (process_group.h)
 
   TargetState state = TargetState::Waiting;

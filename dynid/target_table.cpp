@@ -102,7 +102,7 @@ void TargetTable::add_group_readings(const std::vector<DiscoveredProcess>& found
   for (const auto& p : found)
     if (auto t = targets_.find(p.stat.pid); t != targets_.end())
       readings[t->second.group].push_back(
-          {p.stat.pid, p.stat.start_time, p.stat.cpu_ticks, p.stat.children_ticks, p.stat.reused});
+          {p.stat.pid, p.stat.ppid, p.stat.start_time, p.stat.cpu_ticks, p.stat.children_ticks, p.stat.reused});
   const uint64_t boot_ticks = boot_ticks_now();
   for (const auto& [key, members] : readings) group_cpu_[key].add(now_mono, boot_ticks, members);
   std::erase_if(group_cpu_, [&](const auto& g) { return !readings.contains(g.first); });
@@ -128,9 +128,11 @@ void TargetTable::advance(const BusyRule& rule, bool licensed) {
     if (licensed && t.state == TargetState::Unlicensed)
       set_state(t, TargetState::Waiting, "license active");
     // The daemon starts a lifecycle (dynid/lifecycle.h) for each profiling target.
-    if (t.state == TargetState::Waiting && t.cpu_percent >= rule.threshold_percent)
+    if (t.state == TargetState::Waiting && t.cpu_percent >= rule.threshold_percent) {
+      t.with_descendants = t.as_parent = false;  // on its own CPU, not as a group's
       set_state(t, TargetState::Profiling,
                 fmt::format("busy: {:.0f}% CPU over {} ms", t.cpu_percent, rule.window_ms));
+    }
   }
   group_cpu_percent_.clear();
   for (const auto& [key, cpu] : group_cpu_) group_cpu_percent_[key] = cpu.percent(rule.window_ms);
@@ -151,6 +153,8 @@ void TargetTable::advance_groups(const BusyRule& rule) {
       if (!next) continue;
       Target& t = targets_.at(next);
       t.follows = plan->second->counted_in;
+      t.as_parent = next == group.waiting_parent;
+      t.with_descendants = false;
       const std::string role = next == group.waiting_parent && (t.cpu_percent < kLeaderFloorPercent)
                                    ? "the parent of its members, idle: it follows the group's plan so that what it "
                                      "forks starts dynimized"
@@ -165,7 +169,7 @@ void TargetTable::advance_groups(const BusyRule& rule) {
     Target& t = targets_.at(leader);
     t.group_leader = true;
     t.follows = 0;
-    t.with_descendants = leader == group.waiting_parent;
+    t.with_descendants = t.as_parent = leader == group.waiting_parent;
     const std::string role = t.with_descendants
                                  ? "no member does its share alone: the parent, profiled and counted with what it forks"
                                  : fmt::format("the busiest, at {:.0f}%", t.cpu_percent);

@@ -169,7 +169,7 @@ Result<Sampler> Sampler::attach(pid_t pid, const SamplerOptions& options) {
       s.format_.time = false;
     }
   }
-  if (s.format_.time) s.tree_.emplace(pid);
+  if (s.format_.time) s.tree_.emplace(pid, options.relatives);
   if (auto r = s.refresh_threads(); !r) return std::unexpected(r.error());
   return s;
 }
@@ -178,7 +178,7 @@ Sampler::Sampler(Sampler&& o) noexcept
     : pid_(o.pid_), options_(o.options_), event_type_(o.event_type_), event_config_(o.event_config_),
       event_name_(std::move(o.event_name_)), format_(o.format_), scope_(o.scope_), threads_(std::move(o.threads_)),
       tids_seen_(std::move(o.tids_seen_)), pids_seen_(std::move(o.pids_seen_)), stats_(o.stats_),
-      tree_(std::move(o.tree_)), unknown_(std::move(o.unknown_)) {
+      tree_(std::move(o.tree_)), later_(std::move(o.later_)) {
   o.threads_.clear();
 }
 
@@ -276,15 +276,6 @@ void Sampler::take(const Sample& s, pid_t pid, const std::function<void(const Sa
 
 namespace {
 
-// What a drain following descendants read, in the time order it is applied.
-struct TimedRecord {
-  enum Kind { Fork, Exec, Exit, SampleOf } kind;
-  uint64_t time = 0;
-  pid_t pid = 0, ppid = 0;
-  Sample sample;
-  bool deferred = false;  // a sample already held back by one drain
-};
-
 // The fields of a FORK or EXIT record: pid, ppid, tid, ptid, time.
 struct TaskRecord {
   uint32_t pid, ppid, tid, ptid;
@@ -300,55 +291,66 @@ std::optional<uint64_t> trailing_time(std::span<const uint8_t> body) {
   return time;
 }
 
+uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 }  // namespace
 
-// Sampler.h, Descendants: every ring read first, then all of it in time order.
-void Sampler::drain_descendants(const std::function<void(const Sample&)>& sink) {
-  std::vector<TimedRecord> records;
-  for (auto& [t, held] : unknown_) records.push_back({TimedRecord::SampleOf, t, held.first, 0, std::move(held.second), true});
-  unknown_.clear();
+// Every ring's samples and fork, exec and exit records, appended to `out`.
+void Sampler::read_timed(std::vector<TimedRecord>& out) {
   for (auto& [cpu, e] : threads_)
     drain_one(e, [&](uint32_t type, uint16_t misc, std::span<const uint8_t> body) {
       if (type == PERF_RECORD_SAMPLE) {
         pid_t pid = 0;
         uint64_t time = 0;
         if (std::optional<Sample> s = parse_sample(body, format_, pid, &time))
-          records.push_back({TimedRecord::SampleOf, time, pid, 0, std::move(*s)});
+          out.push_back({TimedRecord::SampleOf, time, pid, 0, std::move(*s)});
       } else if ((type == PERF_RECORD_FORK || type == PERF_RECORD_EXIT) && body.size() >= sizeof(TaskRecord)) {
         TaskRecord r;
         std::memcpy(&r, body.data(), sizeof r);
         // Threads come and go within a process: only processes matter.
         if (type == PERF_RECORD_FORK && r.pid != r.ppid)
-          records.push_back({TimedRecord::Fork, r.time, static_cast<pid_t>(r.pid), static_cast<pid_t>(r.ppid), {}});
+          out.push_back({TimedRecord::Fork, r.time, static_cast<pid_t>(r.pid), static_cast<pid_t>(r.ppid), {}});
         if (type == PERF_RECORD_EXIT && r.pid == r.tid)
-          records.push_back({TimedRecord::Exit, r.time, static_cast<pid_t>(r.pid), 0, {}});
+          out.push_back({TimedRecord::Exit, r.time, static_cast<pid_t>(r.pid), 0, {}});
       } else if (type == PERF_RECORD_COMM && (misc & PERF_RECORD_MISC_COMM_EXEC) && body.size() >= 4) {
         uint32_t pid = 0;
         std::memcpy(&pid, body.data(), 4);
-        if (auto time = trailing_time(body)) records.push_back({TimedRecord::Exec, *time, static_cast<pid_t>(pid), 0, {}});
+        if (auto time = trailing_time(body)) out.push_back({TimedRecord::Exec, *time, static_cast<pid_t>(pid), 0, {}});
       }
     });
+}
+
+// Sampler.h, Descendants: every ring read, then all of it up to the
+// watermark in time order.
+void Sampler::drain_descendants(const std::function<void(const Sample&)>& sink) {
+  constexpr uint64_t kWriteMarginNs = 1'000'000;  // a record being written as the drain starts
+  const uint64_t watermark = monotonic_ns() - kWriteMarginNs;
+  std::vector<TimedRecord> records = std::move(later_);
+  later_.clear();
+  read_timed(records);
   std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.time < b.time; });
   for (TimedRecord& r : records) {
+    if (r.time > watermark) {
+      later_.push_back(std::move(r));
+      continue;
+    }
     switch (r.kind) {
       case TimedRecord::Fork: tree_->forked(r.pid, r.ppid, r.time); break;
       case TimedRecord::Exec: tree_->execd(r.pid, r.time); break;
       case TimedRecord::Exit: tree_->exited(r.pid, r.time); break;
-      case TimedRecord::SampleOf: {
-        std::optional<bool> member = tree_->member(r.pid, r.time);
-        if (member.value_or(false)) {
-          take(r.sample, r.pid, sink);
-        } else if (!member && !r.deferred) {
-          unknown_.push_back({r.time, {r.pid, std::move(r.sample)}});
-        }
+      case TimedRecord::SampleOf:
+        if (tree_->member(r.pid, r.time).value_or(false)) take(r.sample, r.pid, sink);
         break;
-      }
     }
   }
-  // A process that ended 10 s ago has no samples left unread (drains are
+  // A process that ended 10 s ago has no records left unread (drains are
   // 100 ms apart).
   constexpr uint64_t kForgetNs = 10'000'000'000ull;
-  if (!records.empty() && records.back().time > kForgetNs) tree_->forget_before(records.back().time - kForgetNs);
+  if (watermark > kForgetNs) tree_->forget_before(watermark - kForgetNs);
 }
 
 // Reads the records between data_tail and data_head. A record may wrap around
@@ -383,10 +385,15 @@ void Sampler::drain_one(ThreadEvent& e, const RecordSink& sink) {
   __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
 }
 
+DescendantTree::DescendantTree(pid_t root, const std::vector<pid_t>& relatives) : root_(root) {
+  spans_.insert({root, Span{}});
+  for (pid_t r : relatives)
+    if (r != root) spans_.insert({r, Span{}});
+}
+
 void DescendantTree::forked(pid_t child, pid_t parent, uint64_t time) {
-  if (!member(parent, time).value_or(false)) return;
-  end(child, time);  // an exit record missed: the pid is the new child's now
-  spans_.insert({child, Span{time, kNever}});
+  if (child != root_) end(child, time);  // an exit record missed: the pid is the new process's now, ours or not
+  if (member(parent, time).value_or(false)) spans_.insert({child, Span{time, kNever}});
 }
 
 void DescendantTree::execd(pid_t pid, uint64_t time) {

@@ -21,11 +21,15 @@
 // a group). The CPU events then also carry the kernel's fork, exec (comm)
 // and exit records, with the time of each sample and record; a drain sorts
 // what it read from every CPU by time and follows the process tree as it
-// goes (DescendantTree). A child's fork record lies in the ring of the CPU
-// its parent ran on, perhaps read before its samples' ring was: a sample of
-// a process not yet known waits for the next drain once, then is decided.
-// Forked children run the parent's image at the same addresses, so their
-// samples symbolize with the target's maps.
+// goes (DescendantTree). The rings are read one after another, so a drain
+// applies only what happened up to a moment taken before it read the first
+// (its watermark, less a millisecond for a record being written): every
+// record of that time is in the rings by then, wherever it lies; later
+// ones wait for the next drain. Forked children run the parent's image at
+// the same addresses, so their samples symbolize with the target's maps;
+// so do `relatives`, processes known to run the target's image at its
+// addresses (a group's members forked from it before the sampler came),
+// followed with their descendants from the start.
 //
 // Cost: each sample is a timer interrupt in the sampled CPU. On bare metal or
 // hardware-assisted VMs that is ~1-2 us; on this project's machines (a PVM
@@ -57,6 +61,7 @@ struct SamplerOptions {
   bool allow_hardware = true;  // try `cycles` before `cpu-clock`
   bool branch_stacks = true;   // with `cycles`, ask for LBR branch stacks (edge counts) too
   bool descendants = false;    // PerCpu: also the processes the target forks, until they exec (above)
+  std::vector<pid_t> relatives;  // with descendants: sampled too, from the start (above)
 };
 
 // The processes descended from one root by fork, over time (pure: fed the
@@ -64,7 +69,8 @@ struct SamplerOptions {
 // time until its exec or its exit.
 class DescendantTree {
  public:
-  explicit DescendantTree(pid_t root) : root_(root) { spans_.insert({root, Span{}}); }
+  // `root` and `relatives` are members from the start, until they exit or exec.
+  explicit DescendantTree(pid_t root, const std::vector<pid_t>& relatives = {});
   void forked(pid_t child, pid_t parent, uint64_t time);
   void execd(pid_t pid, uint64_t time);    // runs another image from now on
   void exited(pid_t pid, uint64_t time);   // the process (its pid is free from now on)
@@ -149,6 +155,14 @@ class Sampler {
   Status open_cpus();
   // A record read from a ring: its header's type and misc, and its body.
   using RecordSink = std::function<void(uint32_t type, uint16_t misc, std::span<const uint8_t> body)>;
+  // What a drain following descendants read, applied in time order.
+  struct TimedRecord {
+    enum Kind { Fork, Exec, Exit, SampleOf } kind;
+    uint64_t time = 0;
+    pid_t pid = 0, ppid = 0;
+    Sample sample;
+  };
+  void read_timed(std::vector<TimedRecord>& out);
   void drain_one(ThreadEvent& e, const RecordSink& sink);
   void drain_descendants(const std::function<void(const Sample&)>& sink);
   void take(const Sample& s, pid_t pid, const std::function<void(const Sample&)>& sink);
@@ -164,10 +178,9 @@ class Sampler {
   std::map<pid_t, ThreadEvent> threads_;  // PerThread: by tid; PerCpu: by cpu
   std::set<pid_t> tids_seen_, pids_seen_;
   SamplerStats stats_;
-  // Descendants: the tree, and the samples of processes it did not know
-  // yet at the last drain (with their times).
+  // Descendants: the tree, and the records past the last drain's watermark.
   std::optional<DescendantTree> tree_;
-  std::vector<std::pair<uint64_t, std::pair<pid_t, Sample>>> unknown_;
+  std::vector<TimedRecord> later_;
 };
 
 // The kernel's limit on sampling frequency (perf_event_max_sample_rate).

@@ -71,6 +71,22 @@ Result<std::size_t> counters_off_window(const Injection& in,
   return off;
 }
 
+// Whether a site of `pages` still holds its counter code, read without
+// stopping the target: only dynid turns sites off, and nothing writes an
+// r-x cache, so a site off now stays off (a worker forked after its
+// parent's counting ended inherits them off: no stop).
+bool any_site_on(const Injection& in,
+                 const std::vector<std::pair<uint64_t, std::vector<const CounterSiteRecord*>>>& pages) {
+  for (const auto& [page, sites] : pages) {
+    const uint64_t end = in.cache.addr + in.cache.length;
+    auto bytes = read_target(in.pid, page, std::min<uint64_t>(4096 + kCounterLookahead, end - page));
+    if (!bytes) return true;  // unknown: the window decides
+    for (const CounterSiteRecord* c : sites)
+      if (jit::is_counter_start(std::span<const uint8_t>(*bytes).subspan(c->addr - page), c->form)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<std::size_t> counters_off(const Injection& in) {
@@ -86,6 +102,7 @@ Result<std::size_t> counters_off(const Injection& in) {
     std::vector<std::pair<uint64_t, std::vector<const CounterSiteRecord*>>> chunk(
         pages.begin() + static_cast<std::ptrdiff_t>(at),
         pages.begin() + static_cast<std::ptrdiff_t>(std::min(pages.size(), at + kOffPagesPerWindow)));
+    if (!any_site_on(in, chunk)) continue;
     auto n = counters_off_window(in, chunk);
     if (!n) return std::unexpected(n.error());
     off += *n;

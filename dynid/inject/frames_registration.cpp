@@ -33,10 +33,14 @@ std::string mapped_file(pid_t pid, const std::vector<profiler::Mapping>& maps, c
 
 // Registers the blob through a remote call in a clean thread.
 Status register_frames(const Injection& in, const profiler::Symbolizer& symbols, std::string_view in_executable,
-                       uint64_t register_frame, uint64_t blob, uint64_t stub, std::chrono::milliseconds timeout) {
+                       uint64_t blob, const RegisterCall& call) {
   const pid_t pid = in.pid;
   auto w = stop_world(pid);
   if (!w) return std::unexpected(w.error());
+  if (call.single_threaded && w->threads().size() != 1)
+    return fail(fmt::format("it has {} threads now: its group's parent is injected only while it has one",
+                            w->threads().size()));
+  const uint64_t stub = call.stub;
   // The record is not written yet: the return stub marks the cache.
   if (auto same = same_target(pid, in.start_time, stub, kReturnStub); !same) return same;
   StackReader reader(pid, frame_tables(in));
@@ -64,7 +68,7 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
       why = fit.error().message();
       continue;
     }
-    auto r = remote_call(*w, tid, {register_frame, {blob}, stub}, timeout);
+    auto r = remote_call(*w, tid, {call.function, {blob}, stub}, call.timeout);
     return r ? ok() : Status(std::unexpected(r.error()));
   }
   return fail("no thread is parked where it can run __register_frame (" + why + ")");
@@ -98,7 +102,7 @@ Result<uint64_t> register_frame_function(pid_t pid, const std::vector<profiler::
 Status register_cache_frames(const Injection& out, const profiler::Symbolizer& symbols, std::string_view executable,
                              const RegisterCall& call) {
   return retry_window(
-      [&] { return register_frames(out, symbols, executable, call.function, out.eh_frame_addr, call.stub, call.timeout); },
+      [&] { return register_frames(out, symbols, executable, out.eh_frame_addr, call); },
       [](const Status& r) { return !r && r.error().message().find("no thread is parked") != std::string::npos; });
 }
 

@@ -28,6 +28,7 @@ struct RegisterCall {
   uint64_t function = 0;  // __register_frame, run-time
   uint64_t stub = 0;      // the cache's return stub (kReturnStub), where the call returns
   std::chrono::milliseconds timeout{2000};
+  bool single_threaded = false;  // InjectRequest::single_threaded
 };
 
 // Registers `in`'s .eh_frame (in.eh_frame_addr) through a remote call. A

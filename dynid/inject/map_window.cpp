@@ -6,6 +6,8 @@
 #include <chrono>
 #include <iterator>
 
+#include <fmt/format.h>
+
 #include "dynid/cache_huge_pages.h"
 #include "dynid/cache_mapping.h"
 #include "dynid/inject/target_checks.h"
@@ -43,8 +45,13 @@ Result<Mapped> map_in_one_window(const InjectRequest& req, const Prepared& p, In
     auto now = read_proc_stat("/proc", req.pid);
     if (!now) return std::unexpected(now.error());
     if (auto same = same_image(*now, req.image); !same) return std::unexpected(same.error());
+    if (req.single_threaded && now->threads != 1)
+      return fail(fmt::format("it has {} threads now: its group's parent is injected only while it has one "
+                              "(a thread of it could fork while __register_frame holds the unwinder's lock)",
+                              now->threads));
     // Under seccomp, every call this injection makes, before the first.
-    std::vector<SeccompCall> calls = cache_mapping_calls(p.place, p.counters_addr, p.layout.counters_length);
+    std::vector<SeccompCall> calls =
+        cache_mapping_calls(p.place, p.counters_addr, p.layout.counters_length, req.shared_counters);
     if (req.lift_thp) std::ranges::move(huge_page_calls(p.place.addr, p.place.length), std::back_inserter(calls));
     if (p.register_frame) calls.push_back(stub_sigreturn(p.place.addr + p.layout.stub_offset));  // __register_frame's way back
     if (auto allowed = seccomp_allows_all(*w, p.sites, std::move(calls)); !allowed)
@@ -60,7 +67,7 @@ Result<Mapped> map_in_one_window(const InjectRequest& req, const Prepared& p, In
       out.cache.huge_note = "not lifted (asked)";
     }
     if (p.layout.counters_length) {
-      auto counters = map_counters(*w, p.sites, p.counters_addr, p.layout.counters_length);
+      auto counters = map_counters(*w, p.sites, p.counters_addr, p.layout.counters_length, req.shared_counters);
       if (!counters) {
         out.error = "counters: " + counters.error().message();  // the cache is mapped, nothing reaches it
         return Mapped{};

@@ -275,10 +275,9 @@ bool holds_any_of_ours(pid_t pid, const PatchRecord& p) {
 
 Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>* under_int3) {
   const pid_t pid = in.pid;
-  // Only dynid writes dyni's jumps: none there now, none there in the window.
-  if (one_window && std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) {
-        return holds_any_of_ours(pid, p);
-      }))
+  // Only dynid writes dyni's jumps: none there now, none there in the window
+  // (a worker forked after its parent's counting cache ended: no stop).
+  if (std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) { return holds_any_of_ours(pid, p); }))
     return ok();
   RaisedPriority priority;
   auto w = one_window ? WorldStop::stop(pid, kWindowStopTimeout) : stop_world(pid);

@@ -39,8 +39,9 @@ TEST(BusyWindow, ClearForgetsReadings) {
 }
 
 // GroupCpu (group_cpu.h). Readings one second apart; boot ticks = 1000 + hz * second.
-GroupCpu::Reading reading(pid_t pid, uint64_t start, uint64_t ticks, uint64_t children = 0, bool reused = false) {
-  return {pid, start, ticks, children, reused};
+GroupCpu::Reading reading(pid_t pid, uint64_t start, uint64_t ticks, uint64_t children = 0, bool reused = false,
+                          pid_t ppid = 1) {
+  return {pid, ppid, start, ticks, children, reused};
 }
 uint64_t boot_at(int second) { return 1000 + hz * static_cast<uint64_t>(second); }
 
@@ -78,7 +79,8 @@ TEST(GroupCpu, AMemberGoneUnreapedReadsLowNeverBelowZero) {
   g.add(1000, boot_at(1), {reading(10, 5, hz * 3)});  // 11 gone, its parent not a member
   EXPECT_NEAR(g.percent(1000), 0.0, 0.5);
   g.add(2000, boot_at(2), {reading(10, 5, hz * 4)});
-  EXPECT_NEAR(g.percent(1000), 100.0, 1.0) << "the next window measures again";
+  g.add(3000, boot_at(3), {reading(10, 5, hz * 5)});
+  EXPECT_NEAR(g.percent(1000), 100.0, 1.0) << "the next windows measure again";
 }
 
 TEST(GroupCpu, WhatAnIdleMemberUsedBetweenFreshReadingsIsSpreadOverThem) {
@@ -88,6 +90,33 @@ TEST(GroupCpu, WhatAnIdleMemberUsedBetweenFreshReadingsIsSpreadOverThem) {
   g.add(2000, boot_at(2), {reading(10, 5, hz * 6 / 10)});
   EXPECT_NEAR(g.percent(1000), 30.0, 1.0) << "60 % of a core over two seconds, not one";
   EXPECT_NEAR(g.percent(2000), 30.0, 1.0);
+}
+
+// An idle parent read every few scans: its child with 60 s of CPU exits and
+// is reaped between two of its readings. The child's total leaves the group
+// only when the parent's next reading brings it back: no point reads low,
+// so no window reads high.
+TEST(GroupCpu, AChildReapedByAParentReadEarlierLeavesAtTheParentsNextReading) {
+  GroupCpu g;
+  g.add(0, boot_at(0), {reading(10, 5, 0), reading(11, 6, hz * 60, 0, false, 10)});
+  g.add(1000, boot_at(1), {reading(10, 5, 0, 0, true), reading(11, 6, hz * 60 + hz / 2, 0, false, 10)});
+  g.add(2000, boot_at(2), {reading(10, 5, 0, 0, true)});  // 11 gone, reaped
+  EXPECT_LT(g.percent(1000), 30.0);
+  g.add(3000, boot_at(3), {reading(10, 5, 0, hz * 60 + hz * 3 / 4)});
+  EXPECT_LT(g.percent(1000), 30.0) << "not its 60 s";
+  EXPECT_NEAR(g.percent(3000), 25.0, 1.0) << "0.75 s in 3 s";
+}
+
+// A child read just before it exits and its parent read just after it
+// reaped it, in one scan: the child counts twice at that point, for one scan.
+TEST(GroupCpu, ACountTwiceAtOnePointMustHoldTwoScansToCount) {
+  GroupCpu g;
+  g.add(0, boot_at(0), {reading(10, 5, 0), reading(11, 6, hz * 10, 0, false, 10)});
+  g.add(1000, boot_at(1), {reading(10, 5, 0), reading(11, 6, hz * 10 + hz / 5, 0, false, 10)});
+  g.add(2000, boot_at(2), {reading(10, 5, 0, hz * 10 + hz * 2 / 5), reading(11, 6, hz * 10 + hz * 2 / 5, 0, false, 10)});
+  EXPECT_NEAR(g.percent(1000), 20.0, 1.0) << "the window ending a scan earlier";
+  g.add(3000, boot_at(3), {reading(10, 5, 0, hz * 10 + hz * 2 / 5)});
+  EXPECT_LT(g.percent(1000), 25.0);
 }
 
 }  // namespace

@@ -95,6 +95,19 @@ TEST(DescendantTree, FollowsForksUntilExecOrExitAndKnowsWhatItNeverHeardOf) {
   EXPECT_EQ(tree.member(200, 55), true);
 }
 
+// Members forked before the sampler came (relatives) are members from the
+// start, with what they fork; a pid taken by a process that is not ours
+// ends the span its exit record (lost) left open.
+TEST(DescendantTree, RelativesAreMembersFromTheStartAndAReusedPidIsNotOurs) {
+  profiler::DescendantTree tree(100, {150, 160});
+  EXPECT_EQ(tree.member(150, 1), true);
+  tree.forked(170, 160, 10);
+  EXPECT_EQ(tree.member(170, 11), true) << "a relative's child";
+  tree.forked(150, 999, 20);  // 150's exit went unseen; its pid is another process's now
+  EXPECT_EQ(tree.member(150, 19), true);
+  EXPECT_EQ(tree.member(150, 21), false);
+}
+
 // Branch stacks inside a real function of this process become taken branches
 // and traces at the right offsets.
 class LbrProfile : public jit::ThisBinary {};

@@ -386,13 +386,15 @@ TEST(TargetTable, OtherFilesAndOtherNamespacesAreOtherGroups) {
 
 TEST(TargetTable, AMemberNotMeasuredOverAWholeWindowIsNeverChosenButCountsForItsGroup) {
   TargetTable t;
+  const BusyRule two_seconds{50.0, 2000};
   t.reconcile({member(10, 0)}, 0);
   t.reconcile({member(10, hz * 30 / 100), member(11, 0), member(12, 0)}, 1000);
-  t.reconcile({member(10, hz * 60 / 100), member(11, hz / 4), member(12, hz / 4)}, 1500);  // 11, 12: half a window
-  t.advance(kRule, true);
+  t.reconcile({member(10, hz * 45 / 100), member(11, hz / 4), member(12, hz / 4)}, 1500);
+  t.reconcile({member(10, hz * 60 / 100), member(11, hz / 2), member(12, hz / 2)}, 2000);  // 11, 12: one second of two
+  t.advance(two_seconds, true);
   auto j = t.to_json();
   EXPECT_TRUE(j[1]["cpu_percent"].is_null());
-  EXPECT_NEAR(j[1]["group"]["cpu_percent"].get<double>(), 73.3, 2.0) << "1.1 s of CPU in 1.5 s";
+  EXPECT_NEAR(j[1]["group"]["cpu_percent"].get<double>(), 80.0, 2.0) << "1.6 s of CPU in 2 s";
   EXPECT_EQ(t.count_in(TargetState::Profiling), 1u);
   EXPECT_EQ(state_of(t, 10), TargetState::Profiling) << "the one member measured over a whole window";
 }
