@@ -84,16 +84,17 @@ double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& 
   return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
 }
 
-// A group's leading parent is profiled with what it forks (process_group.h),
-// and with the members it forked before: those that run its image, at its
-// addresses (the same ProcStat::image).
-profiler::RecorderOptions with_descendants(profiler::RecorderOptions options, const Target& target,
-                                           const TargetTable& table) {
-  options.sampler.descendants = target.with_descendants;
-  if (target.with_descendants && target.image)
-    for (const Target& t : table.snapshot())
-      if (t.group == target.group && t.image == target.image && t.pid != target.pid)
-        options.sampler.relatives.push_back(t.pid);
+// A group's leader is profiled across its group (process_group.h): with the
+// members that run its image at its addresses (the same ProcStat::image:
+// forked from one parent, without an exec since) and what they all fork.
+// A leading parent's work is all there.
+profiler::RecorderOptions across_group(profiler::RecorderOptions options, const Target& target,
+                                       const TargetTable& table) {
+  if (!target.group_leader || !target.image) return options;
+  options.sampler.descendants = true;
+  for (const Target& t : table.snapshot())
+    if (t.group == target.group && t.image == target.image && t.pid != target.pid)
+      options.sampler.relatives.push_back(t.pid);
   return options;
 }
 
@@ -113,7 +114,7 @@ TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
                                  std::optional<ParentCopies> parent)
     : pid_(target.pid), ppid_(target.ppid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
       group_(target.group), follows_(target.follows), as_parent_(target.as_parent),
-      options_(with_descendants(options, target, table)), dynimize_(dynimize),
+      with_descendants_(target.with_descendants), options_(across_group(options, target, table)), dynimize_(dynimize),
       adopt_only_(adopt_only),
       started_in_(target.state), parent_copies_(std::move(parent)),
       thread_([this] { run(); }) {}
@@ -405,7 +406,7 @@ InjectRequest TargetLifecycle::base_request() const {
   request.image = image_;
   request.start_time = start_time_;
   request.single_threaded = as_parent_;
-  request.shared_counters = options_.sampler.descendants;  // the work is in what it forks
+  request.shared_counters = with_descendants_;  // the work is in what it forks
   return request;
 }
 
@@ -870,13 +871,13 @@ void TargetLifecycle::fail_with(TargetState state, const std::string& reason) {
 Status TargetLifecycle::start_profiling() {
   auto recorder = profiler::Recorder::start(pid_, options_);
   if (!recorder) return std::unexpected(recorder.error());
-  if (options_.sampler.descendants && (*recorder)->sampler().scope() != profiler::SamplerScope::PerCpu)
+  if (with_descendants_ && (*recorder)->sampler().scope() != profiler::SamplerScope::PerCpu)
     return fail("its group's work is in the processes it forks, which only system-wide sampling sees, and that "
                 "is not allowed here");
   log::info("target {} pid {}: sampling {} threads{} with {} at {} Hz", name_, pid_,
             (*recorder)->sampler().stats().threads,
             options_.sampler.descendants
-                ? fmt::format(", {} members it forked before and the processes they all fork", options_.sampler.relatives.size())
+                ? fmt::format(" with {} members of its group and what they all fork", options_.sampler.relatives.size())
                 : "",
             (*recorder)->sampler().event_name(),
             options_.sampler.frequency_hz);

@@ -157,6 +157,7 @@ class TargetLifecycle {
   std::string group_;  // its process group's key
   pid_t follows_;      // dynimized by its group's plan (process_group.h), counted in this member; 0: its own
   bool as_parent_;     // its group's parent: injected only while single-threaded (InjectRequest::single_threaded)
+  bool with_descendants_;  // a leading parent: its counters shared with what it forks (process_group.h)
   profiler::RecorderOptions options_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};

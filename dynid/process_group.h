@@ -20,6 +20,11 @@
 // than the window costs nothing; its CPU counts for the group's all the
 // same, through its parent's reaped children's time (group_cpu.h).
 //
+// A leader's profile is the group's: it is sampled with the members that run
+// its image at its addresses (forked from one parent, no exec since: the
+// same ProcStat::image) and with what they all fork (profiler/sampler.h:
+// Descendants); its counting copies count in it alone.
+//
 // When no member does the floor's share alone (postgres under pgbench -C:
 // a backend per transaction, each gone within milliseconds), the group's
 // waiting parent leads instead (Target::with_descendants): its profile is

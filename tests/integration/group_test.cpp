@@ -99,6 +99,11 @@ TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndCompute
   }
   EXPECT_NE(host.log().find("busy as a group"), std::string::npos) << host.log();
   EXPECT_NE(host.log().find("follows the group's plan"), std::string::npos) << host.log();
+  // The leader's profile is the group's: its fellow workers were sampled with it.
+  RunResult profile = host.dyni({"-profile=" + std::to_string(leader), "-json"});
+  ASSERT_EQ(profile.exit_code, 0) << profile.out << profile.err;
+  auto sampled = nlohmann::json::parse(profile.out, nullptr, false);
+  EXPECT_GE(sampled["profile"].value("processes_sampled", 0), 4) << profile.out;
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   for (const auto& t : members) EXPECT_EQ(host.state_of(t.value("pid", 0)), "undone") << t.value("pid", 0);
