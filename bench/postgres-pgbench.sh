@@ -168,7 +168,7 @@ dyni -start >/dev/null || die "dyni -start failed: $(tail -3 "$WORK/dynid.log" 2
 pgbench_run 36000 >/dev/null 2>&1 &
 LOAD=$!
 LOAD_START=$(now)
-say "load started: pgbench -S $CONNECT_EACH, $CLIENTS clients over a Unix socket"
+say "load started: pgbench -S${CONNECT_EACH:+ $CONNECT_EACH}, $CLIENTS clients over a Unix socket"
 FIRST=""; ALL=""
 while :; do
   status=$(dyni -status -json 2>/dev/null || true)
@@ -303,7 +303,7 @@ read -r USER USER_HW _ < <(stats 3 "$RATIOS")
 read -r CPU CPU_HW _ < <(stats 4 "$RATIOS")
 CPU_NAME=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 echo
-echo "dyni on postgres ($PGBIN/postgres), pgbench -S $CONNECT_EACH, $CLIENTS clients over a Unix socket"
+echo "dyni on postgres ($PGBIN/postgres), pgbench -S${CONNECT_EACH:+ $CONNECT_EACH}, $CLIENTS clients over a Unix socket"
 ON="the same $CLIENTS backends"; [ -n "$CONNECT_EACH" ] && ON="the same cluster, a backend per transaction"
 echo "CPU: $CPU_NAME ($(nproc) CPUs); $N ABBA groups of 4 x $BLOCK s on $ON"
 echo

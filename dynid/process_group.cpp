@@ -54,10 +54,10 @@ std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Tar
   return groups;
 }
 
-pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent) {
+pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent, bool parent_may_lead) {
   if (group.settled || group.cpu_percent < threshold_percent) return 0;
   if (group.busiest_waiting != 0 && group.busiest_cpu >= kLeaderFloorPercent) return group.busiest_waiting;
-  return group.waiting_parent;  // its descendants do the work (above)
+  return parent_may_lead ? group.waiting_parent : 0;  // its descendants do the work (above)
 }
 
 pid_t group_follower_to_be(const GroupSummary& group, double threshold_percent) {

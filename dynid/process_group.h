@@ -25,7 +25,8 @@
 // same ProcStat::image) and with what they all fork (profiler/sampler.h:
 // Descendants); its counting copies count in it alone.
 //
-// When no member does the floor's share alone (postgres under pgbench -C:
+// When no member does the floor's share alone for two busy windows after
+// the group turned busy (postgres under pgbench -C:
 // a backend per transaction, each gone within milliseconds), the group's
 // waiting parent leads instead (Target::with_descendants): its profile is
 // of the processes it forks (profiler/sampler.h: Descendants), and its
@@ -96,8 +97,12 @@ struct GroupSummary {
 std::map<std::string, GroupSummary> summarize_groups(const std::vector<const Target*>& targets,
                                                      const std::map<std::string, double>& group_cpu = {});
 
-// The group's leader to be, or 0: the rule above.
-pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent);
+// The group's leader to be, or 0: the rule above. The parent may lead once
+// the group has been busy for two windows (`parent_may_lead`): until then
+// young members may still be measured (a pgbench -S backend lives as long
+// as its connection, and the busiest of them counts the group's real work;
+// an idle parent counts only what it forks meanwhile).
+pid_t group_leader_to_be(const GroupSummary& group, double threshold_percent, bool parent_may_lead);
 
 // The plan a member of a group was dynimized by, for the others. The
 // group's members run one file (its key: device and inode), and counts are

@@ -95,6 +95,7 @@ void TargetTable::reconcile(const std::vector<DiscoveredProcess>& found, int64_t
     it = targets_.erase(it);
   }
   add_group_readings(found, now_mono);
+  last_reading_ms_ = now_mono;
 }
 
 void TargetTable::add_group_readings(const std::vector<DiscoveredProcess>& found, int64_t now_mono) {
@@ -146,6 +147,10 @@ void TargetTable::advance_groups(const BusyRule& rule) {
   const std::map<std::string, GroupSummary> groups = summarize_groups(all, group_cpu_percent_);
   std::erase_if(plans_, [&](const auto& plan) { return !groups.contains(plan.first); });  // the group is gone
   std::erase_if(undone_groups_, [&](const std::string& key) { return !groups.contains(key); });
+  std::erase_if(group_busy_since_, [&](const auto& g) {
+    auto group = groups.find(g.first);
+    return group == groups.end() || group->second.cpu_percent < rule.threshold_percent;
+  });
   for (const auto& [key, group] : groups) {
     if (auto plan = plans_.find(key); plan != plans_.end()) {
       if (undone_groups_.contains(key)) continue;  // the operator's answer
@@ -164,7 +169,10 @@ void TargetTable::advance_groups(const BusyRule& rule) {
                             group.cpu_percent, rule.window_ms, group.members, t.exe, role, t.follows));
       continue;
     }
-    pid_t leader = group_leader_to_be(group, rule.threshold_percent);
+    if (group.cpu_percent < rule.threshold_percent) continue;
+    const int64_t busy_since = group_busy_since_.try_emplace(key, last_reading_ms_).first->second;
+    const bool parent_may_lead = last_reading_ms_ - busy_since >= 2 * static_cast<int64_t>(rule.window_ms);
+    pid_t leader = group_leader_to_be(group, rule.threshold_percent, parent_may_lead);
     if (!leader) continue;
     Target& t = targets_.at(leader);
     t.group_leader = true;

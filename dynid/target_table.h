@@ -71,6 +71,8 @@ class TargetTable {
   std::map<pid_t, BusyWindow> cpu_;
   std::map<std::string, GroupCpu> group_cpu_;          // by group key, its short-lived members' CPU included
   std::map<std::string, double> group_cpu_percent_;   // as advance() last measured it
+  std::map<std::string, int64_t> group_busy_since_;   // when each busy group turned busy (monotonic ms)
+  int64_t last_reading_ms_ = 0;                       // the last reconcile's time
   std::map<std::string, std::shared_ptr<const GroupPlan>> plans_;  // by group key
   std::set<std::string> undone_groups_;  // keys; dropped with the group
 };

@@ -44,6 +44,31 @@ std::string start_for_pools(DyniHost& host) {
   return host.install_program(DYNI_TEST_PREFORK, "dyni-prefork");
 }
 
+// The parent's entry in -status -json once it is dynimized; null if it is
+// not within `timeout`.
+nlohmann::json parent_once_dynimized(const DyniHost& host, pid_t parent, std::chrono::seconds timeout) {
+  nlohmann::json found;
+  auto dynimized = [&](const nlohmann::json& j) {
+    for (const auto& t : members_of(j, "dyni-prefork"))
+      if (t.value("pid", 0) == parent) return (found = t).value("status", "") == "dynimized";
+    return false;
+  };
+  return host.wait_for(dynimized, timeout) ? found : nlohmann::json();
+}
+
+// A worker dynimized by inheritance since `since` (a status time); null if
+// none is within `timeout`.
+nlohmann::json worker_inherited_since(const DyniHost& host, const std::string& since, std::chrono::seconds timeout) {
+  nlohmann::json child;
+  auto inherited = [&](const nlohmann::json& j) {
+    for (const auto& t : members_of(j, "dyni-prefork"))
+      if (t.value("status", "") == "dynimized" && t["dynimized"]["via"] == "inherited" && t.value("since", "") > since)
+        return !(child = t).is_null();
+    return false;
+  };
+  return host.wait_for(inherited, timeout) ? child : nlohmann::json();
+}
+
 // The busiest worker leads: it is profiled and counted alone; then every
 // other busy worker is dynimized by its plan in turn; then the idle parent,
 // by the same plan (what it forks later inherits it).
@@ -121,23 +146,12 @@ TEST(Groups, WorkersForkedByADynimizedParentInheritItsCacheWhileOthersComeAndGo)
   const std::string exe = start_for_pools(host);
   // Four workers to the end, busy 25 %; three more, busy 12 %, 1 s each.
   const pid_t parent = host.spawn({exe, "80", "4", "25", "0", "3"});
-  nlohmann::json parent_status, child;
-  auto parent_dynimized = [&](const nlohmann::json& j) {
-    for (const auto& t : members_of(j, "dyni-prefork"))
-      if (t.value("pid", 0) == parent) return (parent_status = t).value("status", "") == "dynimized";
-    return false;
-  };
-  ASSERT_TRUE(host.wait_for(parent_dynimized, 70s)) << host.status_json().dump() << host.log();
+  const nlohmann::json parent_status = parent_once_dynimized(host, parent, 70s);
+  ASSERT_FALSE(parent_status.is_null()) << host.status_json().dump() << host.log();
   EXPECT_EQ(parent_status["dynimized"]["via"], "group plan") << parent_status.dump();
   const std::string cache = parent_status["dynimized"]["cache"].value("addr", "");
-  const std::string since = parent_status.value("since", "");
-  auto inherited = [&](const nlohmann::json& j) {
-    for (const auto& t : members_of(j, "dyni-prefork"))
-      if (t.value("status", "") == "dynimized" && t["dynimized"]["via"] == "inherited" && t.value("since", "") > since)
-        return !(child = t).is_null();
-    return false;
-  };
-  ASSERT_TRUE(host.wait_for(inherited, 10s)) << host.status_json().dump() << host.log();
+  const nlohmann::json child = worker_inherited_since(host, parent_status.value("since", ""), 10s);
+  ASSERT_FALSE(child.is_null()) << host.status_json().dump() << host.log();
   SCOPED_TRACE(child.dump());
   EXPECT_EQ(child["group"]["ppid"], parent);
   EXPECT_EQ(child["dynimized"]["cache"].value("addr", ""), cache) << "the parent's cache, by fork";
@@ -167,13 +181,8 @@ TEST(Groups, AGroupOfShortLivedWorkersIsLedByItsParentCountedInItsWorkersAndThey
   DyniHost host;
   const std::string exe = start_for_pools(host);
   const pid_t parent = host.spawn({exe, "80", "1", "1", "0", "3:40:0.2"});
-  nlohmann::json parent_status, child;
-  auto parent_dynimized = [&](const nlohmann::json& j) {
-    for (const auto& t : members_of(j, "dyni-prefork"))
-      if (t.value("pid", 0) == parent) return (parent_status = t).value("status", "") == "dynimized";
-    return false;
-  };
-  ASSERT_TRUE(host.wait_for(parent_dynimized, 70s)) << host.status_json().dump() << host.log();
+  const nlohmann::json parent_status = parent_once_dynimized(host, parent, 70s);
+  ASSERT_FALSE(parent_status.is_null()) << host.status_json().dump() << host.log();
   SCOPED_TRACE(parent_status.dump());
   std::istringstream log(host.log());
   for (std::string line; std::getline(log, line);)  // the parent's way, for whoever reads the test's output
@@ -189,14 +198,8 @@ TEST(Groups, AGroupOfShortLivedWorkersIsLedByItsParentCountedInItsWorkersAndThey
   auto sampled = nlohmann::json::parse(profile.out, nullptr, false);
   EXPECT_GE(sampled["profile"].value("processes_sampled", 0), 10) << "its workers, 0.2 s each\n" << profile.out;
   EXPECT_NE(host.log().find("the parent, profiled and counted with what it forks"), std::string::npos) << host.log();
-  const std::string since = parent_status.value("since", "");
-  auto inherited = [&](const nlohmann::json& j) {
-    for (const auto& t : members_of(j, "dyni-prefork"))
-      if (t.value("status", "") == "dynimized" && t["dynimized"]["via"] == "inherited" && t.value("since", "") > since)
-        return !(child = t).is_null();
-    return false;
-  };
-  ASSERT_TRUE(host.wait_for(inherited, 15s)) << host.status_json().dump() << host.log();
+  const nlohmann::json child = worker_inherited_since(host, parent_status.value("since", ""), 15s);
+  ASSERT_FALSE(child.is_null()) << host.status_json().dump() << host.log();
   EXPECT_EQ(child["dynimized"]["cache"].value("addr", ""), parent_status["dynimized"]["cache"].value("addr", ""));
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err << host.log();

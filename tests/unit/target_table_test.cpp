@@ -403,16 +403,26 @@ TEST(TargetTable, AMemberNotMeasuredOverAWholeWindowIsNeverChosenButCountsForIts
 // postmaster (10) and its helper (11) are all dynid sees; the backends' CPU
 // is in the postmaster's reaped children's time. The parent leads, profiled
 // with what it forks.
-TEST(TargetTable, AGroupOfShortLivedMembersIsLedByTheirParentWithItsDescendants) {
-  TargetTable t;
-  for (int second = 0; second <= 2; ++second) {
-    std::vector<DiscoveredProcess> found = {member(10, 0), member(11, 1)};
-    found[0].stat.children_ticks = hz * 80 * static_cast<uint64_t>(second) / 100;
+// Readings a second apart, from second `first` to `last`, of a parent (10),
+// single-threaded, whose reaped children use `reaped` % of a core, and its
+// child (11), `busy` %.
+void run_parent_and_child(TargetTable& t, int reaped, int busy, int first = 0, int last = 3) {
+  for (int second = first; second <= last; ++second) {
+    const auto at = static_cast<uint64_t>(second);
+    std::vector<DiscoveredProcess> found = {member(10, 0), member(11, hz * static_cast<uint64_t>(busy) * at / 100)};
+    found[0].stat.children_ticks = hz * static_cast<uint64_t>(reaped) * at / 100;
     found[1].stat.ppid = 10;
     found[0].stat.threads = found[1].stat.threads = 1;
     t.reconcile(found, second * 1000);
     t.advance(kRule, true);
   }
+}
+
+TEST(TargetTable, AGroupOfShortLivedMembersIsLedByTheirParentWithItsDescendants) {
+  TargetTable t;
+  run_parent_and_child(t, 80, 0, 0, 2);
+  EXPECT_EQ(t.count_in(TargetState::Profiling), 0u) << "busy for one window: a young member may yet be measured";
+  run_parent_and_child(t, 80, 0, 3, 3);
   EXPECT_EQ(state_of(t, 10), TargetState::Profiling);
   EXPECT_EQ(state_of(t, 11), TargetState::Waiting);
   for (const auto& target : t.to_json()) {
@@ -423,14 +433,7 @@ TEST(TargetTable, AGroupOfShortLivedMembersIsLedByTheirParentWithItsDescendants)
   }
   // A member busy enough alone leads instead, without descendants.
   TargetTable busy;
-  for (int second = 0; second <= 2; ++second) {
-    std::vector<DiscoveredProcess> found = {member(10, 0), member(11, hz * 30 * static_cast<uint64_t>(second) / 100)};
-    found[0].stat.children_ticks = hz * 50 * static_cast<uint64_t>(second) / 100;
-    found[1].stat.ppid = 10;
-    found[0].stat.threads = found[1].stat.threads = 1;
-    busy.reconcile(found, second * 1000);
-    busy.advance(kRule, true);
-  }
+  run_parent_and_child(busy, 50, 30);
   EXPECT_EQ(state_of(busy, 11), TargetState::Profiling);
   EXPECT_EQ(busy.to_json()[1]["group"]["with_descendants"], false);
 }
