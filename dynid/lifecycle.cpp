@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "common/log.h"
@@ -22,6 +24,7 @@
 #include "dynid/gdb_symbols.h"
 #include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
+#include "dynid/target_memory.h"
 #include "elf/elf_file.h"
 #include "jit/call_sites.h"
 #include "jit/patch_plan.h"
@@ -264,6 +267,18 @@ bool TargetLifecycle::adopt_existing_cache() {
 // the file's bytes again and its counter sites are turned off. The other
 // records are returned.
 std::vector<CacheRecord> TargetLifecycle::end_counting_caches(std::vector<CacheRecord> records) {
+  // An entry that holds an optimized cache's jump was re-pointed by it: not
+  // the counting cache's to restore (counting_phase.h, replaced_by).
+  std::map<uint64_t, std::array<uint8_t, 5>> optimized;  // entry → the optimized cache's bytes there
+  for (const CacheRecord& r : records)
+    if (r.tier != CacheTier::Counting)
+      for (const PatchRecord& p : r.patches) optimized[p.addr] = p.replacement;
+  auto re_pointed = [&](const PatchRecord& p) {
+    auto it = optimized.find(p.addr);
+    if (it == optimized.end()) return false;
+    auto live = read_target(pid_, p.addr, it->second.size());
+    return live && std::equal(live->begin(), live->end(), it->second.begin(), it->second.end());
+  };
   std::vector<CacheRecord> others;
   for (CacheRecord& r : records) {
     if (r.tier != CacheTier::Counting) {
@@ -271,6 +286,7 @@ std::vector<CacheRecord> TargetLifecycle::end_counting_caches(std::vector<CacheR
       continue;
     }
     Injection counting = from_record(pid_, start_time_, r);
+    std::erase_if(counting.patched, re_pointed);
     std::size_t live = live_patches(pid_, counting.patched);
     auto undone = undo_patches(counting);
     auto off = counters_off(counting);

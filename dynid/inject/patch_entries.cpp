@@ -265,10 +265,14 @@ std::optional<std::vector<Restore>> to_restore(std::span<const uint8_t> live, co
   return runs;
 }
 
-bool holds_any_of_ours(pid_t pid, const PatchRecord& p) {
+// Whether the held window has anything to do at `p`: restore bytes of ours,
+// or name bytes that are neither ours nor the file's; true also when they
+// cannot be read now.
+bool needs_a_window(pid_t pid, const PatchRecord& p) {
   auto live = read_target(pid, p.addr, kPatchBytes);
-  auto runs = live ? to_restore(*live, p) : std::nullopt;
-  return runs && !runs->empty();
+  if (!live) return true;
+  auto runs = to_restore(*live, p);
+  return !runs || !runs->empty();
 }
 
 }  // namespace
@@ -277,7 +281,7 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   const pid_t pid = in.pid;
   // Only dynid writes dyni's jumps: none there now, none there in the window
   // (a worker forked after its parent's counting cache ended: no stop).
-  if (std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) { return holds_any_of_ours(pid, p); }))
+  if (std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) { return needs_a_window(pid, p); }))
     return ok();
   RaisedPriority priority;
   auto w = one_window ? WorldStop::stop(pid, kWindowStopTimeout) : stop_world(pid);
