@@ -192,7 +192,7 @@ while :; do
   kill -0 "$LOAD" 2>/dev/null || die "pgbench stopped"
   sleep 0.5
 done
-FOLLOWERS=$(dyni -status -json | jq '[.targets[] | select(.dynimized.via == "group plan")] | length')
+FOLLOWERS=$(dyni -status -json | jq --argjson pm "$POSTMASTER" '[.targets[] | select(.dynimized.via == "group plan" and .pid != $pm)] | length')
 LAYOUT=$(dyni -status -json | jq -r '[.targets[] | select(.group.leader == true)][0].dynimized.layout // ""')
 
 # ---- 2. ABBA on the same backends ------------------------------------------
@@ -315,7 +315,7 @@ if [ -n "$CONNECT_EACH" ]; then
   printf "%-42s %s\n" "layout" "$LAYOUT"
 else
   printf "%-42s %s s (first backend), %s s (all %s)\n" "load start to dynimized" "$FIRST" "$ALL" "$CLIENTS"
-  printf "%-42s %s of %s by the group's plan; layout: %s\n" "dynimized backends" "$FOLLOWERS" "$CLIENTS" "$LAYOUT"
+  printf "%-42s %s of %s by the group's plan (the leader aside); layout: %s\n" "dynimized backends" "$FOLLOWERS" "$CLIENTS" "$LAYOUT"
 fi
 printf "%-42s %s\n" "the postmaster" "$POSTMASTER_STATE"
 if [ -s "$CHURN" ]; then

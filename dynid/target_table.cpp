@@ -178,9 +178,11 @@ void TargetTable::advance_groups(const BusyRule& rule) {
     t.group_leader = true;
     t.follows = 0;
     t.with_descendants = t.as_parent = leader == group.waiting_parent;
-    const std::string role = t.with_descendants
-                                 ? "no member does its share alone: the parent, profiled and counted with what it forks"
-                                 : fmt::format("the busiest, at {:.0f}%", t.cpu_percent);
+    const std::string role =
+        t.with_descendants && t.cpu_percent < kLeaderFloorPercent
+            ? "no member does its share alone: the parent, profiled and counted with what it forks"
+            : fmt::format("the busiest, at {:.0f}%{}", t.cpu_percent,
+                          t.with_descendants ? ", the parent: profiled and counted with what it forks" : "");
     set_state(t, TargetState::Profiling,
               fmt::format("busy as a group: {:.0f}% CPU over {} ms in {} processes of {}; {}", group.cpu_percent,
                           rule.window_ms, group.members, t.exe, role));
