@@ -67,6 +67,14 @@ std::string why_no_call_in_syscall(pid_t tid, const user_regs_struct& regs) {
   const long nr = static_cast<long>(regs.orig_rax);
   if (nr < 0) return "";
   if (nr & kX32SyscallBit) return fmt::format("in x32 system call {:#x}", nr);
+  // A call the kernel set up to restart (ERESTARTNOHAND and the like, with
+  // no handler run): rip is back on its `syscall` and rax holds its number
+  // again, the thread between two entries of one call.
+  if (regs.rax == regs.orig_rax) {
+    auto at = read_target(tid, regs.rip, 2);
+    if (at && at->size() == 2 && (*at)[0] == 0x0f && (*at)[1] == 0x05)
+      return fmt::format("about to restart system call {}", nr);
+  }
   auto before = read_target(tid, regs.rip - 2, 2);
   if (!before || before->size() != 2 || (*before)[0] != 0x0f || (*before)[1] != 0x05)
     return fmt::format("in system call {}, not made by a syscall instruction", nr);
