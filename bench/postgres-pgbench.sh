@@ -23,7 +23,8 @@
 #    found at all;
 # 4. --idle N (default 200) connections held open by psql sessions: the time
 #    until every backend is seen inherited from the postmaster, then the time
-#    `dyni -status` takes with them, and dynid's CPU while they idle;
+#    `dyni -status` takes with them (beside the load, then beside pgbench -C
+#    as well), and dynid's CPU while they idle;
 # 5. prints one table: TPS (pg_stat_database's xact_commit) and the backends'
 #    user CPU per transaction, dynimized/original, each with its interval,
 #    and the churn figures.
@@ -143,7 +144,9 @@ say "warming the cluster up (10 s of pgbench -S)"
 pgbench_run 10 >/dev/null 2>&1 || die "pgbench failed (see $WORK/postgres.log)"
 
 TICK=$(getconf CLK_TCK)
-now() { date +%s.%N; }
+# bash's own clock: a `date` forked inside a timed interval would be timed
+# too (30-50 ms of fork and exec on a loaded 2-CPU VM).
+now() { echo "$EPOCHREALTIME"; }
 # The client backends: children of the postmaster that run pgbench's queries.
 backends() { psql_ "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'" | tr '\n' ' '; }
 # "time commits utime stime": one sample of the database and its backends
@@ -270,7 +273,43 @@ if [ "$CHURN_GROUPS" -gt 0 ] && [ -z "$CONNECT_EACH" ]; then
 fi
 
 # ---- 4. Many idle connections: inherited backends, -status -----------------
-STATUS_MS=""; IDLE_INHERITED=""; IDLE_CPU=""; IDLE_SETTLED=""
+# Milliseconds, one a line, as "N ms median, M ms slowest of K".
+spread() { sort -n | awk '{ v[NR] = $1 } END { printf "%s ms median, %s ms slowest of %d", v[int((NR + 1) / 2)], v[NR], NR }'; }
+# 20 runs of a command, 0.25 s apart, timed from this shell (fork and exec
+# included).
+time_command() {
+  for _ in $(seq 20); do
+    local t0; t0=$(now); "$@" >/dev/null; awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
+    sleep 0.25
+  done | spread
+}
+# 20 plain -status requests on dynid's socket, 0.25 s apart: from the
+# request to the whole answer, without a process's start.
+time_answer() {
+  python3 - "$WORK/run/dynid.sock" <<'PY' | spread
+import json, socket, sys, time
+request = (json.dumps({"version": 1, "command": "status", "args": {"brief": True}}) + "\n").encode()
+for _ in range(20):
+    t0 = time.monotonic()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(sys.argv[1])
+        s.sendall(request)
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk: sys.exit("dynid closed the socket without an answer")
+            answer += chunk
+    if not json.loads(answer).get("ok"): sys.exit("dynid refused the status request")
+    print(round((time.monotonic() - t0) * 1000))
+    time.sleep(0.25)
+PY
+}
+# -status beside the load: the command, dynid's answer on its socket, and
+# /bin/true (what starting any process costs on this host meanwhile).
+time_status() {
+  printf "command %s; answer %s; /bin/true %s" "$(time_command dyni -status)" "$(time_answer)" "$(time_command /bin/true)"
+}
+STATUS_MS=""; STATUS_CHURN_MS=""; IDLE_INHERITED=""; IDLE_CPU=""; IDLE_SETTLED=""
 if [ "$IDLE" -gt 0 ]; then
   say "opening $IDLE idle connections (psql sessions in pg_sleep)"
   SLEEPERS=()
@@ -289,10 +328,13 @@ if [ "$IDLE" -gt 0 ]; then
   IDLE_CPU=$(awk -v c0="$c0" -v c1="$(dynid_ticks)" -v t0="$t0" -v t1="$(now)" -v hz="$TICK" \
              'BEGIN { printf "%.2f", (c1 - c0) / hz / (t1 - t0) * 100 }')
   IDLE_INHERITED=$(inherited)
-  STATUS_MS=$(for _ in $(seq 20); do
-                t0=$(now); dyni -status >/dev/null; awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.0f\n", (b - a) * 1000 }'
-                sleep 0.25
-              done | sort -n | awk '{ v[NR] = $1 } END { printf "%s ms median, %s ms slowest of %d", v[int((NR + 1) / 2)], v[NR], NR }')
+  STATUS_MS=$(time_status)
+  # And while pgbench -C forks a backend per transaction beside them.
+  "$PGBIN/pgbench" -S -C -n -c "$CLIENTS" -j 2 -T 25 -h "$DATA" -p "$PORT" -U postgres postgres >/dev/null 2>&1 &
+  CHURNING=$!
+  sleep 1
+  STATUS_CHURN_MS=$(time_status)
+  wait "$CHURNING" || die "pgbench -C beside the idle connections failed"
   kill "${SLEEPERS[@]}" 2>/dev/null || true
   wait "${SLEEPERS[@]}" 2>/dev/null || true
 fi
@@ -325,6 +367,7 @@ if [ -s "$CHURN" ]; then
   printf "%-42s %s\n" "backends dynid found under pgbench -C" "$CHURN_FOUND"
 fi
 if [ -n "$STATUS_MS" ]; then
-  printf "%-42s %s of %s inherited (%s); then dyni -status %s, dynid %s %% of a core\n" \
-    "idle connections" "$IDLE_INHERITED" "$IDLE" "$IDLE_SETTLED" "$STATUS_MS" "$IDLE_CPU"
+  printf "%-42s %s of %s inherited (%s); dynid %s %% of a core\n" \
+    "idle connections" "$IDLE_INHERITED" "$IDLE" "$IDLE_SETTLED" "$IDLE_CPU"
+  printf "%-42s %s\n" "dyni -status with them" "$STATUS_MS" "dyni -status with them, under pgbench -C" "$STATUS_CHURN_MS"
 fi

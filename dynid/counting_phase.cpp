@@ -45,7 +45,7 @@ Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest reques
   request.options.cache.counting = true;
   // Shared slots: striped ones cost more than they saved on 2 CPUs (docs/counting.md).
   request.options.cache.counter_stripes = 0;
-  auto counting = inject_executable(request);
+  auto counting = inject_module(request);
   if (!counting) return std::unexpected(counting.error());
   std::unique_ptr<CountingPhase> phase(new CountingPhase(std::move(*counting)));
   std::string error = phase->counting_.error;

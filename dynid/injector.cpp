@@ -1,6 +1,7 @@
-// Live injection of an executable's hot code. The steps, in order, each in
+// Live injection of a module's hot code (the executable's, or a library's).
+// The steps, in order, each in
 // a file of its own under dynid/inject/:
-//   prepare              read the executable, choose, plan, place, record (nothing touched yet)
+//   prepare              read the module, choose, plan, place, record (nothing touched yet)
 //   map_in_window        one short stop window: the cache's mmap (and counters')
 //   write_contents       stub, code, frames, search table (nothing reaches them yet, I2)
 //   register frames      the target's unwinder learns the copies (I7)
@@ -16,7 +17,7 @@
 
 #include "dynid/cache_plan.h"
 #include "dynid/inject/cache_contents.h"
-#include "dynid/inject/executable.h"
+#include "dynid/inject/target_module.h"
 #include "dynid/inject/frames_registration.h"
 #include "dynid/inject/map_window.h"
 #include "dynid/inject/patch_entries.h"
@@ -50,7 +51,7 @@ void describe(const InjectRequest& req, const Prepared& p, Injection& out) {
   out.tier = p.record.tier;
   out.counter_sites = p.record.counter_sites;
   out.counter_layout = cache.counter_layout();
-  out.build_id = p.record.build_id, out.module = p.exe.module->path, out.module_bias = p.exe.module->bias;
+  out.build_id = p.record.build_id, out.module = p.target.module->path, out.module_bias = p.target.module->bias;
   for (const jit::CachedFunction& f : cache.functions) {
     if (!f.counters.empty()) out.counted[f.original_entry] = f.counters;
     out.promoted_calls += f.code.promoted.size();
@@ -74,7 +75,7 @@ Status register_frames_of(const InjectRequest& req, const Prepared& p, Injection
     return ok();
   }
   RegisterCall call{p.register_frame, p.place.addr + p.layout.stub_offset, req.call_timeout, req.single_threaded};
-  if (auto r = register_cache_frames(out, *p.symbols, p.exe.module->path, call); !r) return r;
+  if (auto r = register_cache_frames(out, *p.symbols, p.target.executable, call); !r) return r;
   out.frames_registered = "yes: __register_frame of libgcc_s";
   return ok();
 }
@@ -95,7 +96,7 @@ const jit::ModuleProfile* layout_profile(const jit::ModuleProfile& profile) {
   return nullptr;
 }
 
-Result<Injection> inject_executable(const InjectRequest& req) {
+Result<Injection> inject_module(const InjectRequest& req) {
   Injection out;
   out.pid = req.pid;
   auto stat = read_proc_stat("/proc", req.pid);
@@ -107,7 +108,7 @@ Result<Injection> inject_executable(const InjectRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   auto p = prepare(req, out.skipped);
   if (!p) return std::unexpected(p.error());
-  out.plan = plan_summary(p->planned.plan, p->exe.module->path,
+  out.plan = plan_summary(p->planned.plan, p->target.module->path,
                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (auto worth = worth_injecting(req, *p, out.skipped); !worth) return std::unexpected(worth.error());
   auto mapped = map_in_window(req, *p, out);

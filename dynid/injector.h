@@ -40,7 +40,11 @@ namespace dyni {
 
 struct InjectRequest {
   pid_t pid = 0;
-  std::vector<uint64_t> hot;  // link-time entry addresses in the executable
+  std::vector<uint64_t> hot;  // link-time entry addresses in the module
+  // The module whose hot functions are copied: a library's path as the
+  // target maps it (inject/target_module.h says which stay as they are), or
+  // empty for the executable. dynid asks only for the executable.
+  std::string module{};
   const jit::ModuleProfile* profile = nullptr;  // lays out blocks by it; null: original order
   const jit::ModuleCounts* counts = nullptr;    // exact counts (a counting cache's): lay out by them
   // The counting cache this one replaces: an entry that holds its jump is
@@ -145,7 +149,7 @@ std::map<std::string, std::size_t> skipped_by_kind(const std::vector<std::string
 // Fails with the reason when nothing was done to the target. Once the cache
 // is mapped it returns what was done, with `error` set if a later step
 // failed, so that the caller can undo it (patched entries) or know the cache.
-Result<Injection> inject_executable(const InjectRequest& request);
+Result<Injection> inject_module(const InjectRequest& request);
 
 // A counting cache's counts so far, read from the target (the counters
 // keep running).

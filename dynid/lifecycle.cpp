@@ -354,7 +354,7 @@ void TargetLifecycle::dynimize() {
       if (counted && !counting_->begin_switch()) return;  // stopped by -undo just now: undone
       if (counted) request.replacing = &counting_->injection();
     }
-    injected = inject_executable(request);
+    injected = inject_module(request);
     if (injected) share_copied = sampled_share_copied(exe->profile, *injected);
     // The counting copies were planned from the whole hot set, the optimized
     // ones from what ran in them: a function kept out (a USDT probe site)
@@ -406,7 +406,7 @@ void TargetLifecycle::follow_group_plan() {
                         plan->counts.seconds);
   Result<Injection> injected = fail("not injected");
   try {
-    injected = inject_executable(request);
+    injected = inject_module(request);
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
   }

@@ -235,7 +235,7 @@ Status ElfFile::parse_sections() {
   }
   for (const auto& h : headers)
     sections_.push_back({string_at(names, h.sh_name), h.sh_type, h.sh_flags, h.sh_addr,
-                         h.sh_offset, h.sh_size, h.sh_link});
+                         h.sh_offset, h.sh_size, h.sh_link, h.sh_entsize});
   return ok();
 }
 

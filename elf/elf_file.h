@@ -21,6 +21,7 @@ struct Section {
   uint64_t offset = 0;
   uint64_t size = 0;
   uint32_t link = 0;  // for symbol tables: index of their string table
+  uint64_t entsize = 0;  // of a table's entries (PLT stubs, symbols), 0: not a table
 };
 
 struct Segment {

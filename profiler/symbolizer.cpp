@@ -27,7 +27,7 @@ Result<uint64_t> bias_of(const elf::ElfFile& file, const Mapping& m) {
 }
 
 Module load_module(pid_t pid, const Mapping& m) {
-  Module mod{m.path, m.deleted, 0, "", nullptr};
+  Module mod{m.path, m.deleted, 0, "", nullptr, m.inode};
   // map_files names this exact mapping's file, even if deleted, renamed or in
   // another mount namespace.
   std::string via = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);

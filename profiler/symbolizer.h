@@ -24,6 +24,7 @@ struct Module {
   uint64_t bias = 0;          // runtime address - link-time address
   std::string error;          // why it could not be read, if it could not
   std::shared_ptr<const elf::FunctionTable> functions;  // null when unreadable
+  uint64_t inode = 0;         // of the file, as the target maps it
 };
 
 struct Location {

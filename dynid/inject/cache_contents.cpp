@@ -17,7 +17,7 @@ Status write_contents(const Prepared& p, const Injection& out) {
   const jit::CodeCache& cache = p.planned.plan.cache;
   if (std::vector<uint8_t> table = cache.counter_layout().table(); !table.empty())
     if (auto r = write_counters(out.pid, out.counters, table); !r) return fail("counters: " + r.error().message());
-  const std::vector<uint8_t> code = cache.loaded_at(p.exe.module->bias);
+  const std::vector<uint8_t> code = cache.loaded_at(p.target.module->bias);
   for (auto [bytes, offset] : {std::pair{std::span<const uint8_t>(kReturnStub), p.layout.stub_offset},
                                std::pair{std::span<const uint8_t>(code), p.layout.code_offset},
                                std::pair{std::span<const uint8_t>(p.planned.frames.blob), p.layout.blob_offset},

@@ -22,15 +22,15 @@ namespace {
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
 // The jit's plan for the hot functions with the cache at `cache_base` (link-time numbering).
-Result<jit::ModulePlan> plan_at(const Executable& exe, const InjectRequest& req, uint64_t cache_base) {
-  jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, {}, {}, 0};
+Result<jit::ModulePlan> plan_at(const TargetModule& exe, const InjectRequest& req, uint64_t cache_base) {
+  jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, exe.plt, {}, 0};
   jit::use_unwind_info(input, *exe.file);
   if (auto probes = jit::use_probe_sites(input, *exe.file); !probes) return std::unexpected(probes.error());
   input.counts = req.counts;
   return jit::optimize_module(input, req.options);
 }
 
-Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, uint64_t blob_addr,
+Result<Frames> frames_for(const jit::ModulePlan& plan, const TargetModule& exe, uint64_t blob_addr,
                           std::vector<std::string>& skipped) {
   Frames out;
   for (const jit::CachedFunction& f : plan.cache.functions) {
@@ -62,7 +62,7 @@ Result<Frames> frames_for(const jit::ModulePlan& plan, const Executable& exe, ui
   return fail("too many copies without describable frames");
 }
 
-Result<PlanWithFrames> plan_with_frames(const Executable& exe, InjectRequest req, uint64_t cache_base,
+Result<PlanWithFrames> plan_with_frames(const TargetModule& exe, InjectRequest req, uint64_t cache_base,
                                         uint64_t blob_addr_of_code_end, std::vector<std::string>& skipped) {
   for (int round = 0; round < 4; ++round) {
     auto plan = plan_at(exe, req, cache_base);
@@ -97,7 +97,7 @@ Layout layout_for(std::size_t functions, std::size_t call_sites, uint64_t code_s
 // counting cache's copies are replaced within seconds.
 // `upper_bound`: copied functions are scanned as callers too (the draft's
 // count, which sizes the record: a copy the final plan rejects becomes a caller).
-jit::CallSitePlan call_sites_for(const Executable& exe, const InjectRequest& req, const jit::ModulePlan& plan,
+jit::CallSitePlan call_sites_for(const TargetModule& exe, const InjectRequest& req, const jit::ModulePlan& plan,
                                  std::span<const jit::CachedFunction* const> copies, bool upper_bound = false) {
   if (plan.cache.counter_slots || req.callers.empty()) return {};
   jit::CopiedCode copied;
@@ -127,7 +127,7 @@ std::vector<const jit::CachedFunction*> all_copies(const jit::ModulePlan& plan) 
 // The record's patches: every entry of the copies that have frames, then the
 // call sites that reach them.
 void record_patches(Prepared& p, const jit::CallSitePlan& call_sites, std::vector<std::string>& skipped) {
-  const uint64_t bias = p.exe.module->bias;
+  const uint64_t bias = p.target.module->bias;
   for (const jit::CachedFunction* f : p.planned.frames.copies) {
     for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
     // Its copy still runs when other copies call it; its entry stays as it is.
@@ -156,9 +156,10 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto symbols = profiler::Symbolizer::for_process(req.pid);
   if (!symbols) return std::unexpected(symbols.error());
   p.symbols = std::make_unique<profiler::Symbolizer>(std::move(*symbols));
-  auto exe = read_executable(req.pid, *p.symbols);
-  if (!exe) return std::unexpected(exe.error());
-  p.exe = std::move(*exe);
+  auto target = read_target_module(req.pid, *p.symbols, req.module);
+  if (!target) return std::unexpected(target.error());
+  p.target = std::move(*target);
+  p.target.plt = plt_redirects(req.pid, p.target);
   auto maps = profiler::read_maps(req.pid);
   if (!maps) return std::unexpected(maps.error());
   auto register_frame = register_frame_function(req.pid, *maps, *p.symbols);
@@ -169,12 +170,12 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   // and thread cancellation, which stop at a copy's frame (a shorter
   // backtrace; cancellation still runs the thread's cleanup buffers). A
   // program with exception tables must have its unwinder told.
-  if (!p.register_frame && p.exe.file->find_section(".gcc_except_table"))
-    return fail("the executable has exception tables but no libgcc_s is loaded to register the cache's frames with");
+  if (!p.register_frame && p.target.file->find_section(".gcc_except_table"))
+    return fail(p.target.module->path + " has exception tables but no libgcc_s is loaded to register the cache's frames with");
   auto sites = find_syscall_sites(req.pid);  // also refuses strict seccomp and shadow stacks
   if (!sites) return std::unexpected(sites.error());
   p.sites = *sites;
-  std::tie(p.exe.lo, p.exe.hi) = module_range(*maps, p.exe.module->path);
+  std::tie(p.target.lo, p.target.hi) = module_range(*maps, p.target.module->path);
   // Threads may run in caches already there (a counting cache being
   // replaced, one ended by a new dynid): every stack proof needs their frames.
   // Their patches are dyni's own bytes: a function whose call sites (or
@@ -187,12 +188,12 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   }
   if (req.replacing) ours.insert(ours.end(), req.replacing->patched.begin(), req.replacing->patched.end());
   const std::size_t skipped_before = skipped.size();
-  req.hot = unchanged_in_memory(req.pid, p.exe, req.hot, ours, skipped);
+  req.hot = unchanged_in_memory(req.pid, p.target, req.hot, ours, skipped);
   warn_of_breakpoints(req.pid, std::span(skipped).subspan(skipped_before));
-  auto outside_rseq = without_rseq_sections(req.pid, p.exe, req.hot, skipped);
+  auto outside_rseq = without_rseq_sections(req.pid, p.target, req.hot, skipped);
   if (!outside_rseq) return std::unexpected(outside_rseq.error());
   req.hot = std::move(*outside_rseq);
-  const uint64_t bias = p.exe.module->bias;
+  const uint64_t bias = p.target.module->bias;
   // The size first (at a provisional address), then the plan at the real
   // place. The draft only sizes the place, so it skips the verifier (a
   // quarter of the jit's time): the plan that is injected is verified, and
@@ -201,19 +202,19 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   std::vector<std::string> ignored;
   InjectRequest sizing = req;
   sizing.options.cache.verify = false;
-  auto draft = plan_with_frames(p.exe, sizing, jit::provisional_cache_base(*p.exe.module->functions), 0x10000000, ignored);
+  auto draft = plan_with_frames(p.target, sizing, jit::provisional_cache_base(*p.target.module->functions), 0x10000000, ignored);
   if (!draft) return std::unexpected(draft.error());
-  const std::size_t draft_call_sites = call_sites_for(p.exe, req, draft->plan, all_copies(draft->plan), true).patches.size();
+  const std::size_t draft_call_sites = call_sites_for(p.target, req, draft->plan, all_copies(draft->plan), true).patches.size();
   p.layout = layout_for(draft->plan.cache.functions.size(), draft_call_sites, draft->plan.cache.bytes.size() + 4096,
                         draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
-  auto place = place_cache(*maps, {p.exe.lo, p.exe.hi, p.layout.total + p.layout.counters_length, 0});
+  auto place = place_cache(*maps, {p.target.lo, p.target.hi, p.layout.total + p.layout.counters_length, 0});
   if (!place) return std::unexpected(place.error());
   p.place = *place;
   // A counting cache's counters at the top of the place, the code below them.
   p.place.length -= p.layout.counters_length;
   p.counters_addr = p.place.addr + p.place.length;
   req.options.cache.counters_base = p.counters_addr - bias;
-  auto planned = plan_with_frames(p.exe, req, place->addr + p.layout.code_offset - bias,
+  auto planned = plan_with_frames(p.target, req, place->addr + p.layout.code_offset - bias,
                                   place->addr + p.layout.code_offset, skipped);
   if (!planned) return std::unexpected(planned.error());
   p.planned = std::move(*planned);
@@ -228,7 +229,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
       cache.counter_layout().bytes() > p.layout.counters_length ||
       cache.counter_layout().stripes != draft->plan.cache.counter_layout().stripes)
     return fail("the cache outgrew its place");
-  p.record = {p.exe.file->build_id(), bias, p.place.addr, p.place.length, p.layout.code_offset, cache.bytes.size(),
+  p.record = {p.target.file->build_id(), bias, p.place.addr, p.place.length, p.layout.code_offset, cache.bytes.size(),
               p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {},
               CacheTier::Optimized, 0, 0, {}};
   if (cache.counter_slots) {
@@ -237,7 +238,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
     for (const jit::CachedFunction& f : cache.functions)
       for (const jit::EmittedCounter& c : f.code.counters) p.record.counter_sites.push_back({c.addr + bias, c.site.form()});
   }
-  record_patches(p, call_sites_for(p.exe, req, p.planned.plan, p.planned.frames.copies), skipped);
+  record_patches(p, call_sites_for(p.target, req, p.planned.plan, p.planned.frames.copies), skipped);
   const std::size_t record_bytes = encode_record(p.record).size();
   // A record the scan could not read back would make the cache invisible to a new dynid.
   if (record_bytes > kMaxRecordBytes)
@@ -253,9 +254,9 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
 
 std::vector<CopyRange> copy_ranges(const Prepared& p) {
   std::vector<CopyRange> out;
-  const uint64_t bias = p.exe.module->bias;
+  const uint64_t bias = p.target.module->bias;
   for (const jit::CachedFunction& f : p.planned.plan.cache.functions) {
-    const elf::Function* fn = p.exe.module->functions->find(f.original_entry);
+    const elf::Function* fn = p.target.module->functions->find(f.original_entry);
     const bool patched = !f.patch.entries.empty();
     out.push_back({f.code.base + bias, f.code.bytes.size(), f.original_entry + bias,
                    fn ? elf::display_name(*fn) : fmt::format("func_{:x}", f.original_entry), {},

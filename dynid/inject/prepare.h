@@ -1,5 +1,5 @@
 // Step 1 of an injection: everything decided before the target is touched.
-// The executable is read, the hot functions that may be copied are chosen,
+// The module is read (inject/target_module.h), the hot functions that may be copied are chosen,
 // the jit plans them first at a provisional address (for the size), then at
 // the cache's real place (cache_placement.h), with the frames of every copy
 // (a copy without frames is planned out), and the cache's record is made.
@@ -13,7 +13,7 @@
 #include "common/result.h"
 #include "dynid/cache_placement.h"
 #include "dynid/cache_record.h"
-#include "dynid/inject/executable.h"
+#include "dynid/inject/target_module.h"
 #include "dynid/injector.h"
 #include "dynid/remote_syscall.h"
 #include "dynid/thread_unwind.h"
@@ -50,7 +50,7 @@ struct Layout {
 // Everything decided before the target is touched.
 struct Prepared {
   std::unique_ptr<profiler::Symbolizer> symbols;
-  Executable exe;
+  TargetModule target;  // the module whose hot functions are copied
   uint64_t register_frame = 0;
   SyscallSites sites;
   CachePlacement place;

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "dynid/cache_scan.h"
+#include "dynid/inject/target_module.h"
 #include "dynid/proc_reader.h"
 #include "dynid/target_memory.h"
 #include "dynid/thread_unwind.h"
@@ -23,10 +25,10 @@ namespace {
 using test::StoppableTarget;
 using namespace std::chrono_literals;
 
-// The link-time entries of the target's functions named inject_*.
-std::vector<uint64_t> hot_functions() {
+// The link-time entries of the functions named inject_* in `path`.
+std::vector<uint64_t> hot_functions(const std::string& path = DYNI_TEST_INJECT) {
   std::vector<uint64_t> hot;
-  auto file = elf::ElfFile::open(DYNI_TEST_INJECT);
+  auto file = elf::ElfFile::open(path);
   auto table = file ? elf::FunctionTable::build(*file) : fail("unreadable");
   if (!table) return hot;
   for (const elf::Function& f : table->functions())
@@ -82,7 +84,7 @@ TEST_F(InjectorTest, APidTakenByAnotherProcessIsRefused) {
   ASSERT_TRUE(stat);
   InjectRequest request{target.pid(), hot_functions()};
   request.start_time = stat->start_time + 1;  // the process found earlier
-  auto injected = inject_executable(request);
+  auto injected = inject_module(request);
   ASSERT_FALSE(injected);
   EXPECT_NE(injected.error().message().find("its pid is another process's"), std::string::npos) << injected.error().message();
   auto maps = profiler::read_maps(target.pid());
@@ -90,17 +92,37 @@ TEST_F(InjectorTest, APidTakenByAnotherProcessIsRefused) {
   EXPECT_TRUE(find_cache_records(target.pid(), *maps).empty()) << "nothing was mapped into it";
 }
 
-TEST_F(InjectorTest, HotCodeRunsFromTheCacheWithTheSameResultsAndUndoRestoresIt) {
-  StoppableTarget target(DYNI_TEST_INJECT, nullptr);
+// The path under which process `pid` maps a file named `name`, or "".
+std::string mapped_path(pid_t pid, const std::string& name) {
+  auto maps = profiler::read_maps(pid);
+  for (const auto& m : maps ? *maps : std::vector<profiler::Mapping>{})
+    if (m.path.ends_with("/" + name)) return m.path;
+  return "";
+}
+
+// The target's hot code moves to a cache within reach of the file it maps
+// named `name` (its executable, or a library), runs there with the same
+// results, and undo and redo put each entry back and in again.
+void check_injection(StoppableTarget& target, const std::string& name, bool library) {
   ASSERT_EQ(target.read_line(), "ready");
+  const std::string module = mapped_path(target.pid(), name);
+  ASSERT_NE(module, "") << name << " is not mapped";
   std::string before = target.ask("run 300");
   ASSERT_EQ(before.rfind("sum ", 0), 0u) << before;
-  std::vector<uint64_t> hot = hot_functions();
+  std::vector<uint64_t> hot = hot_functions(module);
   ASSERT_GE(hot.size(), 8u);
 
-  auto injected = inject_executable({target.pid(), hot});
+  InjectRequest request{target.pid(), hot};
+  if (library) request.module = module;
+  auto injected = inject_module(request);
   ASSERT_TRUE(injected) << injected.error().message();
   EXPECT_EQ(injected->error, "");
+  EXPECT_EQ(injected->module, module);
+  auto maps = profiler::read_maps(target.pid());
+  ASSERT_TRUE(maps);
+  auto [lo, hi] = inject::module_range(*maps, module);
+  EXPECT_LT(std::max(injected->code_addr + injected->code_size, hi) - std::min(injected->code_addr, lo), 1ull << 31)
+      << "the cache within a rel32 of every byte of its module";
   for (const std::string& s : injected->skipped) std::printf("skipped: %s\n", s.c_str());
   std::printf("patched %zu entries, cache %#llx (%llu bytes of code), longest patch window %lld us\n",
               injected->patched.size(), static_cast<unsigned long long>(injected->code_addr),
@@ -144,6 +166,73 @@ TEST_F(InjectorTest, HotCodeRunsFromTheCacheWithTheSameResultsAndUndoRestoresIt)
   }
   std::this_thread::sleep_for(100ms);
   EXPECT_TRUE(target.running()) << target.read_line(100ms);
+  EXPECT_EQ(target.finish(), 0);
+}
+
+TEST_F(InjectorTest, HotCodeRunsFromTheCacheWithTheSameResultsAndUndoRestoresIt) {
+  StoppableTarget target(DYNI_TEST_INJECT, nullptr);
+  check_injection(target, "dyni-test-inject", false);
+}
+
+// The same code built as a shared library (issue 22): its copies' frames
+// are registered with their exceptions, and calls between its functions go
+// through its PLT to the patched entries.
+TEST_F(InjectorTest, HotCodeInASharedLibraryRunsFromTheCacheWithTheSameResultsAndUndoRestoresIt) {
+  StoppableTarget target(DYNI_TEST_INJECT_IN_LIBRARY, nullptr);
+  check_injection(target, "libdyni-test-inject.so", true);
+}
+
+// A library's calls between its own exported functions go through its PLT;
+// where the live slot holds the library's function, a copy calls it (or its
+// copy) directly. The executable's PLT slots all lead to other modules.
+TEST_F(InjectorTest, ALibrarysStubsWhoseSlotsHoldItsOwnFunctionsAreBypassed) {
+  for (bool library : {true, false}) {
+    StoppableTarget target(library ? DYNI_TEST_INJECT_IN_LIBRARY : DYNI_TEST_INJECT, nullptr);
+    ASSERT_EQ(target.read_line(), "ready");
+    ASSERT_EQ(target.ask("run 3").rfind("sum ", 0), 0u);  // every slot it uses is bound by now
+    const std::string path = mapped_path(target.pid(), library ? "libdyni-test-inject.so" : "dyni-test-inject");
+    auto symbols = profiler::Symbolizer::for_process(target.pid());
+    ASSERT_TRUE(symbols) << symbols.error().message();
+    auto module = inject::read_target_module(target.pid(), *symbols, library ? path : "");
+    ASSERT_TRUE(module) << module.error().message();
+    std::set<std::string> reached;
+    for (const auto& [stub, function] : inject::plt_redirects(target.pid(), *module).to) {
+      const elf::Function* f = module->module->functions->find(function);
+      ASSERT_TRUE(f && f->addr == function) << std::hex << stub << " -> " << function;
+      reached.insert(f->name);
+    }
+    if (library) {
+      for (const char* called : {"inject_mix", "inject_loop", "inject_guarded", "inject_middle", "inject_round"})
+        EXPECT_TRUE(reached.count(called)) << called << " is called through the library's PLT";
+    } else {
+      EXPECT_TRUE(reached.empty()) << *reached.begin();
+    }
+    EXPECT_EQ(target.finish(), 0);
+  }
+}
+
+// libc and ld.so hold what dyni's own remote calls rely on: they are refused
+// by name before anything is mapped, and so is a library not mapped at all.
+TEST_F(InjectorTest, LibcAndTheDynamicLoaderAreNeverCopied) {
+  StoppableTarget target(DYNI_TEST_INJECT, nullptr);
+  ASSERT_EQ(target.read_line(), "ready");
+  for (const char* name : {"libc.so.6", "ld-linux-x86-64.so.2", "libgcc_s.so.1"}) {
+    InjectRequest request{target.pid(), {0x1000}};
+    request.module = mapped_path(target.pid(), name);
+    ASSERT_NE(request.module, "") << name << " is not mapped";
+    auto injected = inject_module(request);
+    ASSERT_FALSE(injected) << name;
+    EXPECT_NE(injected.error().message().find("stays as it is"), std::string::npos) << injected.error().message();
+  }
+  InjectRequest absent{target.pid(), {0x1000}};
+  absent.module = "/usr/lib/x86_64-linux-gnu/libnot-mapped.so.1";
+  auto injected = inject_module(absent);
+  ASSERT_FALSE(injected);
+  EXPECT_NE(injected.error().message().find("not mapped"), std::string::npos) << injected.error().message();
+  auto maps = profiler::read_maps(target.pid());
+  ASSERT_TRUE(maps);
+  EXPECT_TRUE(find_cache_records(target.pid(), *maps).empty()) << "nothing was mapped into it";
+  EXPECT_EQ(target.ask("run 30"), target.ask("run 30"));
   EXPECT_EQ(target.finish(), 0);
 }
 

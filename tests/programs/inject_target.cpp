@@ -5,7 +5,8 @@
 //    the first one it computed: a changed result prints "WRONG" and exits 1;
 //  - main answers "run N" with "sum S" (N rounds of the same work, computed
 //    on request) and "ping" with "pong", and exits 0 at end of input.
-// usage: dyni-test-inject
+// usage: dyni-test-inject (or dyni-test-inject-in-library: the same, the
+// code in a shared library)
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -117,7 +118,13 @@ extern "C" {
 }
 }
 
+// Built as libdyni-test-inject.so, the program is this function, which
+// dyni-test-inject-in-library calls (inject_in_library.cpp).
+#ifdef DYNI_TEST_INJECT_LIBRARY
+extern "C" int dyni_test_inject_main() {
+#else
 int main() {
+#endif
   const uint64_t expected = work(200);
   std::thread([expected] {
     for (;;) inject_session(expected, kSessionRounds);

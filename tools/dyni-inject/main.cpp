@@ -2,6 +2,8 @@
 // live process's executable for SECONDS the way dynid does, then injects its
 // hot set (99 % of the executable's samples) with dynid/injector.h, prints
 // what it did, and with --undo-after puts the entries back after that long.
+// DYNI_MODULE=liblzma profiles and injects the library whose path holds
+// that text instead of the executable (libc, ld.so, libgcc_s are refused);
 // DYNI_HOT_FRACTION=0.5 injects the functions that cover half the samples;
 // blocks are laid out as dynid does (by profile only with LBR edges);
 // DYNI_ORIGINAL_ORDER=1 forces their original order, =0 the profile's.
@@ -48,10 +50,15 @@ namespace {
 
 using namespace dyni;
 
-int executable_module(const profiler::Symbolizer& symbols, pid_t pid) {
+// The module to profile and inject: the executable, or with DYNI_MODULE=TEXT
+// the library whose path holds TEXT (the first one mapped).
+int chosen_module(const profiler::Symbolizer& symbols, pid_t pid) {
+  const char* wanted = std::getenv("DYNI_MODULE");
   auto exe = read_exe("/proc", pid);
-  for (std::size_t i = 0; exe && i < symbols.modules().size(); ++i)
-    if (symbols.modules()[i].path == exe->path) return static_cast<int>(i);
+  for (std::size_t i = 0; exe && i < symbols.modules().size(); ++i) {
+    const std::string& path = symbols.modules()[i].path;
+    if (wanted ? path.find(wanted) != std::string::npos : path == exe->path) return static_cast<int>(i);
+  }
   return -1;
 }
 
@@ -146,7 +153,7 @@ dyni::Result<dyni::jit::ModuleCounts> count_for(dyni::InjectRequest request, dou
   // DYNI_COUNTING_CALLS_COPIES=1: counting copies call each other directly (a measurement of the entry hop).
   if (const char* v = std::getenv("DYNI_COUNTING_CALLS_COPIES"); v && std::string(v) == "1")
     request.options.cache.counting_calls_copies = true;
-  auto counting = inject_executable(request);
+  auto counting = inject_module(request);
   if (!counting) return std::unexpected(counting.error());
   write_perf_map(request.pid, counting->copies, true, false);
   std::fprintf(stderr, "counting: %zu entries patched, %zu counter sites, %llu bytes of code, counters at %#llx "
@@ -194,9 +201,9 @@ int main(int argc, char** argv) {
   profiler::Profile profile(&*symbols);
   (void)profiler::sample_for(*sampler, profile, std::chrono::seconds(std::atoi(argv[2])));
   sampler->stop();  // no sampling while the benchmarks run
-  int module = executable_module(*symbols, pid);
+  int module = chosen_module(*symbols, pid);
   if (module < 0) {
-    std::fprintf(stderr, "dyni-inject: the executable was not sampled\n");
+    std::fprintf(stderr, "dyni-inject: no module %s is mapped\n", std::getenv("DYNI_MODULE") ?: "(the executable)");
     return 1;
   }
   jit::ModuleProfile mp = profile.module_profile(module);
@@ -207,6 +214,7 @@ int main(int argc, char** argv) {
   // =1 forces the original order, =0 the profile's.
   InjectRequest request;
   request.pid = pid;
+  if (std::getenv("DYNI_MODULE")) request.module = symbols->modules()[static_cast<std::size_t>(module)].path;
   request.hot = mp.hot_set(fraction ? std::atof(fraction) : 0.99);
   request.profile = layout_profile(mp);
   if (const char* original = std::getenv("DYNI_ORIGINAL_ORDER"))
@@ -260,7 +268,7 @@ int main(int argc, char** argv) {
     request.profile = nullptr;
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto injected = inject_executable(request);
+  auto injected = inject_module(request);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!injected) {
     std::fprintf(stderr, "dyni-inject: %s\n", injected.error().message().c_str());

@@ -1,4 +1,5 @@
-// The target's executable as the jit and the live checks see it: its file,
+// The module whose hot functions are copied, as the jit and the live checks
+// see it: the target's executable, or one of its shared libraries. Its file,
 // its function table and unwind tables, where it is mapped, and which hot
 // functions may be copied from the file (the live bytes are the file's, no
 // rseq section). Read once per injection, before the target is touched.
@@ -11,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,23 +27,51 @@
 
 namespace dyni::inject {
 
-struct Executable {
-  const profiler::Module* module = nullptr;
+struct TargetModule {
+  const profiler::Module* module = nullptr;  // its path, bias and function table
   std::unique_ptr<elf::ElfFile> file;
   std::unique_ptr<jit::ModuleImage> image;
   std::map<uint64_t, elf::Fde> fdes;  // by first address
   jit::UnwindSources unwind;
   uint64_t lo = 0, hi = 0;            // its mappings, run-time
+  // Its PLT stubs whose GOT slot, read live, holds one of its own functions
+  // (a library's calls between its exported functions): a copy calls the
+  // function, or its copy, directly (link-time addresses; plt_redirects).
+  jit::Redirects plt;
+  // The target's executable, whatever the module: a thread stopped in its
+  // code may take a remote call (clean_thread.h).
+  std::string executable;
 };
 
-Result<Executable> read_executable(pid_t pid, const profiler::Symbolizer& symbols);
+// The module mapped from `path` (as /proc/PID/maps names it), or the
+// executable when `path` is empty. A library is refused when dyni's own
+// remote calls and stack proofs rely on its code staying as it is
+// (why_library_stays), when it has no build-id (its record is tied to the
+// module by it), or when it is mapped more than once (dlmopen).
+Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& symbols, const std::string& path = "");
+
+// The module's PLT stubs (.plt, .plt.sec, .plt.got: `jmp *SLOT(%rip)`,
+// after an endbr64 or nop at most) whose slot in process `pid` holds the
+// start of one of the module's functions. A slot is read once: one that
+// still points at the lazy resolver, or at another module (an LD_PRELOAD
+// or an earlier library interposing), is left to the stub. A resolved slot
+// is not written again by ld.so.
+jit::Redirects plt_redirects(pid_t pid, const TargetModule& module);
+
+// Why the library at `path` is never copied, or "": ld.so and libc (the
+// system call sites remote calls use, __restore_rt, the clone sequence the
+// stack reader matches, malloc and cancellation points), and the modules
+// whose code may hold the locks a remote call takes (module_holds_call_locks:
+// libgcc_s's unwinder, allocators).
+std::string why_library_stays(std::string_view path);
 
 // [lowest start, highest end) of the mappings of the file at `path`.
 std::pair<uint64_t, uint64_t> module_range(const std::vector<profiler::Mapping>& maps, const std::string& path);
 
 // Before there is a cache: an exec keeps the pid and start time, but maps
-// the executable afresh (elsewhere, with ASLR).
-Status executable_where_it_was(pid_t pid, const Executable& prepared);
+// the executable afresh (elsewhere, with ASLR); a dlclose and dlopen may map
+// a library elsewhere, or another file at its path.
+Status module_where_it_was(pid_t pid, const TargetModule& prepared);
 
 // The hot functions whose code in the target is still the file's: a copy is
 // made from the file, so a function changed in memory (a uprobe, a
@@ -53,7 +83,7 @@ Status executable_where_it_was(pid_t pid, const Executable& prepared);
 inline constexpr uint8_t kInt3 = 0xcc;
 inline constexpr const char* kBreakpointInCode =
     "an int3 the file does not have (a debugger's breakpoint or a uprobe): left in the original code";
-std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, const std::vector<uint64_t>& hot,
+std::vector<uint64_t> unchanged_in_memory(pid_t pid, const TargetModule& exe, const std::vector<uint64_t>& hot,
                                           std::span<const PatchRecord> ours, std::vector<std::string>& skipped);
 
 // Hot functions that hold an rseq critical section are left alone: the
@@ -62,7 +92,7 @@ std::vector<uint64_t> unchanged_in_memory(pid_t pid, const Executable& exe, cons
 // `__rseq_cs` (struct rseq_cs: version, flags, start_ip, post_commit_offset,
 // abort_ip), read from the process, where they are relocated. A descriptor
 // kept elsewhere is not seen (docs/injection.md).
-Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const Executable& exe, const std::vector<uint64_t>& hot,
+Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const TargetModule& exe, const std::vector<uint64_t>& hot,
                                                     std::vector<std::string>& skipped);
 
 }  // namespace dyni::inject

@@ -1,0 +1,213 @@
+// The module whose hot functions are copied, as read for one injection
+// (target_module.h).
+#include "dynid/inject/target_module.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "dynid/proc_reader.h"
+#include "dynid/clean_thread.h"
+#include "dynid/patch_safety.h"
+#include "dynid/target_memory.h"
+#include "jit/decoder.h"
+
+namespace dyni::inject {
+
+namespace {
+
+std::string_view base_name(std::string_view path) {
+  auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// The library mapped from `path` with a function table, and the map_files
+// name of its executable mapping (the very file mapped, whatever its path
+// now names). A library mapped twice (dlmopen) is refused: the symbolizer
+// keeps one bias for it.
+Result<std::pair<const profiler::Module*, std::string>> find_library(pid_t pid, const profiler::Symbolizer& symbols,
+                                                                    const std::vector<profiler::Mapping>& maps,
+                                                                    const std::string& path) {
+  const profiler::Module* module = nullptr;
+  for (const profiler::Module& m : symbols.modules())
+    if (m.path == path && m.functions) module = &m;
+  if (!module) return fail("not mapped with a function table");
+  std::string via;
+  int loads = 0, code = 0;
+  for (const profiler::Mapping& m : maps) {
+    if (m.path != path) continue;
+    if (m.inode != module->inode) return fail("mapped from two files (replaced on disk and loaded again?)");
+    loads += m.offset == 0;
+    if (m.executable && code++ == 0) via = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
+  }
+  if (loads != 1 || code != 1) return fail(fmt::format("mapped {} times (dlmopen?)", std::max(loads, code)));
+  return std::pair{module, via};
+}
+
+}  // namespace
+
+std::string why_library_stays(std::string_view path) {
+  std::string_view base = base_name(path);
+  for (std::string_view kept : {"ld-linux", "libc.so", "libc-", "libpthread", "libdl.so", "librt.so"})
+    if (base.starts_with(kept))
+      return fmt::format("{} stays as it is: dyni's remote calls and stack proofs rely on its code (system call "
+                         "sites, __restore_rt, the clone sequence, malloc)", base);
+  if (module_holds_call_locks(path))
+    return fmt::format("{} stays as it is: its code may hold the locks a remote call takes (the unwinder, an "
+                       "allocator)", base);
+  return "";
+}
+
+Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& symbols, const std::string& path) {
+  TargetModule target;
+  auto exe = read_exe("/proc", pid);
+  if (!exe) return std::unexpected(exe.error());
+  target.executable = exe->path;
+  const bool library = !path.empty() && path != exe->path;
+  const std::string what = library ? "the library " + path : "the executable " + exe->path;
+  std::string opened = fmt::format("/proc/{}/exe", pid);
+  if (library) {
+    if (std::string why = why_library_stays(path); !why.empty()) return fail(why);
+    auto maps = profiler::read_maps(pid);
+    if (!maps) return std::unexpected(maps.error());
+    auto found = find_library(pid, symbols, *maps, path);
+    if (!found) return fail(what + ": " + found.error().message());
+    std::tie(target.module, opened) = *found;
+  } else {
+    for (const profiler::Module& m : symbols.modules())
+      if (m.path == exe->path && m.functions) target.module = &m;
+    if (!target.module) return fail(what + " has no function table");
+  }
+  auto file = elf::ElfFile::open(opened);
+  if (!file) return std::unexpected(file.error());
+  target.file = std::make_unique<elf::ElfFile>(std::move(*file));
+  if (library && target.file->build_id().empty())
+    return fail(what + " has no build-id (the cache's record names its module by it)");
+  target.image = std::make_unique<jit::ModuleImage>(*target.file);
+  const elf::Section* eh = target.file->find_section(".eh_frame");
+  const elf::Section* except = target.file->find_section(".gcc_except_table");
+  if (!eh) return fail(what + " has no .eh_frame");
+  auto eh_bytes = target.file->contents(*eh);
+  if (!eh_bytes) return std::unexpected(eh_bytes.error());
+  target.unwind = {*eh_bytes, {}, 0, target.module->bias};
+  if (except)
+    if (auto bytes = target.file->contents(*except))
+      target.unwind.lsda_section = *bytes, target.unwind.lsda_section_addr = except->addr;
+  auto fdes = elf::parse_eh_frame(*eh_bytes, eh->addr);
+  if (!fdes) return std::unexpected(fdes.error());
+  for (const elf::Fde& f : *fdes) target.fdes[f.begin] = f;
+  return target;
+}
+
+jit::Redirects plt_redirects(pid_t pid, const TargetModule& module) {
+  jit::Redirects out;
+  const uint64_t bias = module.module->bias;
+  for (const char* name : {".plt", ".plt.sec", ".plt.got"}) {
+    const elf::Section* plt = module.file->find_section(name);
+    auto bytes = plt ? module.file->contents(*plt) : fail("");
+    if (!bytes) continue;
+    const uint64_t stride = plt->entsize ? plt->entsize : 16;
+    for (uint64_t at = 0; at + stride <= bytes->size(); at += stride) {
+      auto stub = jit::decode_function(bytes->subspan(at, stride), plt->addr + at);
+      if (!stub) continue;  // a stub that does not decode whole is left to itself
+      auto jmp = std::find_if(stub->begin(), stub->end(), [](const jit::Instruction& in) {
+        return in.mnemonic != ZYDIS_MNEMONIC_ENDBR64 && in.mnemonic != ZYDIS_MNEMONIC_NOP;
+      });
+      // jmp [rip+d]: the decoder files it as a branch without a target.
+      if (jmp == stub->end() || jmp->mnemonic != ZYDIS_MNEMONIC_JMP || jmp->has_target || !jmp->rip_relative) continue;
+      auto slot = read_target(pid, jmp->rip_address + bias, 8);
+      if (!slot || slot->size() != 8) continue;
+      uint64_t value = 0;
+      std::memcpy(&value, slot->data(), 8);
+      const elf::Function* f = module.module->functions->find(value - bias);
+      if (f && f->addr == value - bias) out.to[plt->addr + at] = f->addr;
+    }
+  }
+  return out;
+}
+
+std::pair<uint64_t, uint64_t> module_range(const std::vector<profiler::Mapping>& maps, const std::string& path) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& m : maps)
+    if (m.path == path) lo = std::min(lo, m.start), hi = std::max(hi, m.end);
+  return {lo, hi};
+}
+
+Status module_where_it_was(pid_t pid, const TargetModule& prepared) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  const bool same_file = std::all_of(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
+    return m.path != prepared.module->path || m.inode == prepared.module->inode;
+  });
+  if (!same_file || module_range(*maps, prepared.module->path) != std::pair{prepared.lo, prepared.hi})
+    return fail(fmt::format("process {}'s {} moved since it was read ({})", pid, prepared.module->path,
+                            prepared.module->path == prepared.executable ? "exec?" : "unloaded and loaded again?"));
+  return ok();
+}
+
+std::vector<uint64_t> unchanged_in_memory(pid_t pid, const TargetModule& exe, const std::vector<uint64_t>& hot,
+                                          std::span<const PatchRecord> patched, std::vector<std::string>& skipped) {
+  std::map<uint64_t, const PatchRecord*> ours;
+  for (const PatchRecord& p : patched) ours[p.addr] = &p;
+  std::vector<uint64_t> out;
+  for (uint64_t addr : hot) {
+    const elf::Function* f = exe.module->functions->find(addr);
+    auto file_bytes = f ? exe.image->read(f->addr, f->size) : fail("unknown function");
+    auto live = file_bytes ? read_target(pid, f->addr + exe.module->bias, f->size) : fail("");
+    if (live)
+      for (auto it = ours.lower_bound(f->addr + exe.module->bias); it != ours.end() && it->first < f->addr + exe.module->bias + f->size; ++it) {
+        const uint64_t at = it->first - (f->addr + exe.module->bias);
+        if (at + kPatchBytes > live->size()) continue;
+        if (std::equal(it->second->replacement.begin(), it->second->replacement.end(), live->begin() + at))
+          std::copy(it->second->original.begin(), it->second->original.end(), live->begin() + at);
+      }
+    if (live && std::equal(live->begin(), live->end(), file_bytes->begin(), file_bytes->end())) {
+      out.push_back(addr);
+      continue;
+    }
+    // A breakpoint is named as such: gdb's, or a uprobe's (the kernel
+    // writes the int3 into the process's copy of the page).
+    auto differs = live ? std::mismatch(live->begin(), live->end(), file_bytes->begin(), file_bytes->end()).first
+                        : std::vector<uint8_t>::iterator{};
+    if (live && differs != live->end() && *differs == kInt3)
+      skipped.push_back(fmt::format("func_{:x}: {} at {:#x}", addr, kBreakpointInCode,
+                                    f->addr + exe.module->bias + static_cast<uint64_t>(differs - live->begin())));
+    else
+      skipped.push_back(fmt::format("func_{:x}: its code in memory differs from the file", addr));
+  }
+  return out;
+}
+
+Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const TargetModule& exe, const std::vector<uint64_t>& hot,
+                                                    std::vector<std::string>& skipped) {
+  const elf::Section* section = exe.file->find_section("__rseq_cs");
+  if (!section || section->size == 0) return hot;
+  const uint64_t bias = exe.module->bias;
+  auto bytes = read_target(pid, section->addr + bias, section->size);
+  if (!bytes) return fail("cannot read the rseq descriptors of " + exe.module->path + ": " + bytes.error().message());
+  struct Range { uint64_t lo, hi; };
+  std::vector<Range> held;
+  for (std::size_t at = 0; at + 32 <= bytes->size(); at += 32) {
+    uint64_t start = 0, length = 0, abort_ip = 0;
+    std::memcpy(&start, bytes->data() + at + 8, 8);
+    std::memcpy(&length, bytes->data() + at + 16, 8);
+    std::memcpy(&abort_ip, bytes->data() + at + 24, 8);
+    held.push_back({start, start + std::max<uint64_t>(length, 1)});
+    held.push_back({abort_ip, abort_ip + 1});
+  }
+  std::vector<uint64_t> out;
+  for (uint64_t addr : hot) {
+    const elf::Function* f = exe.module->functions->find(addr);
+    uint64_t lo = addr + bias, hi = lo + (f ? f->size : 1);
+    bool holds = std::any_of(held.begin(), held.end(), [&](const Range& r) { return r.lo < hi && lo < r.hi; });
+    if (holds)
+      skipped.push_back(fmt::format("func_{:x}: holds an rseq critical section", addr));
+    else
+      out.push_back(addr);
+  }
+  return out;
+}
+
+}  // namespace dyni::inject
