@@ -138,6 +138,26 @@ std::string dynid_path() {
   return "/usr/local/sbin/dynid";
 }
 
+Result<int> run_to_completion(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) return fail(sys_error("fork"));
+  if (pid == 0) {
+    ::execv(args[0], args.data());
+    std::string msg = "dyni: cannot run " + argv[0] + ": " + errno_text() + "\n";
+    ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
+    (void)n;
+    _exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return fail(sys_error("waitpid"));
+  if (WIFSIGNALED(status)) return fail(argv[0] + " ended by signal " + std::to_string(WTERMSIG(status)));
+  return WEXITSTATUS(status);
+}
+
 Status start_daemon(const std::string& config_path) {
   std::string dynid = dynid_path();
   // Validate first so a bad config is reported the same way on every path.

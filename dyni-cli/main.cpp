@@ -1,5 +1,6 @@
 // dyni: the command-line interface. Talks to dynid over its control socket;
-// starts dynid for -start; handles the license itself (it works without the daemon).
+// starts dynid for -start; runs dynid one-shot for the license commands
+// (they work without the daemon).
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,7 +13,6 @@
 #include "common/config.h"
 #include "common/file_io.h"
 #include "common/instance_lock.h"
-#include "common/license_store.h"
 #include "common/paths.h"
 #include "dyni-cli/cli_args.h"
 #include "dyni-cli/control_client.h"
@@ -240,36 +240,25 @@ int do_caches() {
   return running ? kExitError : kExitOk;
 }
 
-int64_t now_s() { return static_cast<int64_t>(::time(nullptr)); }
-
 // Tells a running daemon to re-read the license; silent when none runs.
 void notify_daemon_of_license() {
   auto r = call(paths::socket_file(), {protocol::cmd::kLicenseChanged, {}}, 3000);
   (void)r;
 }
 
+// dynid runs the license commands (dynid/license_command.h: this binary
+// loads no libcrypto) and prints their answer; the daemon, if one runs, is
+// told of a change.
 int do_license(const Command& command) {
-  auto config = load_config(paths::config_file());
-  if (!config) return report_error(config.error().message());
-  if (command.action == Action::LicenseStatus) {
-    auto state = license::current(*config, now_s());
-    std::cout << "license " << state.summary << "\n";
-    return state.active ? kExitOk : kExitError;
-  }
-  if (command.action == Action::LicenseStop) {
-    if (auto released = license::release(command.token); !released)
-      return report_error(released.error().message());
-    notify_daemon_of_license();
-    std::cout << "license released\n";
-    return kExitOk;
-  }
-  auto claims = license::activate(command.token, *config, now_s());
-  if (!claims) return report_error("license not started: " + claims.error().message());
-  notify_daemon_of_license();
-  std::cout << "license active: subscription " << claims->subscription << ", " << claims->hosts
-            << (claims->hosts == 1 ? " host" : " hosts") << ", expires "
-            << license::format_date(claims->expires) << "\n";
-  return kExitOk;
+  const char* action = command.action == Action::LicenseStatus ? "status"
+                       : command.action == Action::LicenseStop ? "stop"
+                                                               : "start";
+  std::vector<std::string> argv = {dynid_path(), std::string("--license=") + action, "--config=" + paths::config_file()};
+  if (!command.token.empty()) argv.push_back("--token=" + command.token);
+  auto code = run_to_completion(argv);
+  if (!code) return report_error(code.error().message());
+  if (*code == kExitOk && command.action != Action::LicenseStatus) notify_daemon_of_license();
+  return *code;
 }
 
 int run(const Command& command) {

@@ -11,21 +11,25 @@
 #include "common/paths.h"
 #include "common/instance_lock.h"
 #include "dynid/daemon.h"
+#include "dynid/license_command.h"
 
 namespace {
 
 const char* kUsage =
     "usage: dynid [--config=PATH] [--log-stderr] [--ready-fd=N] [--check-config] [--version]\n"
+    "       dynid [--config=PATH] --license=start|stop|status [--token=TOKEN]\n"
     "  --config=PATH    config file (default $DYNI_CONFIG or /etc/dyni.conf)\n"
     "  --log-stderr     log to stderr instead of log_file (for systemd/journald)\n"
     "  --ready-fd=N     write 'ok' or 'error: <reason>' to fd N once serving (used by dyni -start)\n"
-    "  --check-config   validate the config, print the first error, exit\n";
+    "  --check-config   validate the config, print the first error, exit\n"
+    "  --license=...    what dyni -license=... does (dyni runs it here), exit\n";
 
 struct Args {
   dyni::DaemonOptions daemon;
   int ready_fd = -1;
   bool check_config = false;
   bool version = false;
+  std::string license, token;  // --license=ACTION, --token=TOKEN
 };
 
 bool parse_args(int argc, char** argv, Args& args) {
@@ -37,6 +41,8 @@ bool parse_args(int argc, char** argv, Args& args) {
     else if (a.starts_with("--ready-fd=")) args.ready_fd = std::atoi(a.c_str() + 11);
     else if (a == "--check-config") args.check_config = true;
     else if (a == "--version") args.version = true;
+    else if (a.starts_with("--license=")) args.license = a.substr(10);
+    else if (a.starts_with("--token=")) args.token = a.substr(8);
     else return false;
   }
   return true;
@@ -64,6 +70,8 @@ int main(int argc, char** argv) {
     std::printf("dynid %s\n", DYNI_VERSION);
     return 0;
   }
+  if (!args.license.empty())
+    return dyni::run_license_command(args.license, args.token, args.daemon.config_path);
   if (args.check_config) {
     auto config = dyni::load_config(args.daemon.config_path);
     if (!config) std::fprintf(stderr, "%s\n", config.error().message().c_str());
