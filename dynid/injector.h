@@ -119,6 +119,12 @@ struct Injection {
   std::map<uint64_t, std::vector<jit::CounterSite>> counted;
   std::string build_id, module;
   uint64_t module_bias = 0;  // value sites count run-time targets: less this, link-time ones
+  // The copied module's file and where its code mapping loads it (start -
+  // file offset): every patch window writes only into that mapping of that
+  // file, since a library can be unloaded and another file, or the same one
+  // elsewhere, mapped where it was. 0: not known (a cache adopted from its
+  // record, an executable's: an exec replaces the cache too).
+  uint64_t module_inode = 0, module_load = 0;
   std::vector<CopyRange> copies;
   nlohmann::json plan;  // the jit's plan, summarized (cache_plan.h plan_summary)
   std::size_t promoted_calls = 0;  // indirect calls promoted to guarded direct calls (jit/promotion.h)

@@ -91,6 +91,13 @@ bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries, co
   return copied && std::equal(copied->begin(), copied->end(), before->begin());
 }
 
+// Whether `text`, the mapping a patch goes into, still maps the file the
+// copies were made from where it was then (injector.h: module_inode).
+bool still_the_module(const Injection& in, const profiler::Mapping& text) {
+  if (in.module_inode && (!text.file_backed() || text.inode != in.module_inode)) return false;
+  return !in.module_load || text.start - text.offset == in.module_load;
+}
+
 // One stop window: the sites that are safe now are written, one write each.
 // A window whose threads did not all stop in time is missed: every site waits.
 Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vector<PatchRecord>& patches,
@@ -145,6 +152,10 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
     // kernel, which a dying dynid could tear: such entries are left alone.
     if (!text || !text->executable || patches[i].addr % 4096 > 4096 - kPatchBytes) {
       checks[i] = {SiteVerdict::LeaveAlone, "entry bytes cross a page boundary or lie outside the module's code"};
+      continue;
+    }
+    if (!still_the_module(in, *text)) {
+      checks[i] = {SiteVerdict::LeaveAlone, "the code there is no longer the module's that was copied (unloaded?)"};
       continue;
     }
     if (auto r = memory.write_in_mapping(*text, patches[i].addr, patches[i].replacement); !r)

@@ -190,6 +190,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   const std::size_t skipped_before = skipped.size();
   req.hot = unchanged_in_memory(req.pid, p.target, req.hot, ours, skipped);
   warn_of_breakpoints(req.pid, std::span(skipped).subspan(skipped_before));
+  req.hot = without_caller_sensitive_calls(req.pid, p.target, *p.symbols, req.hot, skipped);
   auto outside_rseq = without_rseq_sections(req.pid, p.target, req.hot, skipped);
   if (!outside_rseq) return std::unexpected(outside_rseq.error());
   req.hot = std::move(*outside_rseq);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -75,6 +76,8 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
     auto found = find_library(pid, symbols, *maps, path);
     if (!found) return fail(what + ": " + found.error().message());
     std::tie(target.module, opened) = *found;
+    for (const profiler::Mapping& m : *maps)
+      if (m.path == path && m.executable) target.load = m.start - m.offset;
   } else {
     for (const profiler::Module& m : symbols.modules())
       if (m.path == exe->path && m.functions) target.module = &m;
@@ -101,8 +104,9 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
   return target;
 }
 
-jit::Redirects plt_redirects(pid_t pid, const TargetModule& module) {
+jit::Redirects plt_redirects(pid_t pid, TargetModule& module) {
   jit::Redirects out;
+  module.plt_slots.clear();
   const uint64_t bias = module.module->bias;
   for (const char* name : {".plt", ".plt.sec", ".plt.got"}) {
     const elf::Section* plt = module.file->find_section(name);
@@ -122,10 +126,24 @@ jit::Redirects plt_redirects(pid_t pid, const TargetModule& module) {
       uint64_t value = 0;
       std::memcpy(&value, slot->data(), 8);
       const elf::Function* f = module.module->functions->find(value - bias);
-      if (f && f->addr == value - bias) out.to[plt->addr + at] = f->addr;
+      if (!f || f->addr != value - bias) continue;
+      out.to[plt->addr + at] = f->addr;
+      module.plt_slots[jmp->rip_address + bias] = value;
     }
   }
   return out;
+}
+
+Status plt_slots_unchanged(pid_t pid, const TargetModule& module) {
+  for (const auto& [slot, value] : module.plt_slots) {
+    auto now = read_target(pid, slot, 8);
+    uint64_t v = 0;
+    if (now && now->size() == 8) std::memcpy(&v, now->data(), 8);
+    if (v != value)
+      return fail(fmt::format("the PLT slot at {:#x} of {} changed since it was read (a GOT hook?)", slot,
+                              module.module->path));
+  }
+  return ok();
 }
 
 std::pair<uint64_t, uint64_t> module_range(const std::vector<profiler::Mapping>& maps, const std::string& path) {
@@ -206,6 +224,87 @@ Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const TargetModul
       skipped.push_back(fmt::format("func_{:x}: holds an rseq critical section", addr));
     else
       out.push_back(addr);
+  }
+  return out;
+}
+
+namespace {
+
+// The run-time address a PLT stub's or a GOT slot's jump reaches now; each
+// slot is read once (a hot set makes thousands of calls through a few).
+using SlotValues = std::map<uint64_t, std::optional<uint64_t>>;
+std::optional<uint64_t> slot_value(pid_t pid, uint64_t slot, SlotValues& read) {
+  if (auto known = read.find(slot); known != read.end()) return known->second;
+  auto bytes = read_target(pid, slot, 8);
+  uint64_t value = 0;
+  if (bytes && bytes->size() == 8) std::memcpy(&value, bytes->data(), 8);
+  return read[slot] = bytes && bytes->size() == 8 ? std::optional(value) : std::nullopt;
+}
+
+// Where a call or jump of the module reaches at run time, through its PLT
+// stub if it goes to one (`stub_slots`: stub → slot, link-time), or through
+// the GOT slot it reads.
+std::optional<uint64_t> callee_of(pid_t pid, const jit::Instruction& in, uint64_t bias,
+                                  const std::map<uint64_t, uint64_t>& stub_slots, SlotValues& read) {
+  if (in.has_target) {
+    auto stub = stub_slots.find(in.target);
+    return stub == stub_slots.end() ? std::optional(in.target + bias) : slot_value(pid, stub->second + bias, read);
+  }
+  if (in.rip_relative) return slot_value(pid, in.rip_address + bias, read);
+  return std::nullopt;
+}
+
+// Every PLT stub of the module and the GOT slot its jmp reads (link-time).
+std::map<uint64_t, uint64_t> plt_stub_slots(const TargetModule& module) {
+  std::map<uint64_t, uint64_t> out;
+  for (const char* name : {".plt", ".plt.sec", ".plt.got"}) {
+    const elf::Section* plt = module.file->find_section(name);
+    auto bytes = plt ? module.file->contents(*plt) : fail("");
+    if (!bytes) continue;
+    const uint64_t stride = plt->entsize ? plt->entsize : 16;
+    for (uint64_t at = 0; at + stride <= bytes->size(); at += stride) {
+      auto stub = jit::decode_function(bytes->subspan(at, stride), plt->addr + at);
+      if (!stub) continue;
+      for (const jit::Instruction& in : *stub)
+        if (in.mnemonic == ZYDIS_MNEMONIC_JMP && !in.has_target && in.rip_relative) out[plt->addr + at] = in.rip_address;
+    }
+  }
+  return out;
+}
+
+bool caller_sensitive(std::string_view name) {
+  for (std::string_view n : {"dlopen", "dlmopen", "dlsym", "dlvsym", "__libc_dlopen_mode", "__libc_dlsym", "__libc_dlvsym"})
+    if (name == n || (name.starts_with(n) && name.substr(n.size()).starts_with("@"))) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<uint64_t> without_caller_sensitive_calls(pid_t pid, const TargetModule& module,
+                                                     const profiler::Symbolizer& symbols,
+                                                     const std::vector<uint64_t>& hot, std::vector<std::string>& skipped) {
+  const uint64_t bias = module.module->bias;
+  const std::map<uint64_t, uint64_t> stub_slots = plt_stub_slots(module);
+  SlotValues read;
+  std::vector<uint64_t> out;
+  for (uint64_t addr : hot) {
+    const elf::Function* f = module.module->functions->find(addr);
+    auto bytes = f ? module.image->read(f->addr, f->size) : fail("");
+    auto code = bytes ? jit::decode_function(*bytes, f->addr) : fail("");
+    std::string calls;
+    for (const jit::Instruction& in : code ? *code : std::vector<jit::Instruction>{}) {
+      if (in.flow != jit::Flow::Call && in.flow != jit::Flow::IndirectCall && in.flow != jit::Flow::Branch &&
+          in.flow != jit::Flow::IndirectBranch)
+        continue;
+      auto callee = callee_of(pid, in, bias, stub_slots, read);
+      profiler::Location at = callee ? symbols.locate(*callee) : profiler::Location{};
+      if (at.function && at.function->addr == at.link_addr && caller_sensitive(at.function->name)) {
+        calls = at.function->name.substr(0, at.function->name.find('@'));  // dlsym@@GLIBC_2.34: dlsym
+        break;
+      }
+    }
+    if (calls.empty()) out.push_back(addr);
+    else skipped.push_back(fmt::format("func_{:x}: calls {}, which finds its caller's module by the return address", addr, calls));
   }
   return out;
 }

@@ -34,10 +34,12 @@ struct TargetModule {
   std::map<uint64_t, elf::Fde> fdes;  // by first address
   jit::UnwindSources unwind;
   uint64_t lo = 0, hi = 0;            // its mappings, run-time
+  uint64_t load = 0;                  // a library's code mapping's start less its file offset (0: the executable)
   // Its PLT stubs whose GOT slot, read live, holds one of its own functions
   // (a library's calls between its exported functions): a copy calls the
   // function, or its copy, directly (link-time addresses; plt_redirects).
   jit::Redirects plt;
+  std::map<uint64_t, uint64_t> plt_slots;  // the slots behind `plt`, run-time: the value each held
   // The target's executable, whatever the module: a thread stopped in its
   // code may take a remote call (clean_thread.h).
   std::string executable;
@@ -56,7 +58,11 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
 // still points at the lazy resolver, or at another module (an LD_PRELOAD
 // or an earlier library interposing), is left to the stub. A resolved slot
 // is not written again by ld.so.
-jit::Redirects plt_redirects(pid_t pid, const TargetModule& module);
+// The slots read are kept (`plt_slots`): the map window reads them again
+// (plt_slots_unchanged), so that a hook written into one meanwhile (a GOT
+// hooking profiler) is not bypassed.
+jit::Redirects plt_redirects(pid_t pid, TargetModule& module);
+Status plt_slots_unchanged(pid_t pid, const TargetModule& module);
 
 // Why the library at `path` is never copied, or "": ld.so and libc (the
 // system call sites remote calls use, __restore_rt, the clone sequence the
@@ -94,5 +100,14 @@ std::vector<uint64_t> unchanged_in_memory(pid_t pid, const TargetModule& exe, co
 // kept elsewhere is not seen (docs/injection.md).
 Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const TargetModule& exe, const std::vector<uint64_t>& hot,
                                                     std::vector<std::string>& skipped);
+
+// Hot functions that call dlopen, dlmopen, dlsym or dlvsym (directly, through
+// a PLT stub, or through a GOT slot) stay in the original code: glibc finds
+// the calling module from the return address, and from a copy, in anonymous
+// memory, it finds none (dlsym(RTLD_NEXT) fails, dlopen searches another
+// RUNPATH). The callee is named from the live slot, by `symbols`.
+std::vector<uint64_t> without_caller_sensitive_calls(pid_t pid, const TargetModule& module,
+                                                     const profiler::Symbolizer& symbols,
+                                                     const std::vector<uint64_t>& hot, std::vector<std::string>& skipped);
 
 }  // namespace dyni::inject

@@ -7,6 +7,8 @@
 //    on request) and "ping" with "pong", and exits 0 at end of input.
 // usage: dyni-test-inject (or dyni-test-inject-in-library: the same, the
 // code in a shared library)
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -70,11 +72,19 @@ struct Counter {
 
 uint64_t inject_rseq_section(uint64_t x);
 
+// Asks glibc for the next getpid after this module's: glibc finds the
+// calling module by the return address, so this must run where it was
+// loaded (a copy in anonymous memory would get NULL: the injector leaves it).
+[[gnu::noinline]] uint64_t inject_lookup(uint64_t x) {
+  void* next = dlsym(RTLD_NEXT, "getpid");
+  return x + (next != nullptr);
+}
+
 [[gnu::noinline]] uint64_t inject_round(uint64_t x) {
   uint64_t (*step)(uint64_t, int) = inject_loop;
   uint64_t cleanups = 0;
   for (int i = 0; i < 50; ++i) x = inject_guarded(step(x, 40 + i % 5), cleanups);
-  return inject_rseq_section(x + inject_fib(12) + cleanups);
+  return inject_rseq_section(inject_lookup(x + inject_fib(12) + cleanups));
 }
 
 // An rseq critical section (only its descriptor matters here: the process
