@@ -51,7 +51,9 @@ Result<std::pair<const profiler::Module*, std::string>> find_library(pid_t pid, 
 
 std::string why_library_stays(std::string_view path) {
   std::string_view base = base_name(path);
-  for (std::string_view kept : {"ld-linux", "libc.so", "libc-", "libpthread", "libdl.so", "librt.so"})
+  // glibc's names since 2.34 and before it (libc-2.31.so, ld-2.31.so), musl's.
+  for (std::string_view kept : {"ld-linux", "ld-2.", "ld-musl", "libc.so", "libc-2.", "libc.musl", "libpthread", "libdl.so",
+                                "libdl-2.", "librt.so", "librt-2."})
     if (base.starts_with(kept))
       return fmt::format("{} stays as it is: dyni's remote calls and stack proofs rely on its code (system call "
                          "sites, __restore_rt, the clone sequence, malloc)", base);

@@ -2,8 +2,8 @@
 // live process's executable for SECONDS the way dynid does, then injects its
 // hot set (99 % of the executable's samples) with dynid/injector.h, prints
 // what it did, and with --undo-after puts the entries back after that long.
-// DYNI_MODULE=liblzma profiles and injects the library whose path holds
-// that text instead of the executable (libc, ld.so, libgcc_s are refused);
+// DYNI_MODULE=liblzma profiles and injects the library whose file name
+// starts so instead of the executable (libc, ld.so, libgcc_s are refused);
 // DYNI_HOT_FRACTION=0.5 injects the functions that cover half the samples;
 // blocks are laid out as dynid does (by profile only with LBR edges);
 // DYNI_ORIGINAL_ORDER=1 forces their original order, =0 the profile's.
@@ -50,14 +50,15 @@ namespace {
 
 using namespace dyni;
 
-// The module to profile and inject: the executable, or with DYNI_MODULE=TEXT
-// the library whose path holds TEXT (the first one mapped).
+// The module to profile and inject: the executable, or with DYNI_MODULE=NAME
+// the library whose file name starts with NAME (the first one mapped).
 int chosen_module(const profiler::Symbolizer& symbols, pid_t pid) {
   const char* wanted = std::getenv("DYNI_MODULE");
   auto exe = read_exe("/proc", pid);
   for (std::size_t i = 0; exe && i < symbols.modules().size(); ++i) {
     const std::string& path = symbols.modules()[i].path;
-    if (wanted ? path.find(wanted) != std::string::npos : path == exe->path) return static_cast<int>(i);
+    const std::string name = path.substr(path.rfind('/') + 1);
+    if (wanted ? path != exe->path && name.starts_with(wanted) : path == exe->path) return static_cast<int>(i);
   }
   return -1;
 }
