@@ -47,6 +47,39 @@ Result<std::pair<const profiler::Module*, std::string>> find_library(pid_t pid, 
   return std::pair{module, via};
 }
 
+// A PLT stub (.plt, .plt.sec, .plt.got, at the section's entry size) and
+// the GOT slot its `jmp *SLOT(%rip)` reads, link-time; `direct` when only an
+// endbr64 or a nop comes before that jmp (PLT0 pushes first, and mold's and
+// lld's retpoline stubs load r11 first).
+struct PltStub {
+  uint64_t slot = 0;
+  bool direct = false;
+};
+
+std::map<uint64_t, PltStub> plt_stubs(const TargetModule& module) {
+  std::map<uint64_t, PltStub> out;
+  for (const char* name : {".plt", ".plt.sec", ".plt.got"}) {
+    const elf::Section* plt = module.file->find_section(name);
+    auto bytes = plt ? module.file->contents(*plt) : fail("");
+    if (!bytes) continue;
+    const uint64_t stride = plt->entsize ? plt->entsize : 16;
+    for (uint64_t at = 0; at + stride <= bytes->size(); at += stride) {
+      auto stub = jit::decode_function(bytes->subspan(at, stride), plt->addr + at);
+      if (!stub) continue;  // a stub that does not decode whole is left to itself
+      bool first = true;
+      for (const jit::Instruction& in : *stub) {
+        // jmp [rip+d]: the decoder files it as a branch without a target.
+        if (in.mnemonic == ZYDIS_MNEMONIC_JMP && !in.has_target && in.rip_relative) {
+          out[plt->addr + at] = {in.rip_address, first};
+          break;
+        }
+        first = first && (in.mnemonic == ZYDIS_MNEMONIC_ENDBR64 || in.mnemonic == ZYDIS_MNEMONIC_NOP);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string why_library_stays(std::string_view path) {
@@ -110,28 +143,15 @@ jit::Redirects plt_redirects(pid_t pid, TargetModule& module) {
   jit::Redirects out;
   module.plt_slots.clear();
   const uint64_t bias = module.module->bias;
-  for (const char* name : {".plt", ".plt.sec", ".plt.got"}) {
-    const elf::Section* plt = module.file->find_section(name);
-    auto bytes = plt ? module.file->contents(*plt) : fail("");
-    if (!bytes) continue;
-    const uint64_t stride = plt->entsize ? plt->entsize : 16;
-    for (uint64_t at = 0; at + stride <= bytes->size(); at += stride) {
-      auto stub = jit::decode_function(bytes->subspan(at, stride), plt->addr + at);
-      if (!stub) continue;  // a stub that does not decode whole is left to itself
-      auto jmp = std::find_if(stub->begin(), stub->end(), [](const jit::Instruction& in) {
-        return in.mnemonic != ZYDIS_MNEMONIC_ENDBR64 && in.mnemonic != ZYDIS_MNEMONIC_NOP;
-      });
-      // jmp [rip+d]: the decoder files it as a branch without a target.
-      if (jmp == stub->end() || jmp->mnemonic != ZYDIS_MNEMONIC_JMP || jmp->has_target || !jmp->rip_relative) continue;
-      auto slot = read_target(pid, jmp->rip_address + bias, 8);
-      if (!slot || slot->size() != 8) continue;
-      uint64_t value = 0;
-      std::memcpy(&value, slot->data(), 8);
-      const elf::Function* f = module.module->functions->find(value - bias);
-      if (!f || f->addr != value - bias) continue;
-      out.to[plt->addr + at] = f->addr;
-      module.plt_slots[jmp->rip_address + bias] = value;
-    }
+  for (const auto& [stub, plt] : plt_stubs(module)) {
+    auto slot = plt.direct ? read_target(pid, plt.slot + bias, 8) : fail("");
+    if (!slot || slot->size() != 8) continue;
+    uint64_t value = 0;
+    std::memcpy(&value, slot->data(), 8);
+    const elf::Function* f = module.module->functions->find(value - bias);
+    if (!f || f->addr != value - bias) continue;
+    out.to[stub] = f->addr;
+    module.plt_slots[plt.slot + bias] = value;
   }
   return out;
 }
@@ -244,34 +264,15 @@ std::optional<uint64_t> slot_value(pid_t pid, uint64_t slot, SlotValues& read) {
 }
 
 // Where a call or jump of the module reaches at run time, through its PLT
-// stub if it goes to one (`stub_slots`: stub → slot, link-time), or through
-// the GOT slot it reads.
+// stub if it goes to one, or through the GOT slot it reads.
 std::optional<uint64_t> callee_of(pid_t pid, const jit::Instruction& in, uint64_t bias,
-                                  const std::map<uint64_t, uint64_t>& stub_slots, SlotValues& read) {
+                                  const std::map<uint64_t, PltStub>& stubs, SlotValues& read) {
   if (in.has_target) {
-    auto stub = stub_slots.find(in.target);
-    return stub == stub_slots.end() ? std::optional(in.target + bias) : slot_value(pid, stub->second + bias, read);
+    auto stub = stubs.find(in.target);
+    return stub == stubs.end() ? std::optional(in.target + bias) : slot_value(pid, stub->second.slot + bias, read);
   }
   if (in.rip_relative) return slot_value(pid, in.rip_address + bias, read);
   return std::nullopt;
-}
-
-// Every PLT stub of the module and the GOT slot its jmp reads (link-time).
-std::map<uint64_t, uint64_t> plt_stub_slots(const TargetModule& module) {
-  std::map<uint64_t, uint64_t> out;
-  for (const char* name : {".plt", ".plt.sec", ".plt.got"}) {
-    const elf::Section* plt = module.file->find_section(name);
-    auto bytes = plt ? module.file->contents(*plt) : fail("");
-    if (!bytes) continue;
-    const uint64_t stride = plt->entsize ? plt->entsize : 16;
-    for (uint64_t at = 0; at + stride <= bytes->size(); at += stride) {
-      auto stub = jit::decode_function(bytes->subspan(at, stride), plt->addr + at);
-      if (!stub) continue;
-      for (const jit::Instruction& in : *stub)
-        if (in.mnemonic == ZYDIS_MNEMONIC_JMP && !in.has_target && in.rip_relative) out[plt->addr + at] = in.rip_address;
-    }
-  }
-  return out;
 }
 
 bool caller_sensitive(std::string_view name) {
@@ -286,7 +287,7 @@ std::vector<uint64_t> without_caller_sensitive_calls(pid_t pid, const TargetModu
                                                      const profiler::Symbolizer& symbols,
                                                      const std::vector<uint64_t>& hot, std::vector<std::string>& skipped) {
   const uint64_t bias = module.module->bias;
-  const std::map<uint64_t, uint64_t> stub_slots = plt_stub_slots(module);
+  const std::map<uint64_t, PltStub> stubs = plt_stubs(module);
   SlotValues read;
   std::vector<uint64_t> out;
   for (uint64_t addr : hot) {
@@ -298,7 +299,7 @@ std::vector<uint64_t> without_caller_sensitive_calls(pid_t pid, const TargetModu
       if (in.flow != jit::Flow::Call && in.flow != jit::Flow::IndirectCall && in.flow != jit::Flow::Branch &&
           in.flow != jit::Flow::IndirectBranch)
         continue;
-      auto callee = callee_of(pid, in, bias, stub_slots, read);
+      auto callee = callee_of(pid, in, bias, stubs, read);
       profiler::Location at = callee ? symbols.locate(*callee) : profiler::Location{};
       if (at.function && at.function->addr == at.link_addr && caller_sensitive(at.function->name)) {
         calls = at.function->name.substr(0, at.function->name.find('@'));  // dlsym@@GLIBC_2.34: dlsym
