@@ -125,6 +125,10 @@ struct Injection {
   // elsewhere, mapped where it was. 0: not known (a cache adopted from its
   // record, an executable's: an exec replaces the cache too).
   uint64_t module_inode = 0, module_load = 0;
+  // The module's PLT slots its copies call past (run-time slot → the value
+  // read): every patch window reads them again and patches nothing if one
+  // changed (a GOT hook installed meanwhile would be bypassed).
+  std::map<uint64_t, uint64_t> bypassed_slots;
   std::vector<CopyRange> copies;
   nlohmann::json plan;  // the jit's plan, summarized (cache_plan.h plan_summary)
   std::size_t promoted_calls = 0;  // indirect calls promoted to guarded direct calls (jit/promotion.h)

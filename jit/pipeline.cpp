@@ -164,7 +164,7 @@ void reject_callers_of_return_address_users(const ModuleInput& in, const std::ma
     const FunctionCfg* built = (others[addr] = std::make_unique<FunctionCfg>(std::move(*cfg))).get();
     if (!rows) return {built, {std::nullopt, std::nullopt}};
     return {built, entry_of(*built, *rows ? &**rows : nullptr)};
-  });
+  }, in.caller_lookups);
   std::vector<std::pair<uint64_t, std::string>> callers;
   for (const auto& cfg : plan.cfgs)
     if (auto checked = check_callees(*cfg, users); !checked) callers.emplace_back(cfg->start, checked.error().message());

@@ -37,6 +37,7 @@
 #include "jit/module_counts.h"
 #include "jit/module_image.h"
 #include "jit/module_profile.h"
+#include "jit/return_address.h"
 
 namespace dyni::jit {
 
@@ -81,6 +82,9 @@ struct ModuleInput {
   // holding one stays in the original code, where a tracer's uprobe fires
   // (unless JitOptions::copy_probe_functions).
   std::map<uint64_t, std::string> probe_sites = {};
+  // The calls that reach glibc's caller lookups (return_address.h): their
+  // callers stay in the original code.
+  CallerLookups caller_lookups = {};
 };
 
 // A cache address for planning, in the module's link-time numbering: 256 MiB

@@ -143,9 +143,18 @@ bool uses_return_address(const FunctionCfg& cfg, const EntryFrame& entry) {
 
 bool ReturnAddressUsers::uses(uint64_t function) {
   if (auto it = known_.find(function); it != known_.end()) return it->second == State::Yes;
+  if (lookups_.stubs.count(function)) {
+    known_[function] = State::Yes;
+    return true;
+  }
   known_[function] = State::Working;  // a tail-call cycle back here adds nothing
-  Analysed analysed = analyse_(function);
-  bool used = analysed.cfg && uses(analysed);
+  bool used = false;
+  if (auto own = lookups_.plt_functions.find(function); own != lookups_.plt_functions.end()) {
+    used = uses(own->second);  // a stub of the module's own PLT: the function its slot names
+  } else {
+    Analysed analysed = analyse_(function);
+    used = analysed.cfg && uses(analysed);
+  }
   known_[function] = used ? State::Yes : State::No;
   return used;
 }
@@ -157,13 +166,15 @@ bool ReturnAddressUsers::uses(const Analysed& function) {
     bool tail_jump = (in.flow == Flow::Branch || in.flow == Flow::CondBranch) && in.has_target &&
                      (in.target < cfg.start || in.target >= cfg.end);
     if (tail_jump && uses(in.target)) return true;
+    if (in.flow == Flow::Branch && !in.has_target && in.rip_relative && through_slot(in.rip_address)) return true;
   }
   return false;
 }
 
 Status check_callees(const FunctionCfg& cfg, ReturnAddressUsers& users) {
   for (const Instruction& in : cfg.instructions)
-    if (in.flow == Flow::Call && in.has_target && users.uses(in.target))
+    if (in.flow == Flow::Call &&
+        (in.has_target ? users.uses(in.target) : in.rip_relative && users.through_slot(in.rip_address)))
       return fail(fmt::format("calls a user of its return address at {:#x}", in.addr));
   return ok();
 }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "common/result.h"
 #include "elf/cfi.h"
@@ -41,8 +42,21 @@ EntryFrame entry_frame(const elf::CfiState& at_entry);
 // True when `cfg` reads, writes or takes the address of its return address.
 bool uses_return_address(const FunctionCfg& cfg, const EntryFrame& entry = {});
 
+// Functions of the module's imports that find their caller's module by the
+// return address (glibc's dlopen and dlsym: from a copy in anonymous memory
+// dlsym(RTLD_NEXT) finds none), as the module reaches them: its PLT stubs
+// and GOT slots (link-time; elf/got_slots.h names them, bound or not).
+// `plt_functions` sends a call through the module's own PLT to the function
+// its slot names, so that a wrapper called that way is analysed too.
+struct CallerLookups {
+  std::set<uint64_t> stubs, slots;
+  std::map<uint64_t, uint64_t> plt_functions;
+};
+
 // The answer for every function of a module, memoised. A function that
 // tail-jumps to a user passes it its own return address: it is a user too.
+// A call or jump to a caller lookup (its stub, or through its slot) counts
+// as a use.
 class ReturnAddressUsers {
  public:
   // The CFG of the function starting at an address, alive while this object
@@ -53,20 +67,25 @@ class ReturnAddressUsers {
     EntryFrame entry;
   };
   using Analyse = std::function<Analysed(uint64_t)>;
-  explicit ReturnAddressUsers(Analyse analyse) : analyse_(std::move(analyse)) {}
+  explicit ReturnAddressUsers(Analyse analyse, CallerLookups lookups = {})
+      : analyse_(std::move(analyse)), lookups_(std::move(lookups)) {}
 
   bool uses(uint64_t function);
+  // Whether a call or jump through GOT slot `slot` reaches a caller lookup.
+  bool through_slot(uint64_t slot) const { return lookups_.slots.count(slot) > 0; }
 
  private:
   bool uses(const Analysed& function);
 
   enum class State { Working, No, Yes };  // Working: on the current tail-call path
   Analyse analyse_;
+  CallerLookups lookups_;
   std::map<uint64_t, State> known_;
 };
 
-// Fails when `cfg` directly calls a function that uses its return address:
-// "calls a user of its return address at 0x…" (the call).
+// Fails when `cfg` directly calls a function that uses its return address,
+// or calls one through a GOT slot: "calls a user of its return address at
+// 0x…" (the call).
 Status check_callees(const FunctionCfg& cfg, ReturnAddressUsers& users);
 
 }  // namespace dyni::jit

@@ -42,7 +42,7 @@ Result<Mapped> map_in_one_window(const InjectRequest& req, const Prepared& p, In
     }
     if (auto same = same_target(req.pid, out.start_time); !same) return std::unexpected(same.error());
     if (auto same = module_where_it_was(req.pid, p.target); !same) return std::unexpected(same.error());
-    if (auto slots = plt_slots_unchanged(req.pid, p.target); !slots) return std::unexpected(slots.error());
+    if (auto slots = slots_unchanged(req.pid, p.target.plt_slots); !slots) return std::unexpected(slots.error());
     auto now = read_proc_stat("/proc", req.pid);
     if (!now) return std::unexpected(now.error());
     if (auto same = same_image(*now, req.image); !same) return std::unexpected(same.error());

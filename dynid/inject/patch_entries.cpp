@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "dynid/cache_scan.h"
 #include "dynid/inject/target_checks.h"
+#include "dynid/inject/target_module.h"
 #include "dynid/target_memory.h"
 #include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
@@ -115,6 +116,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   if (auto same = same_target_with_record(in); !same) return std::unexpected(same.error());
   auto maps = profiler::read_maps(pid);  // held: no thread can map or unmap meanwhile
   if (!maps) return std::unexpected(maps.error());
+  if (auto slots = slots_unchanged(pid, in.bypassed_slots); !slots) return std::unexpected(slots.error());
   auto t1 = Clock::now();
   StackReader reader(pid, frame_tables(in));
   std::map<pid_t, ThreadStack> stacks;
@@ -340,6 +342,7 @@ Injection patch_again(const Injection& in, int windows) {
   Injection again;
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   again.other_frames = in.other_frames;
+  again.module_inode = in.module_inode, again.module_load = in.module_load, again.bypassed_slots = in.bypassed_slots;
   std::vector<PatchRecord> pending;
   for (const PatchRecord& p : in.patched)  // entries and call sites still patched need nothing
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);

@@ -26,6 +26,7 @@ Result<jit::ModulePlan> plan_at(const TargetModule& exe, const InjectRequest& re
   jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, exe.plt, {}, 0};
   jit::use_unwind_info(input, *exe.file);
   if (auto probes = jit::use_probe_sites(input, *exe.file); !probes) return std::unexpected(probes.error());
+  input.caller_lookups = exe.caller_lookups;
   input.counts = req.counts;
   return jit::optimize_module(input, req.options);
 }
@@ -190,7 +191,6 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   const std::size_t skipped_before = skipped.size();
   req.hot = unchanged_in_memory(req.pid, p.target, req.hot, ours, skipped);
   warn_of_breakpoints(req.pid, std::span(skipped).subspan(skipped_before));
-  req.hot = without_caller_sensitive_calls(req.pid, p.target, *p.symbols, req.hot, skipped);
   auto outside_rseq = without_rseq_sections(req.pid, p.target, req.hot, skipped);
   if (!outside_rseq) return std::unexpected(outside_rseq.error());
   req.hot = std::move(*outside_rseq);

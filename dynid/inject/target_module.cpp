@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include "dynid/clean_thread.h"
 #include "dynid/patch_safety.h"
 #include "dynid/target_memory.h"
+#include "elf/got_slots.h"
 #include "jit/decoder.h"
 
 namespace dyni::inject {
@@ -80,6 +80,34 @@ std::map<uint64_t, PltStub> plt_stubs(const TargetModule& module) {
   return out;
 }
 
+// glibc's functions that find their caller's module by the return address.
+bool caller_sensitive(std::string_view name) {
+  for (std::string_view n : {"dlopen", "dlmopen", "dlsym", "dlvsym", "__libc_dlopen_mode", "__libc_dlsym", "__libc_dlvsym"})
+    if (name == n) return true;
+  return false;
+}
+
+// The module's calls that reach those functions, through its PLT or its GOT,
+// and the functions its own PLT's slots name, from its relocations: named
+// whether or not ld.so has bound them yet.
+Result<jit::CallerLookups> caller_lookups(const TargetModule& module) {
+  auto slots = elf::got_slots(*module.file);
+  if (!slots) return fail("cannot name its GOT slots: " + slots.error().message());
+  jit::CallerLookups out;
+  std::map<uint64_t, const elf::GotSlot*> by_slot;
+  for (const elf::GotSlot& s : *slots) {
+    by_slot[s.slot] = &s;
+    if (caller_sensitive(s.name)) out.slots.insert(s.slot);
+  }
+  for (const auto& [stub, plt] : plt_stubs(module)) {
+    auto s = by_slot.find(plt.slot);
+    if (s == by_slot.end()) continue;
+    if (caller_sensitive(s->second->name)) out.stubs.insert(stub);
+    else if (s->second->defined && s->second->jump_slot) out.plt_functions[stub] = s->second->defined;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string why_library_stays(std::string_view path) {
@@ -136,6 +164,9 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
   auto fdes = elf::parse_eh_frame(*eh_bytes, eh->addr);
   if (!fdes) return std::unexpected(fdes.error());
   for (const elf::Fde& f : *fdes) target.fdes[f.begin] = f;
+  auto lookups = caller_lookups(target);
+  if (!lookups) return fail(what + ": " + lookups.error().message());
+  target.caller_lookups = std::move(*lookups);
   return target;
 }
 
@@ -156,14 +187,13 @@ jit::Redirects plt_redirects(pid_t pid, TargetModule& module) {
   return out;
 }
 
-Status plt_slots_unchanged(pid_t pid, const TargetModule& module) {
-  for (const auto& [slot, value] : module.plt_slots) {
+Status slots_unchanged(pid_t pid, const std::map<uint64_t, uint64_t>& slots) {
+  for (const auto& [slot, value] : slots) {
     auto now = read_target(pid, slot, 8);
+    if (!now || now->size() != 8) return fail(fmt::format("cannot read the PLT slot at {:#x} again", slot));
     uint64_t v = 0;
-    if (now && now->size() == 8) std::memcpy(&v, now->data(), 8);
-    if (v != value)
-      return fail(fmt::format("the PLT slot at {:#x} of {} changed since it was read (a GOT hook?)", slot,
-                              module.module->path));
+    std::memcpy(&v, now->data(), 8);
+    if (v != value) return fail(fmt::format("the PLT slot at {:#x} changed since it was read (a GOT hook?)", slot));
   }
   return ok();
 }
@@ -246,68 +276,6 @@ Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const TargetModul
       skipped.push_back(fmt::format("func_{:x}: holds an rseq critical section", addr));
     else
       out.push_back(addr);
-  }
-  return out;
-}
-
-namespace {
-
-// The run-time address a PLT stub's or a GOT slot's jump reaches now; each
-// slot is read once (a hot set makes thousands of calls through a few).
-using SlotValues = std::map<uint64_t, std::optional<uint64_t>>;
-std::optional<uint64_t> slot_value(pid_t pid, uint64_t slot, SlotValues& read) {
-  if (auto known = read.find(slot); known != read.end()) return known->second;
-  auto bytes = read_target(pid, slot, 8);
-  uint64_t value = 0;
-  if (bytes && bytes->size() == 8) std::memcpy(&value, bytes->data(), 8);
-  return read[slot] = bytes && bytes->size() == 8 ? std::optional(value) : std::nullopt;
-}
-
-// Where a call or jump of the module reaches at run time, through its PLT
-// stub if it goes to one, or through the GOT slot it reads.
-std::optional<uint64_t> callee_of(pid_t pid, const jit::Instruction& in, uint64_t bias,
-                                  const std::map<uint64_t, PltStub>& stubs, SlotValues& read) {
-  if (in.has_target) {
-    auto stub = stubs.find(in.target);
-    return stub == stubs.end() ? std::optional(in.target + bias) : slot_value(pid, stub->second.slot + bias, read);
-  }
-  if (in.rip_relative) return slot_value(pid, in.rip_address + bias, read);
-  return std::nullopt;
-}
-
-bool caller_sensitive(std::string_view name) {
-  for (std::string_view n : {"dlopen", "dlmopen", "dlsym", "dlvsym", "__libc_dlopen_mode", "__libc_dlsym", "__libc_dlvsym"})
-    if (name == n || (name.starts_with(n) && name.substr(n.size()).starts_with("@"))) return true;
-  return false;
-}
-
-}  // namespace
-
-std::vector<uint64_t> without_caller_sensitive_calls(pid_t pid, const TargetModule& module,
-                                                     const profiler::Symbolizer& symbols,
-                                                     const std::vector<uint64_t>& hot, std::vector<std::string>& skipped) {
-  const uint64_t bias = module.module->bias;
-  const std::map<uint64_t, PltStub> stubs = plt_stubs(module);
-  SlotValues read;
-  std::vector<uint64_t> out;
-  for (uint64_t addr : hot) {
-    const elf::Function* f = module.module->functions->find(addr);
-    auto bytes = f ? module.image->read(f->addr, f->size) : fail("");
-    auto code = bytes ? jit::decode_function(*bytes, f->addr) : fail("");
-    std::string calls;
-    for (const jit::Instruction& in : code ? *code : std::vector<jit::Instruction>{}) {
-      if (in.flow != jit::Flow::Call && in.flow != jit::Flow::IndirectCall && in.flow != jit::Flow::Branch &&
-          in.flow != jit::Flow::IndirectBranch)
-        continue;
-      auto callee = callee_of(pid, in, bias, stubs, read);
-      profiler::Location at = callee ? symbols.locate(*callee) : profiler::Location{};
-      if (at.function && at.function->addr == at.link_addr && caller_sensitive(at.function->name)) {
-        calls = at.function->name.substr(0, at.function->name.find('@'));  // dlsym@@GLIBC_2.34: dlsym
-        break;
-      }
-    }
-    if (calls.empty()) out.push_back(addr);
-    else skipped.push_back(fmt::format("func_{:x}: calls {}, which finds its caller's module by the return address", addr, calls));
   }
   return out;
 }

@@ -40,6 +40,10 @@ struct TargetModule {
   // function, or its copy, directly (link-time addresses; plt_redirects).
   jit::Redirects plt;
   std::map<uint64_t, uint64_t> plt_slots;  // the slots behind `plt`, run-time: the value each held
+  // Its calls that reach glibc's dlopen, dlsym... (which find the calling
+  // module by the return address): their callers stay in the original code
+  // (jit/return_address.h), in an executable as in a library.
+  jit::CallerLookups caller_lookups;
   // The target's executable, whatever the module: a thread stopped in its
   // code may take a remote call (clean_thread.h).
   std::string executable;
@@ -58,11 +62,13 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
 // still points at the lazy resolver, or at another module (an LD_PRELOAD
 // or an earlier library interposing), is left to the stub. A resolved slot
 // is not written again by ld.so.
-// The slots read are kept (`plt_slots`): the map window reads them again
-// (plt_slots_unchanged), so that a hook written into one meanwhile (a GOT
-// hooking profiler) is not bypassed.
+// The slots read are kept (`plt_slots`): the map window and every patch
+// window read them again (slots_unchanged), so that a hook written into one
+// meanwhile (a GOT hooking profiler) is not bypassed by copies patched in.
 jit::Redirects plt_redirects(pid_t pid, TargetModule& module);
-Status plt_slots_unchanged(pid_t pid, const TargetModule& module);
+// Fails when a slot (run-time address → the value read) holds another value
+// now, or cannot be read.
+Status slots_unchanged(pid_t pid, const std::map<uint64_t, uint64_t>& slots);
 
 // Why the library at `path` is never copied, or "": ld.so and libc (the
 // system call sites remote calls use, __restore_rt, the clone sequence the
@@ -100,14 +106,5 @@ std::vector<uint64_t> unchanged_in_memory(pid_t pid, const TargetModule& exe, co
 // kept elsewhere is not seen (docs/injection.md).
 Result<std::vector<uint64_t>> without_rseq_sections(pid_t pid, const TargetModule& exe, const std::vector<uint64_t>& hot,
                                                     std::vector<std::string>& skipped);
-
-// Hot functions that call dlopen, dlmopen, dlsym or dlvsym (directly, through
-// a PLT stub, or through a GOT slot) stay in the original code: glibc finds
-// the calling module from the return address, and from a copy, in anonymous
-// memory, it finds none (dlsym(RTLD_NEXT) fails, dlopen searches another
-// RUNPATH). The callee is named from the live slot, by `symbols`.
-std::vector<uint64_t> without_caller_sensitive_calls(pid_t pid, const TargetModule& module,
-                                                     const profiler::Symbolizer& symbols,
-                                                     const std::vector<uint64_t>& hot, std::vector<std::string>& skipped);
 
 }  // namespace dyni::inject

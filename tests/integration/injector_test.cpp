@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "dynid/cache_scan.h"
@@ -16,6 +17,7 @@
 #include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
 #include "elf/function_table.h"
+#include "elf/got_slots.h"
 #include "profiler/process_maps.h"
 #include "tests/integration/stoppable_target.h"
 
@@ -92,6 +94,15 @@ TEST_F(InjectorTest, APidTakenByAnotherProcessIsRefused) {
   EXPECT_TRUE(find_cache_records(target.pid(), *maps).empty()) << "nothing was mapped into it";
 }
 
+// The link-time address of the function named `name` in the file at `path`, or 0.
+uint64_t function_named(const std::string& path, const std::string& name) {
+  auto file = elf::ElfFile::open(path);
+  auto table = file ? elf::FunctionTable::build(*file) : fail("unreadable");
+  for (const elf::Function& f : table ? table->functions() : std::vector<elf::Function>{})
+    if (f.name == name) return f.addr;
+  return 0;
+}
+
 // The path under which process `pid` maps a file named `name`, or "".
 std::string mapped_path(pid_t pid, const std::string& name) {
   auto maps = profiler::read_maps(pid);
@@ -130,11 +141,16 @@ void check_injection(StoppableTarget& target, const std::string& name, bool libr
               static_cast<long long>(injected->longest_stop.count()));
   EXPECT_GE(injected->patched.size(), 6u);
   // The function with an rseq critical section stays where the kernel
-  // expects it; the one that calls dlsym where glibc can tell its module.
-  for (const char* kept : {"holds an rseq critical section", "calls dlsym, which finds its caller's module"})
-    EXPECT_TRUE(std::any_of(injected->skipped.begin(), injected->skipped.end(),
-                            [&](const std::string& s) { return s.find(kept) != std::string::npos; }))
-        << kept;
+  // expects it; the one that calls dlsym (directly and by a wrapper's tail
+  // jump) where glibc can tell its module.
+  EXPECT_TRUE(std::any_of(injected->skipped.begin(), injected->skipped.end(), [](const std::string& s) {
+    return s.find("holds an rseq critical section") != std::string::npos;
+  }));
+  const uint64_t lookup = function_named(module, "inject_lookup") + injected->module_bias;
+  EXPECT_FALSE(std::any_of(injected->copies.begin(), injected->copies.end(),
+                           [&](const CopyRange& c) { return c.original_entry == lookup; }))
+      << "inject_lookup was copied";
+  EXPECT_GE(injected->plan["rejected"].value("calls a user of its return address", 0), 1) << injected->plan.dump();
   for (const PatchRecord& p : injected->patched) EXPECT_EQ(bytes_at(target.pid(), p.addr), p.replacement);
 
   // The busy worker runs in the cache (much of its time goes to the C++
@@ -212,6 +228,25 @@ TEST_F(InjectorTest, ALibrarysStubsWhoseSlotsHoldItsOwnFunctionsAreBypassed) {
     }
     EXPECT_EQ(target.finish(), 0);
   }
+}
+
+// The library's GOT slots are named from its relocations, bound or not:
+// dlsym's (another module's) and inject_mix's (its own, at its address).
+TEST(GotSlots, NameTheSymbolsALibrarysSlotsBind) {
+  const std::string launcher = DYNI_TEST_INJECT_IN_LIBRARY;
+  const std::string library = launcher.substr(0, launcher.rfind('/')) + "/libdyni-test-inject.so";
+  auto file = elf::ElfFile::open(library);
+  ASSERT_TRUE(file) << file.error().message();
+  auto slots = elf::got_slots(*file);
+  ASSERT_TRUE(slots) << slots.error().message();
+  std::map<std::string, const elf::GotSlot*> by_name;
+  for (const elf::GotSlot& s : *slots) by_name[s.name] = &s;
+  ASSERT_TRUE(by_name.count("dlsym"));
+  EXPECT_EQ(by_name["dlsym"]->defined, 0u);
+  EXPECT_TRUE(by_name["dlsym"]->jump_slot);
+  ASSERT_TRUE(by_name.count("inject_mix"));
+  EXPECT_EQ(by_name["inject_mix"]->defined, function_named(library, "inject_mix"));
+  EXPECT_NE(by_name["inject_mix"]->slot, by_name["dlsym"]->slot);
 }
 
 // libc and ld.so hold what dyni's own remote calls rely on: they are refused

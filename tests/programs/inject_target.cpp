@@ -72,12 +72,16 @@ struct Counter {
 
 uint64_t inject_rseq_section(uint64_t x);
 
-// Asks glibc for the next getpid after this module's: glibc finds the
-// calling module by the return address, so this must run where it was
-// loaded (a copy in anonymous memory would get NULL: the injector leaves it).
+// dlsym(RTLD_NEXT, name), by a tail jump: dlsym sees its caller's return
+// address (not a hot function: never copied itself).
+[[gnu::noinline]] void* lookup_next(const char* name) { return dlsym(RTLD_NEXT, name); }
+
+// Asks glibc for the next getpid and getppid after this module's, directly
+// and through lookup_next: glibc finds the calling module by the return
+// address, so this must run where it was loaded (a copy in anonymous memory
+// would get NULL: the injector leaves it).
 [[gnu::noinline]] uint64_t inject_lookup(uint64_t x) {
-  void* next = dlsym(RTLD_NEXT, "getpid");
-  return x + (next != nullptr);
+  return x + (dlsym(RTLD_NEXT, "getpid") != nullptr) + (lookup_next("getppid") != nullptr);
 }
 
 [[gnu::noinline]] uint64_t inject_round(uint64_t x) {
