@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dyni::paths {
@@ -21,5 +22,8 @@ std::string lock_file();        // <run_dir>/dynid.lock (holds dynid's pid)
 std::string license_file();     // <state_dir>/license.json
 
 inline constexpr const char* kDefaultLogFile = "/var/log/dyni/dynid.log";
+
+// The last component of `path` ("/usr/lib/libc.so.6" -> "libc.so.6").
+inline std::string_view file_name(std::string_view path) { return path.substr(path.rfind('/') + 1); }
 
 }  // namespace dyni::paths

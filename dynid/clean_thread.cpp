@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/paths.h"
+
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 
@@ -29,8 +31,6 @@ constexpr std::array<std::string_view, 15> kLockHolderPrefixes = {
     "__libc_free",    "__libc_calloc",    "__libc_realloc",     "__libc_memalign", "__libc_valloc",
     "__libc_pvalloc", "__libc_mallopt",   "__libc_mallinfo",    "__libc_fork",     "_int_"};
 
-std::string_view basename(std::string_view path) { return path.substr(path.rfind('/') + 1); }
-
 // Why a thread at the exit of system call `nr`, which has returned, cannot
 // run a function there, or "": an allocator makes these calls with its lock
 // held (glibc's sysmalloc, grow_heap and systrim; jemalloc's and tcmalloc's
@@ -53,7 +53,7 @@ bool holds_call_locks(std::string_view name) {
 }
 
 bool module_holds_call_locks(std::string_view path) {
-  std::string_view base = basename(path);
+  std::string_view base = paths::file_name(path);
   for (std::string_view m : {"libgcc_s.so", "ld-linux", "libunwind", "libjemalloc", "libtcmalloc", "libmimalloc"})
     if (base.starts_with(m)) return true;
   return false;
@@ -108,7 +108,7 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
     profiler::Location at = locate(i == 0 ? f.pc : f.pc - 1);
     if (at.module < 0) return fail(fmt::format("frame {:#x} is not in file-backed code", f.pc));
     const profiler::Module& m = symbols.modules()[static_cast<std::size_t>(at.module)];
-    if (module_holds_call_locks(m.path)) return fail(fmt::format("a frame in {}", basename(m.path)));
+    if (module_holds_call_locks(m.path)) return fail(fmt::format("a frame in {}", paths::file_name(m.path)));
     if (at.function && holds_call_locks(at.function->name)) return fail(fmt::format("a frame in {}", at.function->name));
   }
   return ok();

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "common/paths.h"
+
 #include <ctime>
 #include <vector>
 
@@ -111,8 +113,6 @@ int open_parent(const std::string& path) {
   return ::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
-std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
-
 }  // namespace
 
 Status write_textfile(const std::string& path, const std::string& text) {
@@ -120,7 +120,8 @@ Status write_textfile(const std::string& path, const std::string& text) {
   if (dir < 0) return errno == ENOENT ? ok() : fail(path + ": its directory: " + errno_text());
   uint64_t random = 0;
   if (::getrandom(&random, sizeof random, 0) != sizeof random) random = static_cast<uint64_t>(::getpid()) << 20 ^ ::time(nullptr);
-  const std::string tmp = fmt::format(".{}.{:016x}", base_name(path), random);
+  const std::string name(paths::file_name(path));
+  const std::string tmp = fmt::format(".{}.{:016x}", name, random);
   const int fd = ::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::string why = errno_text();
@@ -132,7 +133,7 @@ Status write_textfile(const std::string& path, const std::string& text) {
   bool written = content.has_value();
   std::string why = written ? "" : content.error().message();
   ::close(fd);
-  if (written && ::renameat(dir, tmp.c_str(), dir, base_name(path).c_str()) != 0) written = false, why = errno_text();
+  if (written && ::renameat(dir, tmp.c_str(), dir, name.c_str()) != 0) written = false, why = errno_text();
   if (!written) ::unlinkat(dir, tmp.c_str(), 0);
   ::close(dir);
   return written ? ok() : fail(path + ": " + why);
@@ -141,7 +142,7 @@ Status write_textfile(const std::string& path, const std::string& text) {
 void remove_textfile(const std::string& path) {
   const int dir = open_parent(path);
   if (dir < 0) return;
-  ::unlinkat(dir, base_name(path).c_str(), 0);
+  ::unlinkat(dir, std::string(paths::file_name(path)).c_str(), 0);
   ::close(dir);
 }
 

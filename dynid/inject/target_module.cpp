@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <tuple>
 
 #include <fmt/format.h>
 
+#include "common/paths.h"
 #include "dynid/proc_reader.h"
 #include "dynid/clean_thread.h"
 #include "dynid/patch_safety.h"
@@ -19,42 +19,34 @@ namespace dyni::inject {
 
 namespace {
 
-std::string_view base_name(std::string_view path) {
-  auto slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
 // The library mapped from `path` with a function table, and the map_files
 // name of its executable mapping (the very file mapped, whatever its path
 // now names). A library mapped twice (dlmopen) is refused: the symbolizer
 // keeps one bias for it.
-Result<std::pair<const profiler::Module*, std::string>> find_library(pid_t pid, const profiler::Symbolizer& symbols,
-                                                                    const std::vector<profiler::Mapping>& maps,
-                                                                    const std::string& path) {
+struct FoundLibrary {
+  const profiler::Module* module = nullptr;
+  std::string opened;  // /proc/PID/map_files/... of its code mapping
+  uint64_t load = 0;   // that mapping's start less its file offset
+};
+
+Result<FoundLibrary> find_library(pid_t pid, const profiler::Symbolizer& symbols,
+                                  const std::vector<profiler::Mapping>& maps, const std::string& path) {
   const profiler::Module* module = nullptr;
   for (const profiler::Module& m : symbols.modules())
     if (m.path == path && m.functions) module = &m;
   if (!module) return fail("not mapped with a function table");
-  std::string via;
+  FoundLibrary found{module, "", 0};
   int loads = 0, code = 0;
   for (const profiler::Mapping& m : maps) {
     if (m.path != path) continue;
     if (m.inode != module->inode) return fail("mapped from two files (replaced on disk and loaded again?)");
     loads += m.offset == 0;
-    if (m.executable && code++ == 0) via = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
+    if (m.executable && code++ == 0)
+      found.opened = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end), found.load = m.start - m.offset;
   }
   if (loads != 1 || code != 1) return fail(fmt::format("mapped {} times (dlmopen?)", std::max(loads, code)));
-  return std::pair{module, via};
+  return found;
 }
-
-// A PLT stub (.plt, .plt.sec, .plt.got, at the section's entry size) and
-// the GOT slot its `jmp *SLOT(%rip)` reads, link-time; `direct` when only an
-// endbr64 or a nop comes before that jmp (PLT0 pushes first, and mold's and
-// lld's retpoline stubs load r11 first).
-struct PltStub {
-  uint64_t slot = 0;
-  bool direct = false;
-};
 
 std::map<uint64_t, PltStub> plt_stubs(const TargetModule& module) {
   std::map<uint64_t, PltStub> out;
@@ -99,7 +91,7 @@ Result<jit::CallerLookups> caller_lookups(const TargetModule& module) {
     by_slot[s.slot] = &s;
     if (caller_sensitive(s.name)) out.slots.insert(s.slot);
   }
-  for (const auto& [stub, plt] : plt_stubs(module)) {
+  for (const auto& [stub, plt] : module.plt_stubs) {
     auto s = by_slot.find(plt.slot);
     if (s == by_slot.end()) continue;
     if (caller_sensitive(s->second->name)) out.stubs.insert(stub);
@@ -111,7 +103,7 @@ Result<jit::CallerLookups> caller_lookups(const TargetModule& module) {
 }  // namespace
 
 std::string why_library_stays(std::string_view path) {
-  std::string_view base = base_name(path);
+  std::string_view base = paths::file_name(path);
   // glibc's names since 2.34 and before it (libc-2.31.so, ld-2.31.so), musl's.
   for (std::string_view kept : {"ld-linux", "ld-2.", "ld-musl", "libc.so", "libc-2.", "libc.musl", "libpthread", "libdl.so",
                                 "libdl-2.", "librt.so", "librt-2."})
@@ -138,9 +130,7 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
     if (!maps) return std::unexpected(maps.error());
     auto found = find_library(pid, symbols, *maps, path);
     if (!found) return fail(what + ": " + found.error().message());
-    std::tie(target.module, opened) = *found;
-    for (const profiler::Mapping& m : *maps)
-      if (m.path == path && m.executable) target.load = m.start - m.offset;
+    target.module = found->module, opened = found->opened, target.load = found->load;
   } else {
     for (const profiler::Module& m : symbols.modules())
       if (m.path == exe->path && m.functions) target.module = &m;
@@ -164,6 +154,7 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
   auto fdes = elf::parse_eh_frame(*eh_bytes, eh->addr);
   if (!fdes) return std::unexpected(fdes.error());
   for (const elf::Fde& f : *fdes) target.fdes[f.begin] = f;
+  target.plt_stubs = plt_stubs(target);
   auto lookups = caller_lookups(target);
   if (!lookups) return fail(what + ": " + lookups.error().message());
   target.caller_lookups = std::move(*lookups);
@@ -174,7 +165,7 @@ jit::Redirects plt_redirects(pid_t pid, TargetModule& module) {
   jit::Redirects out;
   module.plt_slots.clear();
   const uint64_t bias = module.module->bias;
-  for (const auto& [stub, plt] : plt_stubs(module)) {
+  for (const auto& [stub, plt] : module.plt_stubs) {
     auto slot = plt.direct ? read_target(pid, plt.slot + bias, 8) : fail("");
     if (!slot || slot->size() != 8) continue;
     uint64_t value = 0;

@@ -27,6 +27,15 @@
 
 namespace dyni::inject {
 
+// A PLT stub (.plt, .plt.sec, .plt.got, at the section's entry size) and
+// the GOT slot its `jmp *SLOT(%rip)` reads, link-time; `direct` when only an
+// endbr64 or a nop comes before that jmp (PLT0 pushes first, and mold's and
+// lld's retpoline stubs load r11 first).
+struct PltStub {
+  uint64_t slot = 0;
+  bool direct = false;
+};
+
 struct TargetModule {
   const profiler::Module* module = nullptr;  // its path, bias and function table
   std::unique_ptr<elf::ElfFile> file;
@@ -38,6 +47,7 @@ struct TargetModule {
   // Its PLT stubs whose GOT slot, read live, holds one of its own functions
   // (a library's calls between its exported functions): a copy calls the
   // function, or its copy, directly (link-time addresses; plt_redirects).
+  std::map<uint64_t, PltStub> plt_stubs;  // by the stub's link-time address
   jit::Redirects plt;
   std::map<uint64_t, uint64_t> plt_slots;  // the slots behind `plt`, run-time: the value each held
   // Its calls that reach glibc's dlopen, dlsym... (which find the calling
