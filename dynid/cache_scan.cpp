@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "dynid/target_memory.h"
+#include "elf/elf_file.h"
+#include "profiler/symbolizer.h"
 
 namespace dyni {
 namespace {
@@ -75,6 +77,26 @@ std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches) {
     auto bytes = memory.read(p.addr, p.replacement.size());
     return bytes && std::equal(bytes->begin(), bytes->end(), p.replacement.begin());
   }));
+}
+
+std::optional<RecordModule> module_of_record(pid_t pid, const std::vector<profiler::Mapping>& maps,
+                                             const CacheRecord& record, const std::string& exe_path,
+                                             const std::string& exe_build_id) {
+  if (record.build_id.empty()) return std::nullopt;
+  if (record.build_id == exe_build_id) return RecordModule{exe_path, true, 0, 0};
+  for (const profiler::Mapping& m : maps) {
+    if (!m.executable || !m.file_backed() || m.path == exe_path) continue;
+    // Only the notes first: every library of the target may be read here;
+    // the one of the record's build-id whole, for its program headers.
+    const std::string via = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
+    auto notes = elf::ElfFile::open_notes(via);
+    if (!notes || notes->build_id() != record.build_id) continue;
+    auto file = elf::ElfFile::open(via);
+    if (!file || file->build_id() != record.build_id) continue;
+    auto bias = profiler::mapping_bias(*file, m);
+    if (bias && *bias == record.module_bias) return RecordModule{m.path, false, m.inode, m.start - m.offset};
+  }
+  return std::nullopt;
 }
 
 }  // namespace dyni

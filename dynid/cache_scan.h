@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,20 @@ bool holds_jump(pid_t pid, const PatchRecord& patch);
 // How many of the patches are live: a reading of a running target's memory,
 // each page read once.
 std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches);
+
+// The module a record was made for, where the target maps it now: the
+// executable when the build-ids agree (an exec replaces the cache with it),
+// else the library of the record's build-id whose code mapping has the
+// record's bias. A library unloaded, or loaded elsewhere, or another build in
+// its place, is none: its cache is not adopted (its patches point nowhere
+// the record knows).
+struct RecordModule {
+  std::string path;  // as the maps name it
+  bool executable = false;
+  uint64_t inode = 0, load = 0;  // a library's (Injection::module_inode, module_load); 0 for the executable
+};
+std::optional<RecordModule> module_of_record(pid_t pid, const std::vector<profiler::Mapping>& maps,
+                                             const CacheRecord& record, const std::string& exe_path,
+                                             const std::string& exe_build_id);
 
 }  // namespace dyni

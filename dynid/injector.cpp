@@ -148,7 +148,7 @@ Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record)
   in.cache = {record.cache_addr, record.cache_length, 0, false, {}};
   in.counters = {record.counters_addr, record.counters_length, 0, false, {}};
   in.counter_sites = record.counter_sites;
-  in.build_id = record.build_id;
+  in.build_id = record.build_id, in.module_bias = record.module_bias;
   in.code_addr = record.cache_addr + record.code_offset;
   in.code_size = record.code_size;
   in.eh_frame_addr = record.cache_addr + record.eh_frame_offset;

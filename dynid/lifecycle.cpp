@@ -183,10 +183,7 @@ void TargetLifecycle::run_pipeline() {
   }
   if (stop_) return;
   seconds_profiling_ = seconds_since(t0);
-  if (std::string why = hot_code_outside_executable(); !why.empty()) {
-    fail_with(TargetState::Unsupported, why);  // nothing mapped, nothing written
-    return;
-  }
+  if (!choose_hot_module()) return;  // unsupported: nothing mapped, nothing written
   // Not moved on (license gone, target replaced): nothing more to do.
   if (!move(TargetState::Profiling, TargetState::Dynimizing, "hot set found")) return;
   if (!dynimize_.dynimize) {
@@ -217,24 +214,31 @@ bool TargetLifecycle::adopt_existing_cache() {
   if (records.empty()) return false;
   // Only now the executable's build-id, from its notes alone: every new
   // process of a listed name comes here (a backend per connection).
+  auto exe = read_exe("/proc", pid_);
   auto file = elf::ElfFile::open_notes(fmt::format("/proc/{}/exe", pid_));
   std::string build_id = file ? file->build_id() : "";
   const CacheRecord* best = nullptr;
+  std::optional<RecordModule> best_module;
   std::size_t best_live = 0;
   for (const CacheRecord& r : records) {
-    if (r.build_id != build_id) continue;
+    auto module = module_of_record(pid_, *maps, r, exe ? exe->path : "", build_id);
+    if (!module) continue;
     std::size_t live = live_patches(pid_, r.patches);
-    if (!best || live > best_live) best = &r, best_live = live;
+    if (!best || live > best_live) best = &r, best_live = live, best_module = module;
   }
   if (!best) {
-    std::string why = fmt::format("it holds a dyni cache at {:#x} for another build ({}), not for its executable ({}): "
-                                  "left alone", records[0].cache_addr, records[0].build_id, build_id);
+    std::string why = fmt::format("it holds a dyni cache at {:#x} for another build ({}), not for its executable ({}) "
+                                  "nor for a library it maps where the cache's record says: left alone",
+                                  records[0].cache_addr, records[0].build_id, build_id);
     log::warn("target {} pid {}: {}", name_, pid_, why);
     adopted_ = true;  // the lifecycle's end: the target is not injected
     settle_adoption(TargetState::Failed, why);
     return true;
   }
   Injection adopted = from_record(pid_, start_time_, *best);
+  // A library's cache: redo writes only into that file where it is loaded now.
+  adopted.module = best_module->path;
+  adopted.module_inode = best_module->inode, adopted.module_load = best_module->load;
   for (const CacheRecord& r : all)  // threads may still run in any of them (a counting cache ended, I8)
     if (r.cache_addr != best->cache_addr) adopted.other_frames.push_back(from_record(pid_, start_time_, r).frames);
   const bool inherited = maps_cache_at(ppid_, best->cache_addr);
@@ -319,16 +323,17 @@ void TargetLifecycle::dynimize() {
   double share_copied = 0;
   std::shared_ptr<GroupPlan> for_group;  // what the group's other members may be dynimized by
   try {
-    auto exe = executable_profile(pid_, *recorder);
-    if (!exe) {
-      fail_injection(exe.error().message());
+    auto hot = module_profile(*recorder, module_);
+    if (!hot) {
+      fail_injection(hot.error().message());
       return;
     }
-    const jit::ModuleProfile* layout = layout_profile(exe->profile);
+    const jit::ModuleProfile* layout = layout_profile(hot->profile);
     layout_ = layout ? "by profile (LBR edges)" : "original block order (no LBR: inferred edges lay out worse)";
     InjectRequest request = base_request();
-    request.hot = exe->profile.hot_set(kHotSetShare);
-    for (const auto& [start, samples] : exe->profile.functions) request.callers.push_back(start);
+    request.module = module_is_executable_ ? "" : module_;
+    request.hot = hot->profile.hot_set(kHotSetShare);
+    for (const auto& [start, samples] : hot->profile.functions) request.callers.push_back(start);
     request.profile = layout;
     std::optional<jit::ModuleCounts> counts;
     if (dynimize_.counting) {
@@ -355,7 +360,7 @@ void TargetLifecycle::dynimize() {
       if (counted) request.replacing = &counting_->injection();
     }
     injected = inject_module(request);
-    if (injected) share_copied = sampled_share_copied(exe->profile, *injected);
+    if (injected) share_copied = sampled_share_copied(hot->profile, *injected);
     // The counting copies were planned from the whole hot set, the optimized
     // ones from what ran in them: a function kept out (a USDT probe site)
     // never ran in a copy, so only the first plan names it.
@@ -377,7 +382,7 @@ void TargetLifecycle::dynimize() {
     end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
     if (counts && injected && injected->error.empty())
-      for_group = std::make_shared<GroupPlan>(GroupPlan{pid_, *counts, request.hot, request.callers});
+      for_group = std::make_shared<GroupPlan>(GroupPlan{pid_, *counts, request.hot, request.callers, request.module});
   } catch (const std::exception& e) {  // a bug must cost this target its injection, not dynid its life
     injected = fail(std::string("internal error: ") + e.what());
     end_counting();  // never left counting: its entries back, its counters off
@@ -401,6 +406,7 @@ void TargetLifecycle::follow_group_plan() {
   InjectRequest request = base_request();
   request.hot = plan->hot;
   request.callers = plan->callers;
+  request.module = plan->module;
   request.counts = &plan->counts;
   layout_ = fmt::format("by counts of pid {}, its group's plan ({:.1f} s of counting copies)", plan->counted_in,
                         plan->counts.seconds);
@@ -460,10 +466,11 @@ bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional
     return false;
   }
   // One line an operator can act on: what, how much, how long the target was held.
-  std::string why = fmt::format("{} functions patched, {} skipped, {} indirect calls promoted, {} call sites re-pointed, "
+  std::string why = fmt::format("{} functions of {} patched, {} skipped, {} indirect calls promoted, {} call sites re-pointed, "
                                 "{} bytes of code at {:#x} ({} KiB of the cache on huge pages{}{}); {} patch windows, "
                                 "longest stop {:.1f} ms; {:.1f} s profiling, {:.1f} s counting and jit",
-                                count_of(injection_->patched, PatchKind::Entry), injection_->skipped.size(),
+                                count_of(injection_->patched, PatchKind::Entry), paths::file_name(injection_->module),
+                                injection_->skipped.size(),
                                 injection_->promoted_calls, count_of(injection_->patched, PatchKind::CallSite),
                                 injection_->code_size, injection_->code_addr, huge_page_bytes_.value_or(0) >> 10,
                                 injection_->cache.huge_note.empty() ? "" : ": ", injection_->cache.huge_note,
@@ -603,7 +610,8 @@ void TargetLifecycle::note_parent_symbol_file(const std::string& tier) {
 void TargetLifecycle::save_counts(const jit::ModuleCounts& counts) {
   std::lock_guard lock(counting_mutex_);
   if (!counting_) return;
-  std::string file = name_;
+  // A library's counts beside the executable's: "xz@liblzma.so.5.4.1.json".
+  std::string file = name_ + (module_is_executable_ ? "" : "@" + std::string(paths::file_name(module_)));
   std::replace(file.begin(), file.end(), '/', '_');
   counting_->save_counts(counts, paths::state_dir() + "/counts/" + file + ".json");
   if (auto j = counting_->to_json(); !j["counts_file_error"].get<std::string>().empty())
@@ -801,6 +809,8 @@ nlohmann::json TargetLifecycle::injection_json() const {
           // How it came to be dynimized: its own profile and counts, its group's plan, or found in it.
           {"via", inherited_ ? "inherited" : adopted_ ? "adopted" : follows_ ? "group plan" : "injected"},
           {"plan_counted_in", follows_ ? nlohmann::json(follows_) : nlohmann::json(nullptr)},
+          // The module its copies came from (the executable, or a library), as the target maps it.
+          {"module", in.module.empty() ? nlohmann::json(nullptr) : nlohmann::json(in.module)},
           {"functions_patched", count_of(in.patched, PatchKind::Entry)},
           {"entries_at_first_byte", entries_at_first_byte(in)},
           {"entries_unsafe_for_uprobes", entries_unsafe_for_uprobes(in)},
@@ -854,7 +864,7 @@ void TargetLifecycle::plan_cache() {
   // without the lock and status requests are not held up meanwhile.
   Result<nlohmann::json> plan = fail("not planned");
   try {
-    plan = plan_code_cache(pid_, *recorder, dynimize_.jit());
+    plan = plan_code_cache(pid_, *recorder, module_, dynimize_.jit());
   } catch (const std::exception& e) {  // a bug must cost this target its plan, not dynid its life
     plan = fail(std::string("internal error: ") + e.what());
   }
@@ -916,18 +926,37 @@ Status TargetLifecycle::check_executable() {
   return fail("executable " + exe->path + " is not mapped executable");
 }
 
-// Why the profile leaves the executable too little to optimize, by module
-// (cache_plan.h), or "".
-std::string TargetLifecycle::hot_code_outside_executable() const {
+// Chooses the module whose hot code is optimized (cache_plan.h
+// choose_module); false when there is none, the target then unsupported
+// with the reason by module.
+bool TargetLifecycle::choose_hot_module() {
   auto exe = read_exe("/proc", pid_);
-  if (!exe) return "";  // gone, or not readable: the next steps say so
-  std::lock_guard lock(mutex_);
-  if (!recorder_) return "";
-  // Unsupported is for good: a profile cut short by its time bound with few
-  // samples (a burst of load) decides nothing here; the steps after say what
-  // such a profile gives.
-  if (!recorder_->stable() && recorder_->profile().total() < kMinSamplesForUnsupported) return "";
-  return outside_executable(module_shares(recorder_->profile(), recorder_->symbolizer()), exe->path);
+  if (!exe) {
+    fail_with(TargetState::Failed, "profiling: " + exe.error().message());
+    return false;
+  }
+  ModuleChoice choice;
+  {
+    std::lock_guard lock(mutex_);
+    const profiler::Symbolizer& symbols = recorder_->symbolizer();
+    choice = choose_module(module_shares(recorder_->profile(), symbols), exe->path,
+                           [&](const std::string& path) { return why_module_stays(symbols, path, exe->path); });
+    // Unsupported is for good: a profile cut short by its time bound with
+    // few samples (a burst of load) decides nothing; its executable is
+    // tried, and the steps after say what such a profile gives.
+    if (choice.path.empty() && !recorder_->stable() && recorder_->profile().total() < kMinSamplesForUnsupported)
+      choice = {exe->path, true, "", {}};
+  }
+  if (choice.path.empty()) {
+    fail_with(TargetState::Unsupported, choice.why_none);
+    return false;
+  }
+  for (const std::string& passed : choice.passed_over)
+    log::info("target {} pid {}: passed over {}", name_, pid_, passed);
+  if (!choice.executable) log::info("target {} pid {}: its hot code is in {}: optimizing that library", name_, pid_, choice.path);
+  module_ = choice.path;
+  module_is_executable_ = choice.executable;
+  return true;
 }
 
 // Samples until the hot set is stable, the time bound passes, or we are stopped.

@@ -139,7 +139,7 @@ class TargetLifecycle {
   void fail_injection(const std::string& reason);
   Status start_profiling();
   Status check_executable();
-  std::string hot_code_outside_executable() const;
+  bool choose_hot_module();
   Status profile_until_stable();
   void plan_cache();
   void fail_with(TargetState state, const std::string& reason);
@@ -148,6 +148,10 @@ class TargetLifecycle {
   pid_t ppid_;  // its parent when found
   uint64_t start_time_;
   std::string layout_;  // how the copies' blocks were laid out (injection_json)
+  // The module optimized (cache_plan.h choose_module): set by this
+  // lifecycle's thread after profiling, read by it alone.
+  std::string module_;
+  bool module_is_executable_ = true;
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
   PerfMapHere perf_map_here_;              // under injection_mutex_: perf_map_ in dynid's view (perf_map_seen_here)
   std::string gdb_command_, gdb_error_;   // under injection_mutex_: how gdb loads the cache's symbols, or why not

@@ -114,6 +114,7 @@ struct GroupPlan {
   jit::ModuleCounts counts;       // lays the copies out
   std::vector<uint64_t> hot;      // the functions that ran in its counting copies, or that its value sites saw called
   std::vector<uint64_t> callers;  // the functions its profile saw (their direct calls re-pointed)
+  std::string module{};           // the library copied (InjectRequest::module), or "" for the executable
 };
 
 // The members of `targets` whose child is a member of the same group.

@@ -14,18 +14,6 @@
 namespace dyni::profiler {
 namespace {
 
-// The link-time address of a mapping's start: the PT_LOAD segment that holds
-// its file offset tells (works for PIE, non-PIE and shared objects).
-Result<uint64_t> bias_of(const elf::ElfFile& file, const Mapping& m) {
-  for (const auto& seg : file.segments()) {
-    if (seg.type != PT_LOAD || !(seg.flags & PF_X)) continue;
-    if (m.offset < seg.offset || m.offset >= seg.offset + std::max(seg.filesz, uint64_t{1})) continue;
-    uint64_t link_start = seg.vaddr + (m.offset - seg.offset);
-    return m.start - link_start;
-  }
-  return fail(fmt::format("no executable PT_LOAD covers file offset {:#x}", m.offset));
-}
-
 Module load_module(pid_t pid, const Mapping& m) {
   Module mod{m.path, m.deleted, 0, "", nullptr, m.inode};
   // map_files names this exact mapping's file, even if deleted, renamed or in
@@ -36,7 +24,7 @@ Module load_module(pid_t pid, const Mapping& m) {
     mod.error = file.error().message();
     return mod;
   }
-  auto bias = bias_of(*file, m);
+  auto bias = mapping_bias(*file, m);
   // Detached debug symbols (e.g. libc6-dbg) name local functions too.
   std::optional<elf::ElfFile> debug;
   if (std::string path = elf::debug_file_path(file->build_id()); !path.empty() && ::access(path.c_str(), R_OK) == 0) {
@@ -55,6 +43,16 @@ Module load_module(pid_t pid, const Mapping& m) {
 }
 
 }  // namespace
+
+Result<uint64_t> mapping_bias(const elf::ElfFile& file, const Mapping& m) {
+  for (const auto& seg : file.segments()) {
+    if (seg.type != PT_LOAD || !(seg.flags & PF_X)) continue;
+    if (m.offset < seg.offset || m.offset >= seg.offset + std::max(seg.filesz, uint64_t{1})) continue;
+    uint64_t link_start = seg.vaddr + (m.offset - seg.offset);
+    return m.start - link_start;
+  }
+  return fail(fmt::format("no executable PT_LOAD covers file offset {:#x}", m.offset));
+}
 
 Result<Symbolizer> Symbolizer::for_process(pid_t pid) {
   auto maps = read_maps(pid);

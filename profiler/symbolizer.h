@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/result.h"
+#include "elf/elf_file.h"
 #include "elf/function_table.h"
 #include "profiler/process_maps.h"
 
@@ -32,6 +34,11 @@ struct Location {
   const elf::Function* function = nullptr; // null when no function covers the address
   uint64_t link_addr = 0;                  // address in the module's own numbering
 };
+
+// The bias (run-time less link-time address) of code mapping `m` of `file`:
+// the PT_LOAD segment that holds its file offset tells (PIE, non-PIE and
+// shared objects alike).
+Result<uint64_t> mapping_bias(const elf::ElfFile& file, const Mapping& m);
 
 class Symbolizer {
  public:

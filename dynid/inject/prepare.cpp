@@ -160,6 +160,12 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto target = read_target_module(req.pid, *p.symbols, req.module);
   if (!target) return std::unexpected(target.error());
   p.target = std::move(*target);
+  // Counts are by link-time address: another build of the module (a library
+  // replaced on disk before this process loaded it, a group member's) would
+  // lay its code out by another's.
+  if (req.counts && !req.counts->build_id.empty() && req.counts->build_id != p.target.file->build_id())
+    return fail(fmt::format("the counts are of build {} of {}, and the target maps build {}", req.counts->build_id,
+                            p.target.module->path, p.target.file->build_id()));
   p.target.plt = plt_redirects(req.pid, p.target);
   auto maps = profiler::read_maps(req.pid);
   if (!maps) return std::unexpected(maps.error());

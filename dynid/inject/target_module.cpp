@@ -102,20 +102,6 @@ Result<jit::CallerLookups> caller_lookups(const TargetModule& module) {
 
 }  // namespace
 
-std::string why_library_stays(std::string_view path) {
-  std::string_view base = paths::file_name(path);
-  // glibc's names since 2.34 and before it (libc-2.31.so, ld-2.31.so), musl's.
-  for (std::string_view kept : {"ld-linux", "ld-2.", "ld-musl", "libc.so", "libc-2.", "libc.musl", "libpthread", "libdl.so",
-                                "libdl-2.", "librt.so", "librt-2."})
-    if (base.starts_with(kept))
-      return fmt::format("{} stays as it is: dyni's remote calls and stack proofs rely on its code (system call "
-                         "sites, __restore_rt, the clone sequence, malloc)", base);
-  if (module_holds_call_locks(path))
-    return fmt::format("{} stays as it is: its code may hold the locks a remote call takes (the unwinder, an "
-                       "allocator)", base);
-  return "";
-}
-
 Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& symbols, const std::string& path) {
   TargetModule target;
   auto exe = read_exe("/proc", pid);

@@ -18,6 +18,7 @@
 
 #include "common/result.h"
 #include "dynid/cache_record.h"
+#include "dynid/module_choice.h"
 #include "elf/eh_frame.h"
 #include "elf/elf_file.h"
 #include "jit/cache_eh_frame.h"
@@ -80,12 +81,8 @@ jit::Redirects plt_redirects(pid_t pid, TargetModule& module);
 // now, or cannot be read.
 Status slots_unchanged(pid_t pid, const std::map<uint64_t, uint64_t>& slots);
 
-// Why the library at `path` is never copied, or "": ld.so and libc (the
-// system call sites remote calls use, __restore_rt, the clone sequence the
-// stack reader matches, malloc and cancellation points), and the modules
-// whose code may hold the locks a remote call takes (module_holds_call_locks:
-// libgcc_s's unwinder, allocators).
-std::string why_library_stays(std::string_view path);
+// Why a library is never copied: dynid/module_choice.h why_library_stays.
+using dyni::why_library_stays;
 
 // [lowest start, highest end) of the mappings of the file at `path`.
 std::pair<uint64_t, uint64_t> module_range(const std::vector<profiler::Mapping>& maps, const std::string& path);

@@ -47,39 +47,6 @@ int perf_events_open(pid_t pid) {
   return n;
 }
 
-// The executable's code as the process runs it equals the file's, byte for
-// byte (every r-x mapping of `exe`).
-bool text_equals_file(pid_t pid, const std::string& exe) {
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  std::ifstream file(exe, std::ios::binary);
-  std::ifstream mem("/proc/" + std::to_string(pid) + "/mem", std::ios::binary);
-  int compared = 0;
-  for (std::string line; std::getline(maps, line);) {
-    unsigned long lo = 0, hi = 0, offset = 0;
-    char perms[8] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx", &lo, &hi, perms, &offset) != 4) continue;
-    if (std::string(perms).substr(0, 3) != "r-x" || line.find(exe) == std::string::npos) continue;
-    std::string live(hi - lo, '\0'), disk(hi - lo, '\0');
-    mem.seekg(static_cast<std::streamoff>(lo));
-    mem.read(live.data(), static_cast<std::streamsize>(live.size()));
-    file.seekg(static_cast<std::streamoff>(offset));
-    file.read(disk.data(), static_cast<std::streamsize>(disk.size()));
-    std::size_t n = static_cast<std::size_t>(file.gcount());  // the last page may run past the file
-    if (!mem || n == 0 || live.compare(0, n, disk, 0, n) != 0) return false;
-    ++compared;
-  }
-  return compared > 0;
-}
-
-// dyni caches in `pid` (mappings that start with a valid record).
-// dyni's caches in `pid` of one tier (optimized code, or counting copies).
-std::size_t caches_in(pid_t pid, CacheTier tier = CacheTier::Optimized) {
-  auto maps = profiler::read_maps(pid);
-  if (!maps) return 0;
-  std::vector<CacheRecord> records = find_cache_records(pid, *maps);
-  return static_cast<std::size_t>(std::count_if(records.begin(), records.end(), [&](const CacheRecord& r) { return r.tier == tier; }));
-}
-
 // Waits for a dyni-test-hot target to end: it exits 0 when every result it
 // computed was right (3: a wrong one).
 void expect_right_results_to_the_end(pid_t pid) {
@@ -536,7 +503,7 @@ void expect_injection_log_lines(const std::string& log, pid_t pid, const nlohman
   ASSERT_EQ(injected.size(), 1u) << log;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(injected[0], m,
-                                std::regex(R"(dynimized: (\d+) functions patched, .* (\d+) bytes of code at 0x[0-9a-f]+ .*; )"
+                                std::regex(R"(dynimized: (\d+) functions of \S+ patched, .* (\d+) bytes of code at 0x[0-9a-f]+ .*; )"
                                            R"((\d+) patch windows, longest stop [0-9.]+ ms; ([0-9.]+) s profiling, )"
                                            R"(([0-9.]+) s counting and jit)")))
       << injected[0];

@@ -14,10 +14,14 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "dynid/cache_scan.h"
+#include "profiler/process_maps.h"
 
 extern char** environ;
 
@@ -280,6 +284,35 @@ int free_tcp_port() {
     port = ntohs(a.sin_port);
   if (fd >= 0) ::close(fd);
   return port;
+}
+
+bool text_equals_file(pid_t pid, const std::string& exe) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::ifstream file(exe, std::ios::binary);
+  std::ifstream mem("/proc/" + std::to_string(pid) + "/mem", std::ios::binary);
+  int compared = 0;
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0, offset = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx", &lo, &hi, perms, &offset) != 4) continue;
+    if (std::string(perms).substr(0, 3) != "r-x" || line.find(exe) == std::string::npos) continue;
+    std::string live(hi - lo, '\0'), disk(hi - lo, '\0');
+    mem.seekg(static_cast<std::streamoff>(lo));
+    mem.read(live.data(), static_cast<std::streamsize>(live.size()));
+    file.seekg(static_cast<std::streamoff>(offset));
+    file.read(disk.data(), static_cast<std::streamsize>(disk.size()));
+    std::size_t n = static_cast<std::size_t>(file.gcount());  // the last page may run past the file
+    if (!mem || n == 0 || live.compare(0, n, disk, 0, n) != 0) return false;
+    ++compared;
+  }
+  return compared > 0;
+}
+
+std::size_t caches_in(pid_t pid, CacheTier tier) {
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return 0;
+  std::vector<CacheRecord> records = find_cache_records(pid, *maps);
+  return static_cast<std::size_t>(std::count_if(records.begin(), records.end(), [&](const CacheRecord& r) { return r.tier == tier; }));
 }
 
 }  // namespace dyni::test

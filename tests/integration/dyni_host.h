@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "dynid/cache_record.h"
+
 namespace dyni::test {
 
 struct RunResult {
@@ -80,6 +82,13 @@ class DyniHost {
   std::string dir_;
   std::vector<pid_t> targets_;
 };
+
+// Whether every r-x mapping of file `path` (as the maps name it) in `pid`
+// holds the file's bytes: no dyni patch left, or none yet.
+bool text_equals_file(pid_t pid, const std::string& path);
+// dyni's caches in `pid` of one tier (optimized code, or counting copies):
+// mappings that start with a valid record.
+std::size_t caches_in(pid_t pid, CacheTier tier = CacheTier::Optimized);
 
 // A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick),
 // for a test's own server: a server another test left behind on a fixed

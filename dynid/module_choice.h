@@ -1,0 +1,61 @@
+// Which module of a target dyni optimizes (issue 22): each module's share
+// of the profile, and the hottest one dyni can copy, or why there is none.
+// Apart from the jit's run (cache_plan.h), so that the choice is unit-tested
+// without the injector.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "profiler/recorder.h"
+#include "profiler/symbolizer.h"
+
+namespace dyni {
+
+// dyni optimizes one module of a target: the hottest it can, among those
+// that hold at least this share of the samples (issue 22: the executable,
+// or a shared library such as xz's liblzma or sqlite3's libsqlite3).
+constexpr double kMinModuleShare = 0.01;
+
+// Each module's share of a profile's user samples in its functions (of all
+// user samples), hottest first; code outside any module (a JIT's, anonymous)
+// as kOutsideModules. Samples in a module but outside its functions count
+// for none.
+inline constexpr const char* kOutsideModules = "code outside any module (a JIT's or anonymous memory)";
+std::vector<std::pair<std::string, double>> module_shares(const profiler::Profile& profile,
+                                                          const profiler::Symbolizer& symbolizer);
+
+// The module to optimize, or why there is none, by module ("97 % of samples
+// in /usr/lib/.../libc.so.6, which dyni does not optimize: libc.so.6 stays
+// as it is: ...; the executable holds 0.40 %"). `why_stays(path)` is "" for a
+// module dyni can optimize, else why not. Pure; unit-tested.
+struct ModuleChoice {
+  std::string path;      // "" when none
+  bool executable = false;
+  std::string why_none;  // when path is ""
+  // Hotter modules passed over, for the log: "libc.so.6 (12 %): why".
+  std::vector<std::string> passed_over;
+};
+using WhyModuleStays = std::function<std::string(const std::string& path)>;
+ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path,
+                           const WhyModuleStays& why_stays);
+
+// Why dyni does not optimize the module at `path` of the process that
+// `symbols` read (executable `exe_path`), or "": it must have been read whole
+// with a function table (I9); a library must not be one dyni's own calls rely
+// on (inject/target_module.h why_library_stays), must have a build-id (its
+// cache's record names it by it) and must still be its file on disk (the
+// build-id is read from it). choose_module's `why_stays`.
+std::string why_module_stays(const profiler::Symbolizer& symbols, const std::string& path, const std::string& exe_path);
+
+// Why the library at `path` is never copied, or "": ld.so and libc (the
+// system call sites remote calls use, __restore_rt, the clone sequence the
+// stack reader matches, malloc and cancellation points), and the modules
+// whose code may hold the locks a remote call takes (module_holds_call_locks:
+// libgcc_s's unwinder, allocators).
+std::string why_library_stays(std::string_view path);
+
+}  // namespace dyni

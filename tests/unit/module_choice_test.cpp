@@ -1,0 +1,73 @@
+// Which module of a target dyni optimizes (dynid/cache_plan.h
+// choose_module): the hottest it can, and otherwise why not, by module.
+#include "dynid/module_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace dyni {
+namespace {
+
+const std::string kLibc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+const std::string kSqlite = "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6";
+
+// libc stays as it is; every other module can be optimized.
+std::string libc_stays(const std::string& path) { return path == kLibc ? "libc.so.6 stays as it is" : ""; }
+
+TEST(ChooseModule, TheHottestLibraryWhenTheExecutableHoldsLess) {
+  const std::string exe = "/usr/bin/sqlite3";
+  ModuleChoice c = choose_module({{kSqlite, 0.90}, {kLibc, 0.06}, {exe, 0.04}}, exe, libc_stays);
+  EXPECT_EQ(c.path, kSqlite);
+  EXPECT_FALSE(c.executable);
+  EXPECT_TRUE(c.passed_over.empty());
+}
+
+TEST(ChooseModule, TheExecutableWhenItIsTheHottest) {
+  const std::string exe = "/usr/sbin/mariadbd";
+  ModuleChoice c = choose_module({{exe, 0.85}, {kLibc, 0.10}}, exe, libc_stays);
+  EXPECT_EQ(c.path, exe);
+  EXPECT_TRUE(c.executable);
+}
+
+TEST(ChooseModule, PassesOverAHotterModuleThatStaysAndSaysSo) {
+  const std::string exe = "/usr/bin/busy";
+  ModuleChoice c = choose_module({{kLibc, 0.60}, {exe, 0.011}}, exe, libc_stays);
+  EXPECT_EQ(c.path, exe);
+  ASSERT_EQ(c.passed_over.size(), 1u);
+  EXPECT_EQ(c.passed_over[0], kLibc + " (60 %): libc.so.6 stays as it is");
+}
+
+TEST(ChooseModule, NoneWhenEveryHotModuleStaysNamingTheHottestAndWhy) {
+  const std::string exe = "/usr/bin/sqlite3";
+  auto nothing_goes = [](const std::string& path) { return "it has no build-id (" + path + ")"; };
+  ModuleChoice c = choose_module({{kSqlite, 0.97}, {kLibc, 0.02}, {exe, 0.004}}, exe, nothing_goes);
+  EXPECT_EQ(c.path, "");
+  EXPECT_EQ(c.why_none, "97 % of samples in " + kSqlite + ", which dyni does not optimize: it has no build-id (" +
+                            kSqlite + "); the executable holds 0.40 %");
+  EXPECT_EQ(c.passed_over.size(), 2u);
+}
+
+TEST(ChooseModule, AModuleUnderTheMinimumShareIsNeverChosenNorAsked) {
+  const std::string exe = "/usr/bin/busy";
+  std::set<std::string> asked;
+  auto ask = [&](const std::string& path) {
+    asked.insert(path);
+    return std::string();
+  };
+  ModuleChoice c = choose_module({{kOutsideModules, 0.99}, {exe, 0.005}}, exe, ask);
+  EXPECT_EQ(c.path, "");
+  EXPECT_TRUE(asked.empty()) << "a module under the minimum share, and code outside every module, are never asked";
+  EXPECT_NE(c.why_none.find("which dyni does not optimize: dyni optimizes code from files"), std::string::npos)
+      << c.why_none;
+  EXPECT_NE(c.why_none.find("the executable holds 0.50 %"), std::string::npos) << c.why_none;
+}
+
+TEST(ChooseModule, AnEmptyProfileSaysNoModuleHoldsEnough) {
+  ModuleChoice c = choose_module({}, "/usr/bin/busy", libc_stays);
+  EXPECT_EQ(c.path, "");
+  EXPECT_EQ(c.why_none, "no module holds 1 % of samples (the executable holds 0.00 %)");
+}
+
+}  // namespace
+}  // namespace dyni
