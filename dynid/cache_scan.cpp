@@ -82,16 +82,14 @@ std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches) {
 std::optional<RecordModule> module_of_record(pid_t pid, const std::vector<profiler::Mapping>& maps,
                                              const CacheRecord& record, const std::string& exe_path,
                                              const std::string& exe_build_id) {
-  if (record.build_id.empty()) return std::nullopt;
+  // An executable without a build-id has records without one: it is the
+  // only module dynid copies without (inject/target_module.h).
   if (record.build_id == exe_build_id) return RecordModule{exe_path, true, 0, 0};
+  if (record.build_id.empty()) return std::nullopt;
   for (const profiler::Mapping& m : maps) {
     if (!m.executable || !m.file_backed() || m.path == exe_path) continue;
-    // Only the notes first: every library of the target may be read here;
-    // the one of the record's build-id whole, for its program headers.
-    const std::string via = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
-    auto notes = elf::ElfFile::open_notes(via);
-    if (!notes || notes->build_id() != record.build_id) continue;
-    auto file = elf::ElfFile::open(via);
+    // Only the headers and notes: every library of the target may be read here.
+    auto file = elf::ElfFile::open_notes(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end));
     if (!file || file->build_id() != record.build_id) continue;
     auto bias = profiler::mapping_bias(*file, m);
     if (bias && *bias == record.module_bias) return RecordModule{m.path, false, m.inode, m.start - m.offset};

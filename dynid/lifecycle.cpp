@@ -22,6 +22,7 @@
 #include "dynid/adopted_copies.h"
 #include "dynid/copy_origins.h"
 #include "dynid/gdb_symbols.h"
+#include "dynid/inject/target_module.h"
 #include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
 #include "dynid/target_memory.h"
@@ -399,6 +400,17 @@ void TargetLifecycle::follow_group_plan() {
     fail_with(TargetState::Failed, "its group's plan is gone");
     return;
   }
+  // A plan for a library this member does not map, or maps in another
+  // build (loaded after the fork, from another path): its own profile decides.
+  if (std::string why = why_plan_does_not_fit(*plan); !why.empty()) {
+    log::info("target {} pid {}: its group's plan does not fit it ({}): profiled on its own", name_, pid_, why);
+    {
+      std::lock_guard lock(injection_mutex_);  // -status reads it
+      follows_ = 0;  // and its plan is not the group's
+    }
+    run_pipeline();
+    return;
+  }
   auto t0 = std::chrono::steady_clock::now();
   if (!move(TargetState::Profiling, TargetState::Dynimizing,
             fmt::format("follows its group's plan (counted in pid {})", plan->counted_in)))
@@ -418,6 +430,24 @@ void TargetLifecycle::follow_group_plan() {
   }
   seconds_optimizing_ = seconds_since(t0);
   settle_injection(std::move(injected), std::nullopt);
+}
+
+// Why the group's plan cannot serve this member, or "": a plan for the
+// executable always can (the group shares its image); one for a library
+// needs that library mapped here, of the build the plan counted.
+std::string TargetLifecycle::why_plan_does_not_fit(const GroupPlan& plan) const {
+  if (plan.module.empty()) return "";
+  auto maps = profiler::read_maps(pid_);
+  if (!maps) return maps.error().message();
+  for (const profiler::Mapping& m : *maps) {
+    if (!m.executable || m.path != plan.module) continue;
+    auto notes = elf::ElfFile::open_notes(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid_, m.start, m.end));
+    if (!notes) return notes.error().message();
+    if (notes->build_id() != plan.counts.build_id)
+      return fmt::format("{} is build {} here, the plan's is {}", plan.module, notes->build_id(), plan.counts.build_id);
+    return "";
+  }
+  return plan.module + " is not mapped";
 }
 
 // What every injection into this target asks, whatever its code.
@@ -935,18 +965,28 @@ bool TargetLifecycle::choose_hot_module() {
     fail_with(TargetState::Failed, "profiling: " + exe.error().message());
     return false;
   }
-  ModuleChoice choice;
+  const profiler::Recorder* recorder = nullptr;
   {
     std::lock_guard lock(mutex_);
-    const profiler::Symbolizer& symbols = recorder_->symbolizer();
-    choice = choose_module(module_shares(recorder_->profile(), symbols), exe->path,
-                           [&](const std::string& path) { return why_module_stays(symbols, path, exe->path); });
-    // Unsupported is for good: a profile cut short by its time bound with
-    // few samples (a burst of load) decides nothing; its executable is
-    // tried, and the steps after say what such a profile gives.
-    if (choice.path.empty() && !recorder_->stable() && recorder_->profile().total() < kMinSamplesForUnsupported)
-      choice = {exe->path, true, "", {}};
+    recorder = recorder_.get();
   }
+  // The recorder is finished: read without the lock (files are read here,
+  // and status requests take it).
+  const profiler::Symbolizer& symbols = recorder->symbolizer();
+  auto why_stays = [&](const std::string& path) {
+    std::string why = why_module_stays(symbols, path, exe->path);
+    if (!why.empty() || path == exe->path) return why;
+    // A library as the injection will read it (mapped once, its unwind
+    // tables and GOT slots): else the next module is tried, not a failure.
+    auto module = inject::read_target_module(pid_, symbols, path);
+    return module ? std::string() : module.error().message();
+  };
+  ModuleChoice choice = choose_module(module_shares(recorder->profile(), symbols), exe->path, why_stays);
+  // Unsupported is for good: a profile cut short by its time bound with few
+  // samples (a burst of load) decides nothing; its executable is tried, and
+  // the steps after say what such a profile gives.
+  if (choice.path.empty() && !recorder->stable() && recorder->profile().total() < kMinSamplesForUnsupported)
+    choice = {exe->path, true, "", {}};
   if (choice.path.empty()) {
     fail_with(TargetState::Unsupported, choice.why_none);
     return false;

@@ -125,6 +125,7 @@ class TargetLifecycle {
   void settle_after_failure(TargetState from, const std::string& reason);
   void dynimize();
   void follow_group_plan();
+  std::string why_plan_does_not_fit(const GroupPlan& plan) const;
   bool settle_injection(Result<Injection> injected, std::optional<double> share_copied);
   InjectRequest base_request() const;
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
@@ -159,7 +160,10 @@ class TargetLifecycle {
   std::string name_;
   TargetTable& table_;
   std::string group_;  // its process group's key
-  pid_t follows_;      // dynimized by its group's plan (process_group.h), counted in this member; 0: its own
+  // Dynimized by its group's plan (process_group.h), counted in this member;
+  // 0: its own (also once the plan is found not to fit it). Written by this
+  // lifecycle's thread under injection_mutex_.
+  pid_t follows_;
   bool as_parent_;     // its group's parent: injected only while single-threaded (InjectRequest::single_threaded)
   bool with_descendants_;  // a leading parent: its counters shared with what it forks (process_group.h)
   profiler::RecorderOptions options_;

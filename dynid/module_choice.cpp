@@ -77,8 +77,9 @@ std::string why_module_stays(const profiler::Symbolizer& symbols, const std::str
   if (!module) return "it is not mapped as code";
   if (!module->error.empty()) return "it could not be read: " + module->error;
   if (!module->functions || module->functions->functions().empty()) return "it has no function table";
-  if (path == exe_path) return "";
+  // ld.so run as the executable (`ld-linux-x86-64.so.2 ./prog`) stays too.
   if (std::string why = why_library_stays(path); !why.empty()) return why;
+  if (path == exe_path) return "";
   if (module->deleted) return "its file was replaced or deleted on disk since it was loaded (restart the process)";
   auto notes = elf::ElfFile::open_notes(path);
   if (!notes) return "its file cannot be read: " + notes.error().message();

@@ -113,8 +113,8 @@ bool is_note_section(std::size_t index, uint32_t type, std::size_t names_index) 
   return type == SHT_NOTE || index == names_index;
 }
 
-// A compact image of the file: header, section headers, then the bytes of the
-// sections `keep` names (by index, type and the names' section's index)
+// A compact image of the file: header, section headers, program headers,
+// then the bytes of the sections `keep` names (by index, type and the names' section's index)
 // only, with section offsets rewritten to match; never more bytes than the
 // file has (overlapping sections of a hostile file are not read twice over).
 Result<std::vector<uint8_t>> read_section_image(int fd, uint64_t file_size,
@@ -131,8 +131,19 @@ Result<std::vector<uint8_t>> read_section_image(int fd, uint64_t file_size,
   if (!pread_all(fd, reinterpret_cast<uint8_t*>(shdrs.data()), shdrs.size() * sizeof(Elf64_Shdr), eh.e_shoff))
     return fail("bad section header table");
   eh.e_shoff = sizeof eh;
-  eh.e_phnum = 0;
   image.resize(sizeof eh + shdrs.size() * sizeof(Elf64_Shdr));
+  // The program headers too (a mapping's bias, profiler/symbolizer.h): small,
+  // and only where the header describes a table that fits the file.
+  if (eh.e_phnum && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum <= kMaxSegments &&
+      fits(eh.e_phoff, uint64_t{eh.e_phnum} * sizeof(Elf64_Phdr), file_size)) {
+    std::size_t at = image.size();
+    image.resize(at + eh.e_phnum * sizeof(Elf64_Phdr));
+    if (!pread_all(fd, image.data() + at, eh.e_phnum * sizeof(Elf64_Phdr), eh.e_phoff))
+      return fail("truncated program header table");
+    eh.e_phoff = at;
+  } else {
+    eh.e_phnum = 0;
+  }
   const std::size_t limit = std::min<uint64_t>(ElfFile::kMaxFileBytes, image.size() + file_size);
   for (std::size_t i = 0; i < shdrs.size(); ++i) {
     Elf64_Shdr& sh = shdrs[i];

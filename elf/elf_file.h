@@ -51,8 +51,9 @@ class ElfFile {
   // Reads only the headers and symbol tables of a (possibly huge) file, such
   // as a detached debug file: the other sections keep their headers but no bytes.
   static Result<ElfFile> open_symbols(const std::string& path);
-  // Reads only the headers, the notes and the section names: enough for
-  // build_id(), a few KiB of a 26 MB executable (an adopted child's check).
+  // Reads only the headers (program headers too), the notes and the section
+  // names: enough for build_id() and segments(), a few KiB of a 26 MB
+  // executable (an adopted child's check).
   static Result<ElfFile> open_notes(const std::string& path);
 
   bool is_pie() const { return type_ == 3; }  // ET_DYN

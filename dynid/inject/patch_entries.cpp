@@ -314,6 +314,9 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
     // untrusted): a file's executable code, the 5 bytes within one page.
     const profiler::Mapping* text = mapping_at(*maps, p.addr);
     if (!text || !text->executable || !text->file_backed() || p.addr % 4096 > 4096 - kPatchBytes) continue;
+    // A library unloaded and another file, or another load of it, mapped
+    // there: not the code the patch went into, whatever its bytes.
+    if (!inject::still_the_module(in, *text)) continue;
     auto live = read_target(pid, p.addr, kPatchBytes);
     auto runs = live ? to_restore(*live, p) : std::nullopt;
     if (live && !runs) foreign.push_back(p.addr);

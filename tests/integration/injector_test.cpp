@@ -201,6 +201,39 @@ TEST_F(InjectorTest, HotCodeInASharedLibraryRunsFromTheCacheWithTheSameResultsAn
   check_injection(target, "libdyni-test-inject.so", true);
 }
 
+// A library unloaded and another file (or another load of it) mapped where it
+// was: undo and redo write nothing there, whatever the bytes. Seen here as
+// the Injection's module identity no longer matching the mapping.
+TEST_F(InjectorTest, UndoAndRedoWriteNothingIntoAnotherFileMappedWhereTheLibraryWas) {
+  StoppableTarget target(DYNI_TEST_INJECT_IN_LIBRARY, nullptr);
+  ASSERT_EQ(target.read_line(), "ready");
+  const std::string module = mapped_path(target.pid(), "libdyni-test-inject.so");
+  std::string before = target.ask("run 30");
+  InjectRequest request{target.pid(), hot_functions(module)};
+  request.module = module;
+  auto injected = inject_module(request);
+  ASSERT_TRUE(injected) << injected.error().message();
+  ASSERT_FALSE(injected->patched.empty());
+  ASSERT_NE(injected->module_inode, 0u);
+  for (uint64_t Injection::*identity : {&Injection::module_inode, &Injection::module_load}) {
+    Injection elsewhere = *injected;
+    elsewhere.*identity += 4096;
+    ASSERT_TRUE(undo_patches(elsewhere));
+    for (const PatchRecord& p : injected->patched) EXPECT_EQ(bytes_at(target.pid(), p.addr), p.replacement);
+  }
+  ASSERT_TRUE(undo_patches(*injected));
+  for (const PatchRecord& p : injected->patched) EXPECT_EQ(bytes_at(target.pid(), p.addr), p.original);
+  for (uint64_t Injection::*identity : {&Injection::module_inode, &Injection::module_load}) {
+    Injection elsewhere = *injected;
+    elsewhere.*identity += 4096;
+    auto redone = redo_patches(elsewhere);
+    EXPECT_TRUE(!redone || redone->patched.empty()) << "redo patched another file";
+    for (const PatchRecord& p : injected->patched) EXPECT_EQ(bytes_at(target.pid(), p.addr), p.original);
+  }
+  EXPECT_EQ(target.ask("run 30"), before);
+  EXPECT_EQ(target.finish(), 0);
+}
+
 // A library's calls between its own exported functions go through its PLT;
 // where the live slot holds the library's function, a copy calls it (or its
 // copy) directly. The executable's PLT slots all lead to other modules.

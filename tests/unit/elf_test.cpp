@@ -294,6 +294,16 @@ TEST(ElfNotes, TheBuildIdFromANotesOnlyImage) {
   EXPECT_EQ(notes->build_id(), whole->build_id());
   EXPECT_LT(notes->bytes().size(), 64u << 10) << "only headers, notes and section names";
   EXPECT_GT(whole->bytes().size(), 1u << 20);
+  // The program headers as the whole file has them: a mapping's bias (an
+  // adopted library's cache, dynid/cache_scan.h) is read from them.
+  ASSERT_EQ(notes->segments().size(), whole->segments().size());
+  ASSERT_FALSE(whole->segments().empty());
+  for (std::size_t i = 0; i < whole->segments().size(); ++i) {
+    EXPECT_EQ(notes->segments()[i].type, whole->segments()[i].type) << i;
+    EXPECT_EQ(notes->segments()[i].vaddr, whole->segments()[i].vaddr) << i;
+    EXPECT_EQ(notes->segments()[i].offset, whole->segments()[i].offset) << i;
+    EXPECT_EQ(notes->segments()[i].flags, whole->segments()[i].flags) << i;
+  }
 }
 
 }  // namespace
