@@ -13,7 +13,7 @@ PACKAGES=(build-essential cmake pkg-config libzydis-dev llvm-16-dev libunwind-de
           libssl-dev nlohmann-json3-dev libfmt-dev googletest util-linux
           linux-perf mariadb-server sysbench libclang-rt-16-dev libc6-dbg
           python3.11 php8.2-cli gawk systemtap-sdt-dev python3-prometheus-client gdb
-          libseccomp-dev redis-server redis-tools go-md2man lintian postgresql-15)
+          libseccomp-dev redis-server redis-tools go-md2man lintian postgresql-15 xz-utils sqlite3)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "run_all.sh: must run as root (integration tests start dynid); use sudo" >&2
