@@ -20,6 +20,7 @@ SRC=$HERE/..
 PROGRAM=${1:?usage: bench/interpreter_ab.sh python3|gawk|mawk|php|perl [PAIRS] [WINDOWS] [WINDOW_SECONDS] [BUILD_DIR]}
 PAIRS=${2:-2} WINDOWS=${3:-4} WINDOW=${4:-5} BUILD=${5:-build}
 source "$HERE/interpreter_env.sh"
+[ ${#FEED[@]} -eq 0 ] || { echo "interpreter_ab.sh: $PROGRAM reads its work on stdin; use interpreter_abba.sh" >&2; exit 2; }
 TICKS=$(getconf CLK_TCK)
 WORK=$(mktemp -d /tmp/dyni-interp-ab.XXXXXX)
 PIDS=()

@@ -8,20 +8,21 @@
 # dynimized/original per group, then their means with a 95 % interval.
 #
 #   bench/interpreter_abba.sh PROGRAM [GROUPS=8] [BLOCK_SECONDS=4] [BUILD_DIR=build]
-#   PROGRAM: python3 | gawk | mawk | php | perl
+#   PROGRAM: python3 | gawk | mawk | php | perl | sqlite3 (sqlite3:
+#   its library, libsqlite3, is the module copied)
 # Do not run it beside builds, CI or scans: the other core's load moves the figures.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$HERE/..
-PROGRAM=${1:?usage: bench/interpreter_abba.sh python3|gawk|mawk|php|perl [GROUPS] [BLOCK_SECONDS] [BUILD_DIR]}
+PROGRAM=${1:?usage: bench/interpreter_abba.sh python3|gawk|mawk|php|perl|sqlite3 [GROUPS] [BLOCK_SECONDS] [BUILD_DIR]}
 GROUPS_N=${2:-8} BLOCK=${3:-4} BUILD=${4:-build}
 source "$HERE/interpreter_env.sh"
 command -v bc >/dev/null || { echo "needs bc: apt-get install bc" >&2; exit 2; }
 TICKS=$(getconf CLK_TCK)
 OUT=$(mktemp /tmp/dyni-interp-abba.XXXXXX)
 RATIOS=$(mktemp /tmp/dyni-interp-abba-ratios.XXXXXX)
-"${CMD[@]}" > "$OUT" 2>&1 &
-PID=$!
+if [ ${#FEED[@]} -gt 0 ]; then "${FEED[@]}" | "${CMD[@]}" > "$OUT" 2>&1 & else "${CMD[@]}" > "$OUT" 2>&1 & fi
+PID=$!  # a pipeline's last command: the program
 cleanup() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -f "$OUT" "$RATIOS"; }
 trap cleanup EXIT
 sleep 1
