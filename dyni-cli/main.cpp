@@ -166,6 +166,18 @@ int print_profile(const protocol::Response& response, bool json) {
                                : jit.value("injected", false)      ? "injected"
                                                                    : "not injected yet");
   }
+  if (!p.value("modules", nlohmann::json::array()).empty()) {
+    std::string line = "modules:";
+    for (const auto& m : p["modules"]) {
+      std::string module = m.value("module", "?");
+      line += fmt::format(" {} {:.1f} %{},", module.substr(module.rfind('/') + 1), m.value("percent", 0.0),
+                          m.value("optimized", false) ? " (optimized)" : "");
+    }
+    line.pop_back();
+    if (p.value("sampled_cpu_optimized_percent", nlohmann::json()).is_number())
+      line += fmt::format("; {:.1f} % of all sampled CPU in copied functions", p["sampled_cpu_optimized_percent"].get<double>());
+    std::cout << line << "\n";
+  }
   if (p.contains("layout_by_counts")) {
     std::cout << "what the counts say (99 % of the executed instructions):\n";
     for (const char* which : {"original", "laid_out"}) {

@@ -35,6 +35,8 @@ namespace {
 constexpr auto kStepInterval = std::chrono::milliseconds(100);
 // A profile that hit its time bound with fewer samples decides no target unsupported.
 constexpr uint64_t kMinSamplesForUnsupported = 1000;
+// -profile's modules, hottest first.
+constexpr std::size_t kModulesShown = 8;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -994,6 +996,7 @@ bool TargetLifecycle::choose_hot_module() {
   for (const std::string& passed : choice.passed_over)
     log::info("target {} pid {}: passed over {}", name_, pid_, passed);
   if (!choice.executable) log::info("target {} pid {}: its hot code is in {}: optimizing that library", name_, pid_, choice.path);
+  std::lock_guard lock(mutex_);  // profile_json reads it
   module_ = choice.path;
   module_is_executable_ = choice.executable;
   return true;
@@ -1027,6 +1030,17 @@ nlohmann::json TargetLifecycle::profile_json(std::size_t top_n) const {
     if (!recorder_) return nullptr;
     j = recorder_->to_json(top_n);
     if (!plan_.is_null()) j["jit"] = plan_;
+    // Each module's share of the samples, the one optimized, and the share
+    // of all sampled CPU its copies took over (issue 22).
+    nlohmann::json modules = nlohmann::json::array();
+    double optimized = 0;
+    for (const auto& [path, share] : module_shares(recorder_->profile(), recorder_->symbolizer())) {
+      if (path == module_) optimized = share;
+      if (modules.size() < kModulesShown) modules.push_back({{"module", path}, {"percent", 100 * share}, {"optimized", path == module_}});
+    }
+    j["modules"] = modules;
+    const nlohmann::json accepted = plan_.is_object() ? plan_.value("sampled_cpu_accepted_percent", nlohmann::json()) : nlohmann::json();
+    j["sampled_cpu_optimized_percent"] = accepted.is_number() ? nlohmann::json(optimized * accepted.get<double>()) : nlohmann::json(nullptr);
   }
   // What the counts say of the original code and of the injected layout.
   std::lock_guard lock(injection_mutex_);

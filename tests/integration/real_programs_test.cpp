@@ -50,6 +50,15 @@ std::vector<std::string> lines_of(const std::string& path) {
   return out;
 }
 
+// The "modules:" line of `dyni -profile=PID`: each module's share of the
+// samples, the one optimized, and the share of all sampled CPU in copies.
+std::string modules_line(const DyniHost& host, pid_t pid) {
+  std::istringstream out(host.dyni({"-profile=" + std::to_string(pid)}).out);
+  for (std::string line; std::getline(out, line);)
+    if (line.rfind("modules:", 0) == 0) return line;
+  return "";
+}
+
 class RealPrograms : public ::testing::TestWithParam<Program> {
  protected:
   void SetUp() override {
@@ -98,10 +107,12 @@ TEST_P(RealPrograms, PrintsTheSameDynimized) {
   nlohmann::json status_json;
   for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
     if (t["pid"] == target) status_json = t;
+  const std::string modules = modules_line(host, target);
   ::kill(target, SIGKILL);
   ::waitpid(target, &status, 0);
   ASSERT_TRUE(dynimized) << state << "\n" << host.log();
   std::printf("%s: %s\n", GetParam().name, status_json["dynimized"].dump().c_str());
+  std::printf("%s: %s\n", GetParam().name, modules.c_str());
   EXPECT_GE(status_json["dynimized"]["functions_patched"].get<int>(), 10) << status_json.dump();
   EXPECT_TRUE(status_json["dynimized"]["cache"]["huge_page_bytes"].is_number()) << "smaps names the cache";
   std::vector<std::string> lines = lines_of(out);
@@ -263,6 +274,11 @@ TEST(RealProgramsInLibraries, XzIsDynimizedInLiblzmaAndItsOutputDecompressesToIt
   ASSERT_TRUE(dynimized) << state << "\n" << host.log();
   ASSERT_FALSE(liblzma.empty()) << "xz maps no liblzma";
   std::printf("xz: %s\n", d.dump().c_str());
+  const std::string modules = modules_line(host, target);
+  std::printf("xz: %s\n", modules.c_str());
+  EXPECT_NE(modules.find("liblzma.so.5.4.1"), std::string::npos) << modules;
+  EXPECT_NE(modules.find(" % (optimized)"), std::string::npos) << modules;
+  EXPECT_NE(modules.find("% of all sampled CPU in copied functions"), std::string::npos) << modules;
   EXPECT_EQ(d.value("module", ""), liblzma) << d.dump();
   EXPECT_GE(d.value("functions_patched", 0), 3) << d.dump();
   EXPECT_FALSE(text_equals_file(target, liblzma)) << "liblzma's entries are patched";
@@ -354,6 +370,7 @@ TEST(RealProgramsInLibraries, Sqlite3IsDynimizedInLibsqlite3AndAnswersTheSame) {
   nlohmann::json d = dynimized_facts(host, target);
   ASSERT_TRUE(dynimized) << state << "\n" << host.log();
   std::printf("sqlite3: %s\n", d.dump().c_str());
+  std::printf("sqlite3: %s\n", modules_line(host, target).c_str());
   EXPECT_EQ(d.value("module", ""), libsqlite3) << d.dump();
   EXPECT_GE(d.value("functions_patched", 0), 5) << d.dump();
   EXPECT_FALSE(text_equals_file(target, libsqlite3)) << "libsqlite3's entries are patched";
