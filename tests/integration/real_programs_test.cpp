@@ -483,6 +483,7 @@ TEST_F(Mariadb, UnderSysbenchIsDynimizedAndAnswersTheSame) {
   for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
     if (t["pid"] == pid_) d = t["dynimized"];
   std::printf("mariadbd: %s\n", d.dump().c_str());
+  std::printf("mariadbd: %s\n", modules_line(host, pid_).c_str());
   EXPECT_GE(d["functions_patched"].get<int>(), 100) << d.dump() << host.log();
   EXPECT_EQ(answers(), before) << "dynimized";
   RunResult undo = host.dyni({"-undo"});
