@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/paths.h"
+#include "dynid/module_choice.h"
 
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -78,7 +79,8 @@ bool maybe_in_rseq_section(pid_t tid) {
 }
 
 Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack& stack,
-                       const profiler::Symbolizer& symbols, std::string_view executable, const CopiedFrom& copied_from) {
+                       const profiler::Symbolizer& symbols, std::string_view executable, const CopiedFrom& copied_from,
+                       std::string_view copied_module) {
   // A PC in a copy is looked up as the function it copies.
   auto locate = [&](uint64_t pc) {
     std::optional<uint64_t> original = copied_from ? copied_from(pc) : std::nullopt;
@@ -87,8 +89,10 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
   // Parked in a system call the kernel restarts, at the exit of one that has
   // returned, or stopped in the executable's own code (a CPU-bound thread,
   // maybe the only one): the call then runs as a signal handler would at
-  // that instruction. Only there: a library's code may hold a lock its
-  // callers' frames do not show (an allocator's tail calls, an inlined lock).
+  // that instruction. Only there, or in the copied library's code: another
+  // library's code may hold a lock its callers' frames do not show (an
+  // allocator's tail calls, an inlined lock); the copied one is never one
+  // whose code holds the locks the call takes (module_choice.h).
   bool in_user_code = static_cast<long>(thread.regs.orig_rax) < 0;
   if (std::string why = why_no_call_in_syscall(tid, thread.regs); !why.empty()) return fail(why);
   if (!in_user_code && !in_restartable_call(thread.regs))
@@ -96,8 +100,11 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
       return fail(why);
   if (in_user_code) {
     profiler::Location at = locate(thread.regs.rip);
-    if (executable.empty() || at.module < 0 || symbols.modules()[static_cast<std::size_t>(at.module)].path != executable)
-      return fail("stopped in code outside the executable");
+    const std::string_view path =
+        at.module < 0 ? std::string_view() : std::string_view(symbols.modules()[static_cast<std::size_t>(at.module)].path);
+    const bool in_copied = !copied_module.empty() && path == copied_module && why_library_stays(path).empty();
+    if (executable.empty() || at.module < 0 || (path != executable && !in_copied))
+      return fail("stopped in code outside the executable and the copied library");
     if (maybe_in_rseq_section(tid)) return fail("maybe inside an rseq critical section");
   }
   if (!stack.complete) return fail("stack not known to its end: " + stack.incomplete_why);

@@ -46,8 +46,12 @@ using CopiedFrom = std::function<std::optional<uint64_t>(uint64_t pc)>;
 // it (a thread stopped in user code must be there); empty: parked only.
 // `copied_from`: a PC in one of dyni's copies counts as a PC in the function
 // it copies (a thread running a counting copy is in the executable's code).
+// `copied_module`: a library whose functions dyni copies (chosen because no
+// lock a remote call takes is held in its code: module_choice.h
+// why_library_stays); a thread stopped in its code is as clean as one in
+// the executable's (a C++ program whose only thread runs a hot plugin).
 Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack& stack,
                        const profiler::Symbolizer& symbols, std::string_view executable,
-                       const CopiedFrom& copied_from = {});
+                       const CopiedFrom& copied_from = {}, std::string_view copied_module = {});
 
 }  // namespace dyni

@@ -58,7 +58,7 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
   for (const auto& [tid, t] : w->threads()) {
     auto stack = reader.unwind(tid);
     if (!stack) continue;
-    if (auto clean = clean_for_calls(tid, t, *stack, symbols, in_executable, copied_from); !clean) {
+    if (auto clean = clean_for_calls(tid, t, *stack, symbols, in_executable, copied_from, in.module); !clean) {
       why = clean.error().message();
       continue;
     }

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -619,6 +620,54 @@ TEST_F(Daemon, DynimizesABusyTargetUndoesRedoesAndANewDynidAdoptsIt) {
   int status = 0;
   ASSERT_EQ(waitpid(hot, &status, 0), hot);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
+}
+
+// A program whose hot code is a plugin it dlopens and dlcloses in a loop
+// (issue 22 item 4): dynid optimizes the plugin, every round computes the
+// same sum through the unloads and loads that follow (the copies of an
+// unloaded plugin are never reached: its patched pages go with it), and
+// -undo and -redo touch only the plugin as it is loaded now.
+TEST_F(Daemon, AHotPluginLoadedAndUnloadedInALoopIsDynimizedAndComputesTheSame) {
+  const std::string name = "dyni-plugin-host";
+  start({name}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  const std::string exe = host.install_program(DYNI_TEST_PLUGIN_HOST, name);
+  const std::string out = host.dir() + "/plugin.out";
+  pid_t target = host.spawn({"/bin/sh", "-c", "exec '" + exe + "' '" DYNI_TEST_PLUGIN "' 700 > '" + out + "'"});
+  auto rounds = [&] {
+    std::ifstream in(out);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  auto wait_rounds = [&](std::size_t n) {
+    for (int i = 0; i < 300 && rounds().size() < n; ++i) std::this_thread::sleep_for(100ms);
+    return rounds().size() >= n;
+  };
+  ASSERT_TRUE(host.wait_for_state(target, "dynimized", 60s)) << host.state_of(target) << host.log();
+  nlohmann::json d = target_json(host, target)["dynimized"];
+  std::printf("plugin: %s\n", d.dump().c_str());
+  EXPECT_NE(d.value("module", "").find("libdyni-test-plugin.so"), std::string::npos) << d.dump();
+  EXPECT_GE(d.value("functions_patched", 0), 1) << d.dump();
+  // Unloaded and loaded again, several times, with the cache in place.
+  std::size_t at_patch = rounds().size();
+  ASSERT_TRUE(wait_rounds(at_patch + 4)) << "the host stopped its rounds";
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_TRUE(text_equals_file(target, exe));
+  host.dyni({"-redo"});  // patches the plugin where it is loaded now, if that is where it was copied from
+  ASSERT_TRUE(wait_rounds(rounds().size() + 4)) << "the host stopped its rounds";
+  EXPECT_EQ(host.dyni({"-undo"}).exit_code, 0);
+  ASSERT_TRUE(wait_rounds(rounds().size() + 2)) << "the host stopped its rounds";
+  ASSERT_TRUE(DyniHost::alive(target));
+  ::kill(target, SIGKILL);
+  ::waitpid(target, nullptr, 0);
+  std::set<std::string> loads;
+  for (const std::string& line : rounds()) {
+    ASSERT_EQ(line.find("WRONG"), std::string::npos) << line;
+    loads.insert(line.substr(line.find(" load ") + 6, line.find(" sum ") - line.find(" load ") - 6));
+  }
+  std::printf("plugin: %zu rounds, loaded at %zu addresses, %zu rounds after the patch\n", rounds().size(),
+              loads.size(), rounds().size() - at_patch);
 }
 
 // A host whose license lapsed (or an operator removing dyni for it): the
