@@ -55,7 +55,12 @@ bool holds_call_locks(std::string_view name) {
 
 bool module_holds_call_locks(std::string_view path) {
   std::string_view base = paths::file_name(path);
-  for (std::string_view m : {"libgcc_s.so", "ld-linux", "libunwind", "libjemalloc", "libtcmalloc", "libmimalloc"})
+  // Unwinders and allocators (glibc's malloc debugger, the sanitizers'
+  // runtimes and Firefox's mozglue replace malloc too); a library that
+  // defines malloc under any name is refused by module_choice.h as well.
+  for (std::string_view m : {"libgcc_s.so", "ld-linux", "libunwind", "libjemalloc", "libtcmalloc", "libmimalloc",
+                             "libtbbmalloc", "libhoard", "libsnmalloc", "libscudo", "libc_malloc_debug", "libmemusage",
+                             "libasan", "libtsan", "libmsan", "libhwasan", "liblsan", "libmozglue"})
     if (base.starts_with(m)) return true;
   return false;
 }

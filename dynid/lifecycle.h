@@ -149,8 +149,9 @@ class TargetLifecycle {
   pid_t ppid_;  // its parent when found
   uint64_t start_time_;
   std::string layout_;  // how the copies' blocks were laid out (injection_json)
-  // The module optimized (cache_plan.h choose_module): set by this
-  // lifecycle's thread after profiling, read by it alone.
+  // The module optimized (module_choice.h choose_module): set by this
+  // lifecycle's thread after profiling under mutex_ (profile_json reads it
+  // under the lock; this thread reads it without).
   std::string module_;
   bool module_is_executable_ = true;
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not

@@ -80,6 +80,13 @@ std::string why_module_stays(const profiler::Symbolizer& symbols, const std::str
   // ld.so run as the executable (`ld-linux-x86-64.so.2 ./prog`) stays too.
   if (std::string why = why_library_stays(path); !why.empty()) return why;
   if (path == exe_path) return "";
+  // An allocator under a name not listed: remote calls run malloc, and a
+  // thread stopped in the copied library's code may take one.
+  for (const elf::Function& f : module->functions->functions())
+    for (std::string_view allocator : {"malloc", "free", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc"})
+      if (f.name == allocator)
+        return fmt::format("{} stays as it is: it defines {} (an allocator: remote calls take its locks)",
+                           paths::file_name(path), allocator);
   if (module->deleted) return "its file was replaced or deleted on disk since it was loaded (restart the process)";
   auto notes = elf::ElfFile::open_notes(path);
   if (!notes) return "its file cannot be read: " + notes.error().message();

@@ -10,9 +10,11 @@
 
 #include "dynid/cache_record.h"
 #include "dynid/clean_thread.h"
+#include "dynid/inject/patch_entries.h"
 #include "dynid/inject/target_checks.h"
 #include "dynid/inject/window_retry.h"
 #include "dynid/remote_call.h"
+#include "dynid/target_memory.h"
 #include "dynid/thread_unwind.h"
 #include "dynid/world_stop.h"
 #include "elf/elf_file.h"
@@ -54,11 +56,21 @@ Status register_frames(const Injection& in, const profiler::Symbolizer& symbols,
     if (pc >= it->first + it->second->size) return std::nullopt;
     return it->second->original_entry;
   };
+  // A thread stopped in the copied library's code is as clean as one in the
+  // executable's, where that library is still loaded as it was copied: the
+  // symbolizer was read before this window (another file may lie there now).
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  auto copied_module_at = [&](uint64_t rip) -> std::string_view {
+    const profiler::Mapping* text = mapping_at(*maps, copied_from(rip).value_or(rip));
+    return text && still_the_module(in, *text) ? std::string_view(in.module) : std::string_view();
+  };
   std::string why;
   for (const auto& [tid, t] : w->threads()) {
     auto stack = reader.unwind(tid);
     if (!stack) continue;
-    if (auto clean = clean_for_calls(tid, t, *stack, symbols, in_executable, copied_from, in.module); !clean) {
+    if (auto clean = clean_for_calls(tid, t, *stack, symbols, in_executable, copied_from, copied_module_at(t.regs.rip));
+        !clean) {
       why = clean.error().message();
       continue;
     }

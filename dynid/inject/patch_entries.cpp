@@ -92,13 +92,6 @@ bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries, co
   return copied && std::equal(copied->begin(), copied->end(), before->begin());
 }
 
-// Whether `text`, the mapping a patch goes into, still maps the file the
-// copies were made from where it was then (injector.h: module_inode).
-bool still_the_module(const Injection& in, const profiler::Mapping& text) {
-  if (in.module_inode && (!text.file_backed() || text.inode != in.module_inode)) return false;
-  return !in.module_load || text.start - text.offset == in.module_load;
-}
-
 // One stop window: the sites that are safe now are written, one write each.
 // A window whose threads did not all stop in time is missed: every site waits.
 Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vector<PatchRecord>& patches,
@@ -175,6 +168,11 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
 }
 
 }  // namespace
+
+bool still_the_module(const Injection& in, const profiler::Mapping& text) {
+  if (in.module_inode && (!text.file_backed() || text.inode != in.module_inode)) return false;
+  return !in.module_load || text.start - text.offset == in.module_load;
+}
 
 // Up to `windows` windows: sites that must wait are tried again.
 Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replaced& replacing, int windows) {

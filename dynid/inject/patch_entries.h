@@ -21,6 +21,11 @@ namespace dyni::inject {
 // cache being replaced (a counting cache's), which the patch re-points.
 using Replaced = std::map<uint64_t, std::array<uint8_t, kPatchBytes>>;  // entry → the jump it may hold
 
+// Whether `text` still maps the file the copies were made from where it was
+// then (injector.h: module_inode, module_load): a library can be unloaded
+// and another file, or another load of it, mapped in its place.
+bool still_the_module(const Injection& in, const profiler::Mapping& text);
+
 // Patches `pending` in up to `windows` stop windows (sites that must wait
 // are tried again, 50 ms apart). What was patched goes to out.patched, what
 // was left alone, with why, to out.skipped; the longest window to
