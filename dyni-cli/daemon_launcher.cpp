@@ -139,6 +139,8 @@ std::string dynid_path() {
 }
 
 Result<int> run_to_completion(const std::vector<std::string>& argv) {
+  // Said as an error (exit 1), not as the child's 127.
+  if (::access(argv[0].c_str(), X_OK) != 0) return fail("cannot run " + argv[0] + ": " + errno_text() + " (is dyni installed?)");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
