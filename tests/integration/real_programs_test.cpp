@@ -248,6 +248,31 @@ nlohmann::json dynimized_facts(const DyniHost& host, pid_t pid) {
   return nullptr;
 }
 
+// Starts a licensed dynid that lists `name`, a copy of `program`: the copy's path.
+std::string dynid_for(DyniHost& host, const std::string& program, const std::string& name) {
+  std::string exe = host.install_program(program, name);
+  host.write_config({name}, std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n");
+  host.license_this_host();
+  EXPECT_EQ(host.dyni({"-start"}).exit_code, 0);
+  return exe;
+}
+
+// Waits until `pid` is dynimized: whether it was, its state then, the path
+// of its library whose file name starts with `prefix`, and -status's facts.
+struct InLibrary {
+  bool dynimized = false;
+  std::string state, library;
+  nlohmann::json facts;
+};
+InLibrary wait_dynimized(const DyniHost& host, pid_t pid, const std::string& prefix) {
+  InLibrary out;
+  out.dynimized = host.wait_for_state(pid, "dynimized", 60s);
+  out.state = host.state_of(pid);
+  out.library = mapped_library(pid, prefix);
+  out.facts = dynimized_facts(host, pid);
+  return out;
+}
+
 // xz from Debian keeps its hot code in liblzma (issue 22): dynid optimizes
 // that library, says so (-status names the module), and the stream xz
 // wrote while its copies ran decompresses to exactly what it was given.
@@ -258,21 +283,16 @@ TEST(RealProgramsInLibraries, XzIsDynimizedInLiblzmaAndItsOutputDecompressesToIt
   if (::access("/usr/bin/xz", X_OK) != 0) GTEST_SKIP() << "/usr/bin/xz is not installed (apt-get install xz-utils)";
   DyniHost host;
   const std::string name = "dyni-real-xz";
-  std::string exe = host.install_program("/usr/bin/xz", name);
-  const std::string options = std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n";
-  host.write_config({name}, options);
-  host.license_this_host();
-  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  const std::string exe = dynid_for(host, "/usr/bin/xz", name);
   WordStream input(7);
   FedProgram xz(host, "exec '" + exe + "' -T1 -6 -c", [&] { return input.next(1 << 16); });
   const pid_t target = xz.pid();
   ASSERT_GT(target, 0);
-  bool dynimized = host.wait_for_state(target, "dynimized", 60s);
-  std::string state = host.state_of(target);
-  const std::string liblzma = mapped_library(target, "liblzma.so");
-  nlohmann::json d = dynimized_facts(host, target);
-  ASSERT_TRUE(dynimized) << state << "\n" << host.log();
-  ASSERT_FALSE(liblzma.empty()) << "xz maps no liblzma";
+  InLibrary in = wait_dynimized(host, target, "liblzma.so");
+  ASSERT_TRUE(in.dynimized) << in.state << "\n" << host.log();
+  ASSERT_FALSE(in.library.empty()) << "xz maps no liblzma";
+  const std::string& liblzma = in.library;
+  nlohmann::json d = in.facts;
   std::printf("xz: %s\n", d.dump().c_str());
   const std::string modules = modules_line(host, target);
   std::printf("xz: %s\n", modules.c_str());
@@ -356,19 +376,14 @@ TEST(RealProgramsInLibraries, Sqlite3IsDynimizedInLibsqlite3AndAnswersTheSame) {
   expected.pop_back();  // its newline
 
   DyniHost host;
-  const std::string name = "dyni-real-sqlite3";
-  std::string exe = host.install_program("/usr/bin/sqlite3", name);
-  host.write_config({name}, std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n");
-  host.license_this_host();
-  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  const std::string exe = dynid_for(host, "/usr/bin/sqlite3", "dyni-real-sqlite3");
   FedProgram sqlite(host, "exec '" + exe + "' :memory:", [&] { return chunk; }, 4096);
   const pid_t target = sqlite.pid();
   ASSERT_GT(target, 0);
-  bool dynimized = host.wait_for_state(target, "dynimized", 60s);
-  std::string state = host.state_of(target);
-  const std::string libsqlite3 = mapped_library(target, "libsqlite3.so");
-  nlohmann::json d = dynimized_facts(host, target);
-  ASSERT_TRUE(dynimized) << state << "\n" << host.log();
+  InLibrary in = wait_dynimized(host, target, "libsqlite3.so");
+  ASSERT_TRUE(in.dynimized) << in.state << "\n" << host.log();
+  const std::string& libsqlite3 = in.library;
+  nlohmann::json d = in.facts;
   std::printf("sqlite3: %s\n", d.dump().c_str());
   std::printf("sqlite3: %s\n", modules_line(host, target).c_str());
   EXPECT_EQ(d.value("module", ""), libsqlite3) << d.dump();
@@ -392,11 +407,7 @@ TEST(RealProgramsInLibraries, ALoopInLibcIsUnsupportedByModuleAndGetsNoCache) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   if (::access("/usr/bin/python3.11", X_OK) != 0) GTEST_SKIP() << "/usr/bin/python3.11 is not installed (apt-get install python3.11)";
   DyniHost host;
-  const std::string name = "dyni-real-memmove";
-  std::string exe = host.install_program("/usr/bin/python3.11", name);
-  host.write_config({name}, std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n");
-  host.license_this_host();
-  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  const std::string exe = dynid_for(host, "/usr/bin/python3.11", "dyni-real-memmove");
   // 16 MiB a copy: the interpreter's own work is a sliver beside memmove.
   pid_t target = host.spawn({exe, "-c", "b = bytes(16 << 20)\nwhile True: bytearray(b)"});
   std::string reason;
