@@ -99,6 +99,7 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
   // allocator's tail calls, an inlined lock); the copied one is never one
   // whose code holds the locks the call takes (module_choice.h).
   bool in_user_code = static_cast<long>(thread.regs.orig_rax) < 0;
+  const profiler::Module* stopped_in = nullptr;  // the module whose code it is stopped in
   if (std::string why = why_no_call_in_syscall(tid, thread.regs); !why.empty()) return fail(why);
   if (!in_user_code && !in_restartable_call(thread.regs))
     if (std::string why = why_no_function_after(static_cast<long>(thread.regs.orig_rax)); !why.empty())
@@ -110,6 +111,7 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
     const bool in_copied = !copied_module.empty() && path == copied_module && why_library_stays(path).empty();
     if (executable.empty() || at.module < 0 || (path != executable && !in_copied))
       return fail("stopped in code outside the executable and the copied library");
+    stopped_in = &symbols.modules()[static_cast<std::size_t>(at.module)];
     if (maybe_in_rseq_section(tid)) return fail("maybe inside an rseq critical section");
   }
   if (!stack.complete) return fail("stack not known to its end: " + stack.incomplete_why);
@@ -123,6 +125,14 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
     if (module_holds_call_locks(m.path)) return fail(fmt::format("a frame in {}", paths::file_name(m.path)));
     if (at.function && holds_call_locks(at.function->name)) return fail(fmt::format("a frame in {}", at.function->name));
   }
+  // An executable with its own allocator (statically linked jemalloc):
+  // stopped in its code, the thread may be halfway through a malloc that the
+  // call's malloc would enter again. Only a parked thread will do. Last: it
+  // reads the whole function table, once a window (the first clean thread
+  // takes the call).
+  if (stopped_in)
+    if (std::string_view allocator = allocator_defined(*stopped_in); !allocator.empty())
+      return fail(fmt::format("stopped in the code of {}, which defines {}", paths::file_name(stopped_in->path), allocator));
   return ok();
 }
 

@@ -70,6 +70,14 @@ std::string why_library_stays(std::string_view path) {
   return "";
 }
 
+std::string_view allocator_defined(const profiler::Module& module) {
+  if (!module.functions) return "";
+  for (const elf::Function& f : module.functions->functions())
+    for (std::string_view allocator : {"malloc", "free", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc"})
+      if (f.name == allocator) return allocator;
+  return "";
+}
+
 std::string why_module_stays(const profiler::Symbolizer& symbols, const std::string& path, const std::string& exe_path) {
   const profiler::Module* module = nullptr;
   for (const profiler::Module& m : symbols.modules())
@@ -82,11 +90,9 @@ std::string why_module_stays(const profiler::Symbolizer& symbols, const std::str
   if (path == exe_path) return "";
   // An allocator under a name not listed: remote calls run malloc, and a
   // thread stopped in the copied library's code may take one.
-  for (const elf::Function& f : module->functions->functions())
-    for (std::string_view allocator : {"malloc", "free", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc"})
-      if (f.name == allocator)
-        return fmt::format("{} stays as it is: it defines {} (an allocator: remote calls take its locks)",
-                           paths::file_name(path), allocator);
+  if (std::string_view allocator = allocator_defined(*module); !allocator.empty())
+    return fmt::format("{} stays as it is: it defines {} (an allocator: remote calls take its locks)",
+                       paths::file_name(path), allocator);
   if (module->deleted) return "its file was replaced or deleted on disk since it was loaded (restart the process)";
   auto notes = elf::ElfFile::open_notes(path);
   if (!notes) return "its file cannot be read: " + notes.error().message();

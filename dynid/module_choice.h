@@ -51,6 +51,12 @@ ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& sh
 // build-id is read from it). choose_module's `why_stays`.
 std::string why_module_stays(const profiler::Symbolizer& symbols, const std::string& path, const std::string& exe_path);
 
+// The allocator function `module` defines ("malloc"), or "": a library
+// that defines one is never copied, and a thread stopped in a module that
+// defines one never takes a remote call (clean_thread.h): the call runs
+// malloc, which may be that allocator, stopped halfway through.
+std::string_view allocator_defined(const profiler::Module& module);
+
 // Why the library at `path` is never copied, or "": ld.so and libc (the
 // system call sites remote calls use, __restore_rt, the clone sequence the
 // stack reader matches, malloc and cancellation points), and the modules

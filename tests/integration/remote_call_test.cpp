@@ -334,5 +334,36 @@ TEST_F(RemoteCallTest, ATracerKilledDuringACallLeavesTheTargetAsItWas) {
   EXPECT_EQ(target.finish(), 0);
 }
 
+// An executable that defines malloc (a statically linked allocator): a
+// thread stopped in its code may be halfway through that malloc, which the
+// call's own malloc would enter again. It is never clean, whatever its stack.
+TEST(CleanThread, AThreadStoppedInAnExecutableThatDefinesMallocTakesNoCall) {
+  StoppableTarget target(DYNI_TEST_OWN_MALLOC, nullptr);
+  ASSERT_EQ(target.read_line(), "ready");
+  auto symbols = profiler::Symbolizer::for_process(target.pid());
+  ASSERT_TRUE(symbols) << symbols.error().message();
+  const std::string executable = std::filesystem::canonical(DYNI_TEST_OWN_MALLOC).string();
+  int refused = 0;
+  for (int round = 0; round < 200 && refused < 3; ++round) {
+    auto w = WorldStop::stop(target.pid(), 1000ms);
+    ASSERT_TRUE(w) << w.error().message();
+    StackReader reader(target.pid());
+    for (const auto& [tid, t] : w->threads()) {
+      if (static_cast<long>(t.regs.orig_rax) >= 0) continue;  // parked: another rule
+      profiler::Location at = symbols->locate(t.regs.rip);
+      if (at.module < 0 || symbols->modules()[static_cast<std::size_t>(at.module)].path != executable) continue;
+      auto stack = reader.unwind(tid);
+      if (!stack || !stack->complete) continue;
+      Status clean = clean_for_calls(tid, t, *stack, *symbols, executable);
+      ASSERT_FALSE(clean) << "a thread stopped in an executable that defines malloc may take a call";
+      EXPECT_NE(clean.error().message().find("which defines malloc"), std::string::npos) << clean.error().message();
+      ++refused;
+    }
+    w->resume();
+  }
+  EXPECT_GE(refused, 3) << "the worker was never stopped in its own code";
+  EXPECT_EQ(target.finish(), 0);
+}
+
 }  // namespace
 }  // namespace dyni

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <set>
 
 namespace dyni {
@@ -67,6 +70,27 @@ TEST(ChooseModule, AnEmptyProfileSaysNoModuleHoldsEnough) {
   ModuleChoice c = choose_module({}, "/usr/bin/busy", libc_stays);
   EXPECT_EQ(c.path, "");
   EXPECT_EQ(c.why_none, "no module holds 1 % of samples (the executable holds 0.00 %)");
+}
+
+// The allocator a module defines, read from its function table: libc's
+// malloc, and none in this test's own executable.
+TEST(AllocatorDefined, LibcDefinesMallocThisTestDoesNot) {
+  auto symbols = profiler::Symbolizer::for_process(::getpid());
+  ASSERT_TRUE(symbols) << symbols.error().message();
+  bool saw_libc = false, saw_self = false;
+  const std::string self = std::filesystem::canonical("/proc/self/exe").string();
+  for (const profiler::Module& m : symbols->modules()) {
+    if (m.path.find("/libc.so.6") != std::string::npos) {
+      saw_libc = true;
+      EXPECT_FALSE(allocator_defined(m).empty()) << m.path;
+    }
+    if (m.path == self) {
+      saw_self = true;
+      EXPECT_EQ(allocator_defined(m), "") << m.path;
+    }
+  }
+  EXPECT_TRUE(saw_libc);
+  EXPECT_TRUE(saw_self);
 }
 
 }  // namespace
