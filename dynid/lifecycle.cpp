@@ -22,6 +22,7 @@
 #include "dynid/adopted_copies.h"
 #include "dynid/copy_origins.h"
 #include "dynid/gdb_symbols.h"
+#include "dynid/inject/patch_entries.h"
 #include "dynid/inject/target_module.h"
 #include "dynid/perf_map.h"
 #include "dynid/proc_reader.h"
@@ -88,6 +89,19 @@ double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& 
     if (copied.contains(start)) got += samples;
   }
   return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
+}
+
+// Whether the copied library is loaded now from the file its copies were
+// made from, where it was: false once an unload took its patched pages (the
+// copies are reached no more; a load elsewhere runs the file's code). Null
+// for the executable, which only an exec replaces, cache and all.
+nlohmann::json library_loaded(const Injection& in) {
+  if (!in.module_load) return nullptr;
+  auto maps = profiler::read_maps(in.pid);
+  if (!maps) return nullptr;  // gone: the next scan says so
+  return std::any_of(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
+    return m.executable && m.file_backed() && inject::still_the_module(in, m);
+  });
 }
 
 // A group's leader is profiled across its group (process_group.h): with the
@@ -843,6 +857,8 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"plan_counted_in", follows_ ? nlohmann::json(follows_) : nlohmann::json(nullptr)},
           // The module its copies came from (the executable, or a library), as the target maps it.
           {"module", in.module.empty() ? nlohmann::json(nullptr) : nlohmann::json(in.module)},
+          // A library's: still loaded where its copies were made for (false: unloaded, its patches with it).
+          {"module_loaded", library_loaded(in)},
           {"functions_patched", count_of(in.patched, PatchKind::Entry)},
           {"entries_at_first_byte", entries_at_first_byte(in)},
           {"entries_unsafe_for_uprobes", entries_unsafe_for_uprobes(in)},

@@ -648,6 +648,7 @@ TEST_F(Daemon, AHotPluginLoadedAndUnloadedInALoopIsDynimizedAndComputesTheSame) 
   std::printf("plugin: %s\n", d.dump().c_str());
   EXPECT_NE(d.value("module", "").find("libdyni-test-plugin.so"), std::string::npos) << d.dump();
   EXPECT_GE(d.value("functions_patched", 0), 1) << d.dump();
+  EXPECT_EQ(d.value("module_loaded", false), true) << d.dump();
   // Unloaded and loaded again, several times, with the cache in place.
   std::size_t at_patch = rounds().size();
   ASSERT_TRUE(wait_rounds(at_patch + 4)) << "the host stopped its rounds";
@@ -661,11 +662,18 @@ TEST_F(Daemon, AHotPluginLoadedAndUnloadedInALoopIsDynimizedAndComputesTheSame) 
   EXPECT_EQ(host.dyni({"-undo"}).exit_code, 0);
   ASSERT_TRUE(wait_rounds(rounds().size() + 2)) << "the host stopped its rounds";
   ASSERT_TRUE(DyniHost::alive(target));
+  // Unloaded for good: -status says its copies are reached no more.
+  ::kill(target, SIGUSR1);
+  for (int i = 0; i < 100 && (rounds().empty() || rounds().back() != "unloaded"); ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(rounds().back(), "unloaded");
+  d = target_json(host, target)["dynimized"];
+  EXPECT_EQ(d.value("module_loaded", true), false) << d.dump();
   ::kill(target, SIGKILL);
   ::waitpid(target, nullptr, 0);
   std::set<std::string> loads;
   for (const std::string& line : rounds()) {
     ASSERT_EQ(line.find("WRONG"), std::string::npos) << line;
+    if (line == "unloaded") continue;
     loads.insert(line.substr(line.find(" load ") + 6, line.find(" sum ") - line.find(" load ") - 6));
   }
   std::printf("plugin: %zu rounds, loaded at %zu addresses, %zu rounds after the patch\n", rounds().size(),

@@ -300,6 +300,7 @@ TEST(RealProgramsInLibraries, XzIsDynimizedInLiblzmaAndItsOutputDecompressesToIt
   EXPECT_NE(modules.find(" % (optimized)"), std::string::npos) << modules;
   EXPECT_NE(modules.find("% of all sampled CPU in copied functions"), std::string::npos) << modules;
   EXPECT_EQ(d.value("module", ""), liblzma) << d.dump();
+  EXPECT_EQ(d.value("module_loaded", false), true) << d.dump();
   EXPECT_GE(d.value("functions_patched", 0), 3) << d.dump();
   EXPECT_FALSE(text_equals_file(target, liblzma)) << "liblzma's entries are patched";
   EXPECT_TRUE(text_equals_file(target, exe)) << "the executable is left as it is";
