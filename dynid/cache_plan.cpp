@@ -7,7 +7,6 @@
 #include <map>
 
 #include "dynid/inject/target_module.h"
-#include "dynid/proc_reader.h"
 #include "elf/elf_file.h"
 #include "jit/cfg.h"
 #include "jit/pipeline.h"
@@ -49,10 +48,9 @@ Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& reco
   auto t0 = std::chrono::steady_clock::now();
   auto hot = module_profile(recorder, path);
   if (!hot) return std::unexpected(hot.error());
-  // The file as the process maps it, even if replaced or deleted on disk.
-  auto exe = read_exe("/proc", pid);
-  if (!exe) return std::unexpected(exe.error());
-  auto module = inject::read_target_module(pid, recorder.symbolizer(), path == exe->path ? "" : path);
+  // The file as the process maps it, even if replaced or deleted on disk
+  // (the executable's path names the executable).
+  auto module = inject::read_target_module(pid, recorder.symbolizer(), path);
   if (!module) return std::unexpected(module.error());
   const jit::ModuleProfile& profile = hot->profile;
   const elf::FunctionTable& functions = *module->module->functions;
