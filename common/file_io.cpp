@@ -51,6 +51,27 @@ Result<std::string> read_file(const std::string& path, std::size_t max_bytes) {
   return read_all(fd, path, max_bytes);
 }
 
+Result<std::string> read_file_range(const std::string& path, uint64_t offset, std::size_t length) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(sys_error("cannot read " + path));
+  std::string out(length, '\0');
+  std::size_t done = 0;
+  while (done < length) {
+    ssize_t n = ::pread(fd, out.data() + done, length - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return fail(sys_error("cannot read " + path, err));
+    }
+    if (n == 0) break;  // the file ends
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
 Result<std::string> read_regular_file(const std::string& path, std::size_t max_bytes,
                                       const std::string& label) {
   std::string what = label.empty() ? path : label + " " + path;

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 namespace dyni {
 
 Result<std::string> read_file(const std::string& path, std::size_t max_bytes = 1 << 20);
+// Up to `length` bytes of `path` from `offset` (fewer where the file ends).
+Result<std::string> read_file_range(const std::string& path, uint64_t offset, std::size_t length);
 // Like read_file, for a file that must be a regular one (a config): refuses
 // devices, FIFOs, sockets and directories without blocking on them
 // (/dev/zero never ends; opening a FIFO waits for a writer). Errors say

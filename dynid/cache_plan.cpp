@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 
+#include "dynid/inject/module_policy.h"
 #include "dynid/inject/target_module.h"
 #include "elf/elf_file.h"
 #include "jit/cfg.h"
@@ -19,7 +20,8 @@ nlohmann::json plan_summary(const jit::ModulePlan& plan, const std::string& modu
   for (const jit::Rejection& r : plan.rejected) {
     const std::string kind = jit::reason_kind(r.reason);
     rejected[kind]++;
-    if (kind == jit::kHoldsProbeSite) kept_out.push_back({{"function", r.name}, {"reason", r.reason}});
+    if (kind == jit::kHoldsProbeSite || kind == jit::kKeptInPlace || kind == jit::kMakesSystemCall ||
+        kind == jit::kNotALeaf) kept_out.push_back({{"function", r.name}, {"reason", r.reason}});
   }
   std::size_t patched = 0;
   for (const jit::CachedFunction& f : plan.cache.functions) patched += !f.patch.entries.empty();
@@ -54,11 +56,9 @@ Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& reco
   if (!module) return std::unexpected(module.error());
   const jit::ModuleProfile& profile = hot->profile;
   const elf::FunctionTable& functions = *module->module->functions;
-  jit::ModuleInput input{&functions, module->image.get(), &profile, profile.hot_set(kHotSetShare),
-                         jit::provisional_cache_base(functions), {}, {}, 0};
-  jit::use_unwind_info(input, *module->file);
-  if (auto probes = jit::use_probe_sites(input, *module->file); !probes) return std::unexpected(probes.error());
-  auto plan = jit::optimize_module(input, options);  // the verifier stays on
+  auto input = inject::jit_input(*module, &profile, profile.hot_set(kHotSetShare), jit::provisional_cache_base(functions));
+  if (!input) return std::unexpected(input.error());
+  auto plan = jit::optimize_module(*input, options);  // the verifier stays on
   if (!plan) return std::unexpected(plan.error());
   return plan_summary(*plan, path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }

@@ -56,10 +56,15 @@ ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& sh
   return choice;
 }
 
+bool is_glibc_libc(std::string_view path) { return paths::file_name(path) == "libc.so.6"; }
+
 std::string why_library_stays(std::string_view path) {
   std::string_view base = paths::file_name(path);
   // glibc's names since 2.34 and before it (libc-2.31.so, ld-2.31.so), musl's.
-  for (std::string_view kept : {"ld-linux", "ld-2.", "ld-musl", "libc.so", "libc-2.", "libc.musl", "libpthread", "libdl.so",
+  // glibc's libc.so.6 is copied, less the functions that must stay
+  // (inject/module_policy.h); an older glibc's libc-2.*.so, its separate
+  // libpthread and musl's libc are not studied.
+  for (std::string_view kept : {"ld-linux", "ld-2.", "ld-musl", "libc-2.", "libc.musl", "libpthread", "libdl.so",
                                 "libdl-2.", "librt.so", "librt-2."})
     if (base.starts_with(kept))
       return fmt::format("{} stays as it is: dyni's remote calls and stack proofs rely on its code (system call "
@@ -89,8 +94,9 @@ std::string why_module_stays(const profiler::Symbolizer& symbols, const std::str
   if (std::string why = why_library_stays(path); !why.empty()) return why;
   if (path == exe_path) return "";
   // An allocator under a name not listed: remote calls run malloc, and a
-  // thread stopped in the copied library's code may take one.
-  if (std::string_view allocator = allocator_defined(*module); !allocator.empty())
+  // thread stopped in the copied library's code may take one. glibc's
+  // allocator stays in place by name, the rest of libc is copied.
+  if (std::string_view allocator = is_glibc_libc(path) ? "" : allocator_defined(*module); !allocator.empty())
     return fmt::format("{} stays as it is: it defines {} (an allocator: remote calls take its locks)",
                        paths::file_name(path), allocator);
   if (module->deleted) return "its file was replaced or deleted on disk since it was loaded (restart the process)";

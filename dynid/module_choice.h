@@ -46,22 +46,26 @@ ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& sh
 // Why dyni does not optimize the module at `path` of the process that
 // `symbols` read (executable `exe_path`), or "": it must have been read whole
 // with a function table (I9); a library must not be one dyni's own calls rely
-// on (inject/target_module.h why_library_stays), must have a build-id (its
+// on (why_library_stays, below), must not define malloc (but glibc's libc,
+// whose allocator stays in place by name), must have a build-id (its
 // cache's record names it by it) and must still be its file on disk (the
 // build-id is read from it). choose_module's `why_stays`.
 std::string why_module_stays(const profiler::Symbolizer& symbols, const std::string& path, const std::string& exe_path);
 
 // The allocator function `module` defines ("malloc"), or "": a library
-// that defines one is never copied, and a thread stopped in a module that
+// that defines one is never copied (but glibc's libc), and a thread stopped in a module that
 // defines one never takes a remote call (clean_thread.h): the call runs
 // malloc, which may be that allocator, stopped halfway through.
 std::string_view allocator_defined(const profiler::Module& module);
 
-// Why the library at `path` is never copied, or "": ld.so and libc (the
-// system call sites remote calls use, __restore_rt, the clone sequence the
-// stack reader matches, malloc and cancellation points), and the modules
-// whose code may hold the locks a remote call takes (module_holds_call_locks:
-// libgcc_s's unwinder, allocators).
+// Why the library at `path` is never copied, or "": ld.so, older glibcs'
+// libc-2.*.so and libpthread, musl's libc, and the modules whose code may
+// hold the locks a remote call takes (module_holds_call_locks: libgcc_s's
+// unwinder, allocators). glibc's libc.so.6 is copied less what must stay in
+// place (inject/module_policy.h: system call sites, __restore_rt, the clone
+// sequence, malloc, cancellation).
 std::string why_library_stays(std::string_view path);
+// Whether `path` is glibc's libc (libc.so.6, glibc 2.34 and later).
+bool is_glibc_libc(std::string_view path);
 
 }  // namespace dyni

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -156,6 +157,20 @@ Result<std::vector<uint8_t>> build_sigframe(uint64_t frame_addr, uint64_t sigret
   return frame;
 }
 
+namespace {
+
+// The first place in `file` (the mapping's bytes in its file) where `seq`
+// lies with the live bytes (`live`) still the file's: bytes dyni patched into
+// libc (an entry's jmp, a call's new target) may form the sequence for a
+// while, and are gone after -undo.
+std::optional<std::size_t> unpatched(std::string_view file, std::string_view live, std::string_view seq) {
+  for (std::size_t at = file.find(seq); at != std::string_view::npos; at = file.find(seq, at + 1))
+    if (at + seq.size() <= live.size() && live.substr(at, seq.size()) == seq) return at;
+  return std::nullopt;
+}
+
+}  // namespace
+
 Result<SyscallSites> find_syscall_sites(pid_t pid) {
   SyscallSites sites;
   if (std::string why = refusal_from_status(pid, sites.seccomp); !why.empty()) return fail(why);
@@ -166,13 +181,15 @@ Result<SyscallSites> find_syscall_sites(pid_t pid) {
     if (!m.executable || !m.file_backed() || !base.starts_with("libc.so")) continue;
     auto bytes = read_target(pid, m.start, m.end - m.start);
     if (!bytes) continue;
-    std::string_view code(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+    // The very file mapped there, whatever its path names now.
+    auto file = read_file_range(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end), m.offset,
+                                m.end - m.start);
+    if (!file) continue;
+    std::string_view live(reinterpret_cast<const char*>(bytes->data()), bytes->size());
     // Executing from the sequence's first byte runs exactly these
     // instructions, wherever the original code's own boundaries lie.
-    if (std::size_t at = code.find(kSyscallRet); !sites.syscall_ret && at != std::string_view::npos)
-      sites.syscall_ret = m.start + at;
-    if (std::size_t at = code.find(kSigreturn); !sites.sigreturn && at != std::string_view::npos)
-      sites.sigreturn = m.start + at;
+    if (auto at = unpatched(*file, live, kSyscallRet); !sites.syscall_ret && at) sites.syscall_ret = m.start + *at;
+    if (auto at = unpatched(*file, live, kSigreturn); !sites.sigreturn && at) sites.sigreturn = m.start + *at;
   }
   if (!sites.syscall_ret || !sites.sigreturn)
     return fail("no `syscall; ret` and rt_sigreturn sequence in the target's libc (statically linked?)");

@@ -71,6 +71,31 @@ std::string probe_in(const ModuleInput& in, const elf::Function& f) {
                      site->first, site->second);
 }
 
+// Why policy keeps `f` in the original code before it is decoded, or "".
+std::string kept_by_policy(const ModuleInput& in, const elf::Function& f, const JitOptions& options) {
+  if (auto kept = in.kept_in_place.find(f.addr); kept != in.kept_in_place.end())
+    return fmt::format("{}: {}", kKeptInPlace, kept->second);
+  return options.copy_probe_functions ? "" : probe_in(in, f);
+}
+
+// The first system call `cfg` makes, as a reason to keep it in place; "" if none.
+std::string system_call_in(const FunctionCfg& cfg) {
+  for (const Instruction& i : cfg.instructions)
+    if (i.mnemonic == ZYDIS_MNEMONIC_SYSCALL || i.mnemonic == ZYDIS_MNEMONIC_SYSENTER || i.mnemonic == ZYDIS_MNEMONIC_INT ||
+        i.mnemonic == ZYDIS_MNEMONIC_INT1 || i.mnemonic == ZYDIS_MNEMONIC_INTO)
+      return fmt::format("{} at {:#x} (a system library's system call sites stay in place)", kMakesSystemCall, i.addr);
+  return "";
+}
+
+// The first call `cfg` makes, as a reason to keep it in place; "" if none.
+std::string call_in(const FunctionCfg& cfg) {
+  for (const Instruction& i : cfg.instructions)
+    if (i.flow == Flow::Call || i.flow == Flow::IndirectCall)
+      return fmt::format("{} at {:#x} (no unwinder is loaded to know its copy's frame: only leaves are copied)",
+                         kNotALeaf, i.addr);
+  return "";
+}
+
 void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, const JitOptions& options,
              ModulePlan& plan) {
   std::set<uint64_t> entries = entry_points(in, fdes);
@@ -82,12 +107,18 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, co
     plan.hot_samples += samples;
     const elf::Function* f = in.functions->find(addr);
     const bool starts = f && f->addr == addr;
-    if (std::string probe = starts && !options.copy_probe_functions ? probe_in(in, *f) : ""; !probe.empty()) {
-      plan.rejected.push_back({addr, elf::display_name(*f), probe, samples});
+    if (std::string kept = starts ? kept_by_policy(in, *f, options) : ""; !kept.empty()) {
+      plan.rejected.push_back({addr, elf::display_name(*f), kept, samples});
       continue;
     }
     Result<FunctionCfg> cfg = starts ? build_cfg(*f, *in.image)
                                                    : fail(fmt::format("no function starts at {:#x}", addr));
+    std::string kept = cfg && in.keep_system_call_functions ? system_call_in(*cfg) : "";
+    if (kept.empty() && cfg && in.only_leaves) kept = call_in(*cfg);
+    if (!kept.empty()) {
+      plan.rejected.push_back({addr, elf::display_name(*f), kept, samples});
+      continue;
+    }
     Result<std::optional<std::vector<elf::CfiRow>>> unwind = cfg ? unwind_of(in, fdes, *cfg) : std::nullopt;
     if (!cfg || !unwind) {
       plan.rejected.push_back({addr, f ? elf::display_name(*f) : "", (!cfg ? cfg.error() : unwind.error()).message(),

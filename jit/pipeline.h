@@ -85,6 +85,23 @@ struct ModuleInput {
   // The calls that reach glibc's caller lookups (return_address.h): their
   // callers stay in the original code.
   CallerLookups caller_lookups = {};
+  // Functions that stay in the original code whatever their heat, by the
+  // caller's policy: start → why (dynid's module_policy.h: in glibc's libc,
+  // the allocator and the other functions dyni's remote calls may meet).
+  std::map<uint64_t, std::string> kept_in_place = {};
+  // Every function that makes a system call (syscall, sysenter, int) stays
+  // in the original code too: in libc, dyni's remote system calls run its
+  // `syscall; ret`, gdb and the unwinders know __restore_rt by its bytes,
+  // the stack reader matches clone's, and a thread cancelled in a system
+  // call unwinds from there.
+  bool keep_system_call_functions = false;
+  // Only functions that call no other (leaves; a tail jump is no call) may be
+  // copied: a module whose copies' frames no unwinder will know (no
+  // libgcc_s loaded) and whose functions have landing pads (libc's cleanups
+  // under thread cancellation) — a cancelled thread's unwinding stops at a
+  // copy's frame, skipping the landing pads above it, and a leaf's copy is
+  // never below another frame at a cancellation point.
+  bool only_leaves = false;
 };
 
 // A cache address for planning, in the module's link-time numbering: 256 MiB
@@ -96,6 +113,12 @@ uint64_t provisional_cache_base(const elf::FunctionTable& functions);
 void use_unwind_info(ModuleInput& input, const elf::ElfFile& file);
 // The reason_kind of a function kept out for its USDT probe site.
 inline constexpr char kHoldsProbeSite[] = "holds a USDT probe site";
+// The reason_kinds of functions kept out by ModuleInput::kept_in_place and
+// keep_system_call_functions.
+inline constexpr char kKeptInPlace[] = "kept in place";
+inline constexpr char kMakesSystemCall[] = "makes a system call";
+// The reason_kind of a function kept out by ModuleInput::only_leaves.
+inline constexpr char kNotALeaf[] = "calls another function";
 // Gives `input` `file`'s USDT probe sites; fails when its notes are malformed
 // (then where the probes are is unknown: plan nothing from that file).
 Status use_probe_sites(ModuleInput& input, const elf::ElfFile& file);

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "dynid/cache_scan.h"
 #include "dynid/inject/frames_registration.h"
+#include "dynid/inject/module_policy.h"
 #include "elf/function_table.h"
 #include "jit/cache_eh_frame.h"
 #include "jit/call_sites.h"
@@ -23,12 +24,10 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
 // The jit's plan for the hot functions with the cache at `cache_base` (link-time numbering).
 Result<jit::ModulePlan> plan_at(const TargetModule& exe, const InjectRequest& req, uint64_t cache_base) {
-  jit::ModuleInput input{exe.module->functions.get(), exe.image.get(), req.profile, req.hot, cache_base, exe.plt, {}, 0};
-  jit::use_unwind_info(input, *exe.file);
-  if (auto probes = jit::use_probe_sites(input, *exe.file); !probes) return std::unexpected(probes.error());
-  input.caller_lookups = exe.caller_lookups;
-  input.counts = req.counts;
-  return jit::optimize_module(input, req.options);
+  auto input = jit_input(exe, req.profile, req.hot, cache_base);
+  if (!input) return std::unexpected(input.error());
+  input->counts = req.counts;
+  return jit::optimize_module(*input, req.options);
 }
 
 Result<Frames> frames_for(const jit::ModulePlan& plan, const TargetModule& exe, uint64_t blob_addr,
@@ -176,8 +175,13 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   // through the copies then; glibc loads libgcc_s later only for backtrace()
   // and thread cancellation, which stop at a copy's frame (a shorter
   // backtrace; cancellation still runs the thread's cleanup buffers). A
-  // program with exception tables must have its unwinder told.
-  if (!p.register_frame && p.target.file->find_section(".gcc_except_table"))
+  // program with exception tables must have its unwinder told. glibc's
+  // libc has them (its cleanups under cancellation): only its leaf
+  // functions are copied then (memmove, memcmp, strlen...), never below
+  // another frame at a cancellation point.
+  if (!p.register_frame && p.target.file->find_section(".gcc_except_table") && p.target.system_library)
+    p.target.only_leaves = true;
+  else if (!p.register_frame && p.target.file->find_section(".gcc_except_table"))
     return fail(p.target.module->path + " has exception tables but no libgcc_s is loaded to register the cache's frames with");
   auto sites = find_syscall_sites(req.pid);  // also refuses strict seccomp and shadow stacks
   if (!sites) return std::unexpected(sites.error());

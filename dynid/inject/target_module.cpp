@@ -10,6 +10,7 @@
 #include "common/paths.h"
 #include "dynid/proc_reader.h"
 #include "dynid/clean_thread.h"
+#include "dynid/inject/module_policy.h"
 #include "dynid/patch_safety.h"
 #include "dynid/target_memory.h"
 #include "elf/got_slots.h"
@@ -144,6 +145,10 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
   auto lookups = caller_lookups(target);
   if (!lookups) return fail(what + ": " + lookups.error().message());
   target.caller_lookups = std::move(*lookups);
+  if (library && is_glibc_libc(path)) {
+    target.system_library = true;
+    target.kept_in_place = libc_functions_kept_in_place(*target.module->functions);
+  }
   return target;
 }
 

@@ -58,6 +58,13 @@ struct TargetModule {
   // The target's executable, whatever the module: a thread stopped in its
   // code may take a remote call (clean_thread.h).
   std::string executable;
+  // glibc's libc: its functions that make a system call stay in place, and
+  // these too, by name (module_policy.h): start → why.
+  bool system_library = false;
+  std::map<uint64_t, std::string> kept_in_place;
+  // Only its leaf functions are copied (jit ModuleInput::only_leaves): set
+  // by prepare for glibc's libc in a process with no unwinder loaded.
+  bool only_leaves = false;
 };
 
 // The module mapped from `path` (as /proc/PID/maps names it), or the
