@@ -16,6 +16,9 @@
 #include <fmt/format.h>
 
 #include "common/file_io.h"
+#include "dynid/target_memory.h"
+#include "dynid/world_stop.h"
+#include "profiler/process_maps.h"
 #include "tests/integration/stoppable_target.h"
 #include "tests/programs/seccomp_programs.h"
 
@@ -171,6 +174,37 @@ TEST_F(RemoteSyscallTest, MmapAndMunmapInEveryThreadLeaveEachAsItWas) {
   }
   // The read interrupted 20 times still reads; no thread saw a wrong value,
   // register of any kind or signal mask (it would have printed WRONG and exited).
+  EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
+  EXPECT_EQ(target.finish(), 0);
+}
+
+// A `syscall; ret` whose live bytes are no longer the file's (bytes dyni
+// patched into libc, gone after -undo) is never taken: the next one that
+// still is the file's is.
+TEST_F(RemoteSyscallTest, SitesAreOnlyWhereTheLiveBytesAreTheFiles) {
+  StoppableTarget target(false);
+  ASSERT_EQ(target.read_line(), "ready");
+  auto first = find_syscall_sites(target.pid());
+  ASSERT_TRUE(first) << first.error().message();
+  auto maps = profiler::read_maps(target.pid());
+  ASSERT_TRUE(maps);
+  const profiler::Mapping* code = nullptr;
+  for (const profiler::Mapping& m : *maps)
+    if (m.executable && m.start <= first->syscall_ret && first->syscall_ret < m.end) code = &m;
+  ASSERT_NE(code, nullptr);
+  auto w = WorldStop::stop(target.pid(), 1000ms);  // no thread runs libc while its bytes differ
+  ASSERT_TRUE(w) << w.error().message();
+  const std::vector<uint8_t> traps(3, 0xcc), original{0x0f, 0x05, 0xc3};
+  ASSERT_TRUE(write_in_mapping(target.pid(), *code, first->syscall_ret, traps));
+  auto again = find_syscall_sites(target.pid());
+  ASSERT_TRUE(write_in_mapping(target.pid(), *code, first->syscall_ret, original));
+  w->resume();
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_GT(again->syscall_ret, first->syscall_ret);
+  auto live = read_target(target.pid(), again->syscall_ret, 3);
+  ASSERT_TRUE(live);
+  EXPECT_EQ(*live, original);
+  EXPECT_EQ(again->sigreturn, first->sigreturn);
   EXPECT_EQ(target.ask("ping"), "got ping usr1=0 rt=0");
   EXPECT_EQ(target.finish(), 0);
 }
