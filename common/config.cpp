@@ -151,6 +151,7 @@ const std::map<std::string, Setter>& option_setters() {
        [](Config& c, const std::string& v) { return parse_int(v, 10, 100, c.counting_duty_percent); }},
       {"copy_usdt_functions", [](Config& c, const std::string& v) { return parse_bool(v, c.copy_usdt_functions); }},
       {"probe_safe_entries", [](Config& c, const std::string& v) { return parse_bool(v, c.probe_safe_entries); }},
+      {"all_hot_modules", [](Config& c, const std::string& v) { return parse_bool(v, c.all_hot_modules); }},
       {"metrics_textfile",
        [](Config& c, const std::string& v) {
          if (v.empty()) return c.metrics_textfile = "", std::string();

@@ -44,6 +44,10 @@ struct Config {
   // kept first instruction (twice the functions entered in their copies on
   // mariadbd), which a uprobe at the second instruction (uprobe:FUNC+N) breaks.
   bool probe_safe_entries = false;
+  // Every module that holds at least 1 % of the samples and can be copied
+  // (issue 22: the executable and libc, say), each its own cache after the
+  // hottest one's; false: the hottest alone.
+  bool all_hot_modules = false;
   // Hot loop tops in the optimized copies on this boundary (0: none; 16, 32, 64).
   int loop_alignment = 32;
   // dyni's metrics as a node_exporter textfile, rewritten every 15 s when

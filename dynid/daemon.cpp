@@ -279,7 +279,8 @@ void Daemon::sync_lifecycles() {
 DynimizeOptions Daemon::dynimize_options() const {
   return {config_.dynimize, config_.counting, std::chrono::seconds(config_.counting_min_seconds),
           std::chrono::seconds(config_.counting_max_seconds), config_.counting_duty_percent,
-          config_.copy_usdt_functions, static_cast<unsigned>(config_.loop_alignment), config_.probe_safe_entries};
+          config_.copy_usdt_functions, static_cast<unsigned>(config_.loop_alignment), config_.probe_safe_entries,
+          config_.all_hot_modules};
 }
 
 profiler::RecorderOptions Daemon::recorder_options() const {

@@ -63,8 +63,9 @@ void describe(const InjectRequest& req, const Prepared& p, Injection& out) {
   out.frames = {out.code_addr, out.code_addr + out.code_size, p.place.addr + p.layout.table_offset,
                 p.search_table.size() / jit::kSearchEntryBytes};
   out.other_frames = p.other_frames;
+  out.other_copies = req.other_copies;
   if (req.replacing) {
-    out.other_copies = req.replacing->other_copies;
+    out.other_copies.insert(out.other_copies.end(), req.replacing->other_copies.begin(), req.replacing->other_copies.end());
     out.other_copies.insert(out.other_copies.end(), req.replacing->copies.begin(), req.replacing->copies.end());
   }
 }

@@ -43,13 +43,17 @@ struct InjectRequest {
   std::vector<uint64_t> hot;  // link-time entry addresses in the module
   // The module whose hot functions are copied: a library's path as the
   // target maps it (inject/target_module.h says which stay as they are), or
-  // empty for the executable. dynid asks only for the executable.
+  // empty for the executable (or its path).
   std::string module{};
   const jit::ModuleProfile* profile = nullptr;  // lays out blocks by it; null: original order
   const jit::ModuleCounts* counts = nullptr;    // exact counts (a counting cache's): lay out by them
   // The counting cache this one replaces: an entry that holds its jump is
   // re-pointed at the new copy in one write (else it must hold the file's bytes).
   const struct Injection* replacing = nullptr;
+  // The copies of the target's other caches, where known (the first module's,
+  // all_hot_modules): a thread stopped in one of them is in its function
+  // (clean_thread.h: it may take the frames registration's call).
+  std::vector<struct CopyRange> other_copies{};
   // Functions whose direct calls to copied functions are re-pointed at the
   // copies (link-time starts, jit/call_sites.h): those that ran; the copied
   // ones among them are passed over. An optimized cache's only. Empty: none.

@@ -273,6 +273,7 @@ bool TargetLifecycle::adopt_existing_cache() {
     inherited_ = inherited;
     huge_page_bytes_ = huge;
   }
+  adopt_more_modules(*maps, all, records, *best, best_module->path, exe ? exe->path : "", build_id);
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
   std::string why = fmt::format("found dyni's cache at {:#x} in the target{}: {} of its {} patches (entries and call sites) live",
                                 best->cache_addr, inherited_ ? fmt::format(", inherited from its parent pid {}", ppid_) : "",
@@ -405,7 +406,9 @@ void TargetLifecycle::dynimize() {
     end_counting();  // never left counting: its entries back, its counters off
   }
   seconds_optimizing_ = seconds_since(t0);
-  if (settle_injection(std::move(injected), share_copied) && for_group) table_.publish_group_plan(group_, for_group);
+  if (!settle_injection(std::move(injected), share_copied)) return;
+  if (for_group) table_.publish_group_plan(group_, for_group);
+  inject_more_modules();
 }
 
 // A member of a busy group that has a plan (process_group.h): dynimized by
@@ -745,6 +748,11 @@ bool TargetLifecycle::gone() const {
 Result<std::string> TargetLifecycle::undo() {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return fail("nothing was injected");
+  auto more = undo_more_modules();  // every module or none said undone
+  if (!more) {
+    if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
+    return fail("undo: " + more.error().message());
+  }
   std::vector<uint64_t> probed;  // patches a uprobe had touched (undo_patches)
   if (auto r = undo_patches(*injection_, false, &probed); !r) {
     if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
@@ -759,10 +767,10 @@ Result<std::string> TargetLifecycle::undo() {
   move(TargetState::Dynimized, TargetState::Undone, "dyni -undo" + probes);
   const std::size_t entries = count_of(injection_->patched, PatchKind::Entry);
   const std::size_t calls = count_of(injection_->patched, PatchKind::CallSite);
-  log::info("target {} pid {}: undone: {} entries and {} call sites have their original bytes{}", name_, pid_, entries,
-            calls, probes);
-  return fmt::format("{} (pid {}): original code restored ({} entries, {} call sites){}", name_, pid_, entries, calls,
-                     probes);
+  log::info("target {} pid {}: undone: {} entries and {} call sites have their original bytes{}{}", name_, pid_, entries,
+            calls, *more, probes);
+  return fmt::format("{} (pid {}): original code restored ({} entries, {} call sites{}){}", name_, pid_, entries, calls,
+                     *more, probes);
 }
 
 Result<std::string> TargetLifecycle::redo() {
@@ -784,11 +792,13 @@ Result<std::string> TargetLifecycle::redo() {
   injection_->patch_windows += again->patch_windows;
   if (again->longest_stop > injection_->longest_stop)
     injection_->longest_stop = again->longest_stop, injection_->longest_window = again->longest_window;
-  std::string what = fmt::format("{} of {} entries and {} of {} call sites patched{}",
+  std::size_t more_entries = 0, more_calls = 0;
+  const std::string more = redo_more_modules(more_entries, more_calls);
+  std::string what = fmt::format("{} of {} entries and {} of {} call sites patched{}{}",
                                  count_of(again->patched, PatchKind::Entry), count_of(injection_->patched, PatchKind::Entry),
                                  count_of(again->patched, PatchKind::CallSite),
                                  count_of(injection_->patched, PatchKind::CallSite),
-                                 again->error.empty() ? "" : " (stopped early: " + again->error + ")");
+                                 again->error.empty() ? "" : " (stopped early: " + again->error + ")", more);
   move(TargetState::Undone, TargetState::Dynimized, "dyni -redo: " + what);
   log::info("target {} pid {}: redone: {}", name_, pid_, what);
   return fmt::format("{} (pid {}): optimized code back in ({})", name_, pid_, what);
@@ -897,7 +907,9 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"seconds_optimizing", seconds_optimizing_},
           {"undo_count", undo_count_},
           {"redo_count", redo_count_},
-          {"error", in.error}};
+          {"error", in.error},
+          // [options] all_hot_modules: the other modules' caches (lifecycle_more_modules.cpp).
+          {"more_modules", more_modules_json()}};
 }
 
 // Lays out the hot code (jit/pipeline.h). Only reported for now: a plan that
@@ -999,12 +1011,13 @@ bool TargetLifecycle::choose_hot_module() {
     auto module = inject::read_target_module(pid_, symbols, path);
     return module ? std::string() : module.error().message();
   };
-  ModuleChoice choice = choose_module(module_shares(recorder->profile(), symbols), exe->path, why_stays);
+  ModuleChoice choice =
+      choose_module(module_shares(recorder->profile(), symbols), exe->path, why_stays, dynimize_.all_hot_modules);
   // Unsupported is for good: a profile cut short by its time bound with few
   // samples (a burst of load) decides nothing; its executable is tried, and
   // the steps after say what such a profile gives.
   if (choice.path.empty() && !recorder->stable() && recorder->profile().total() < kMinSamplesForUnsupported)
-    choice = {exe->path, true, "", {}};
+    choice = {exe->path, true, "", {}, {}};
   if (choice.path.empty()) {
     fail_with(TargetState::Unsupported, choice.why_none);
     return false;
@@ -1012,9 +1025,12 @@ bool TargetLifecycle::choose_hot_module() {
   for (const std::string& passed : choice.passed_over)
     log::info("target {} pid {}: passed over {}", name_, pid_, passed);
   if (!choice.executable) log::info("target {} pid {}: its hot code is in {}: optimizing that library", name_, pid_, choice.path);
+  for (const std::string& also : choice.also)
+    log::info("target {} pid {}: {} is hot too: optimized after {}", name_, pid_, also, paths::file_name(choice.path));
   std::lock_guard lock(mutex_);  // profile_json reads it
   module_ = choice.path;
   module_is_executable_ = choice.executable;
+  more_modules_ = choice.also;
   return true;
 }
 
@@ -1051,8 +1067,9 @@ nlohmann::json TargetLifecycle::profile_json(std::size_t top_n) const {
     nlohmann::json modules = nlohmann::json::array();
     double optimized = 0;
     for (const auto& [path, share] : module_shares(recorder_->profile(), recorder_->symbolizer())) {
+      const bool chosen = path == module_ || std::find(more_modules_.begin(), more_modules_.end(), path) != more_modules_.end();
       if (path == module_) optimized = share;
-      if (modules.size() < kModulesShown) modules.push_back({{"module", path}, {"percent", 100 * share}, {"optimized", path == module_}});
+      if (modules.size() < kModulesShown) modules.push_back({{"module", path}, {"percent", 100 * share}, {"optimized", chosen}});
     }
     j["modules"] = modules;
     const nlohmann::json accepted = plan_.is_object() ? plan_.value("sampled_cpu_accepted_percent", nlohmann::json()) : nlohmann::json();

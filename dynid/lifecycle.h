@@ -52,6 +52,7 @@ struct DynimizeOptions {
   bool copy_usdt_functions = false;       // [options] copy_usdt_functions
   unsigned loop_alignment = 32;           // [options] loop_alignment
   bool probe_safe_entries = false;        // [options] probe_safe_entries
+  bool all_hot_modules = false;           // [options] all_hot_modules
   jit::JitOptions jit() const {
     jit::JitOptions o;
     o.copy_probe_functions = copy_usdt_functions;
@@ -141,6 +142,14 @@ class TargetLifecycle {
   Status start_profiling();
   Status check_executable();
   bool choose_hot_module();
+  // [options] all_hot_modules (lifecycle_more_modules.cpp).
+  void inject_more_modules();
+  void adopt_more_modules(const std::vector<profiler::Mapping>& maps, const std::vector<CacheRecord>& all,
+                          const std::vector<CacheRecord>& records, const CacheRecord& first,
+                          const std::string& first_module, const std::string& exe, const std::string& build_id);
+  Result<std::string> undo_more_modules();
+  std::string redo_more_modules(std::size_t& entries, std::size_t& calls);
+  nlohmann::json more_modules_json() const;  // under injection_mutex_
   Status profile_until_stable();
   void plan_cache();
   void fail_with(TargetState state, const std::string& reason);
@@ -154,6 +163,9 @@ class TargetLifecycle {
   // under the lock; this thread reads it without).
   std::string module_;
   bool module_is_executable_ = true;
+  // [options] all_hot_modules: the other hot modules to optimize after it,
+  // hottest first (set with module_).
+  std::vector<std::string> more_modules_;
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
   PerfMapHere perf_map_here_;              // under injection_mutex_: perf_map_ in dynid's view (perf_map_seen_here)
   std::string gdb_command_, gdb_error_;   // under injection_mutex_: how gdb loads the cache's symbols, or why not
@@ -182,6 +194,10 @@ class TargetLifecycle {
   // thread. Set once by this lifecycle's thread, before its last transition.
   mutable std::mutex injection_mutex_;
   std::optional<Injection> injection_;
+  // The further modules' injections (all_hot_modules), each its own cache,
+  // or adopted from their records: -undo and -redo act on each that has no
+  // error (one that failed had its patches undone then).
+  std::vector<Injection> more_;
   bool adopted_ = false;  // found in the target, not made by this dynid
   bool inherited_ = false;  // adopted, and its parent maps that cache: it came with a fork
   std::optional<ParentCopies> parent_copies_;  // set before the thread starts

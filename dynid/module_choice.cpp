@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, double>> module_shares(const profiler::Profil
 }
 
 ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path,
-                           const WhyModuleStays& why_stays) {
+                           const WhyModuleStays& why_stays, bool all_hot) {
   ModuleChoice choice;
   double exe = 0;
   for (const auto& [path, share] : shares)
@@ -39,15 +39,19 @@ ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& sh
   for (const auto& [path, share] : shares) {
     if (share < kMinModuleShare) break;  // hottest first
     std::string why = path == kOutsideModules ? "dyni optimizes code from files" : why_stays(path);
-    if (why.empty()) {
+    if (!why.empty()) {
+      if (hottest_why.empty())
+        hottest_why = fmt::format("{:.0f} % of samples in {}, which dyni does not optimize: {}", 100 * share, path, why);
+      choice.passed_over.push_back(fmt::format("{} ({:.0f} %): {}", path, 100 * share, why));
+    } else if (choice.path.empty()) {
       choice.path = path;
       choice.executable = path == exe_path;
-      return choice;
+    } else {
+      choice.also.push_back(path);
     }
-    if (hottest_why.empty())
-      hottest_why = fmt::format("{:.0f} % of samples in {}, which dyni does not optimize: {}", 100 * share, path, why);
-    choice.passed_over.push_back(fmt::format("{} ({:.0f} %): {}", path, 100 * share, why));
+    if (!choice.path.empty() && !all_hot) break;  // the colder modules are not asked about
   }
+  if (!choice.path.empty()) return choice;
   if (hottest_why.empty())
     choice.why_none = fmt::format("no module holds {:.0f} % of samples (the executable holds {:.2f} %)",
                                   100 * kMinModuleShare, 100 * exe);

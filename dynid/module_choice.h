@@ -36,12 +36,18 @@ struct ModuleChoice {
   std::string path;      // "" when none
   bool executable = false;
   std::string why_none;  // when path is ""
-  // Hotter modules passed over, for the log: "libc.so.6 (12 %): why".
+  // Modules passed over, for the log: "libc.so.6 (12 %): why" (with
+  // all_hot, colder ones too).
   std::vector<std::string> passed_over;
+  // The other modules dyni can optimize that hold at least kMinModuleShare,
+  // hottest first ([options] all_hot_modules).
+  std::vector<std::string> also;
 };
 using WhyModuleStays = std::function<std::string(const std::string& path)>;
+// `all_hot`: also every colder module that can be optimized (`also`);
+// else the modules colder than the chosen one are not asked about.
 ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path,
-                           const WhyModuleStays& why_stays);
+                           const WhyModuleStays& why_stays, bool all_hot = false);
 
 // Why dyni does not optimize the module at `path` of the process that
 // `symbols` read (executable `exe_path`), or "": it must have been read whole

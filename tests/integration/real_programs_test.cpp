@@ -248,10 +248,13 @@ nlohmann::json dynimized_facts(const DyniHost& host, pid_t pid) {
   return nullptr;
 }
 
-// Starts a licensed dynid that lists `name`, a copy of `program`: the copy's path.
-std::string dynid_for(DyniHost& host, const std::string& program, const std::string& name) {
+// Starts a licensed dynid that lists `name`, a copy of `program`: the copy's
+// path. `more_options`: lines for [options] beside the test's.
+std::string dynid_for(DyniHost& host, const std::string& program, const std::string& name,
+                      const std::string& more_options = "") {
   std::string exe = host.install_program(program, name);
-  host.write_config({name}, std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n");
+  host.write_config({name}, std::string(kFastOptions) + "profile_min_samples = 800\nprofile_max_seconds = 20\n" +
+                                more_options);
   host.license_this_host();
   EXPECT_EQ(host.dyni({"-start"}).exit_code, 0);
   return exe;
@@ -357,25 +360,33 @@ TEST(RealProgramsInLibraries, XzIsDynimizedInLiblzmaAndItsOutputDecompressesToIt
 // fed the same query over and over, it is dynimized in that library and
 // every answer, before and after the patch, is the one the system's own
 // sqlite3 gives.
+// A query of about 0.4 s here, and the answer the system's own sqlite3
+// gives it ("" when it cannot run).
+struct Sqlite3Query {
+  std::string query, chunk, expected;
+};
+Sqlite3Query sqlite3_query() {
+  Sqlite3Query q;
+  q.query =
+      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000) "
+      "SELECT sum(x * x % 7), count(*), max(length(printf('%x', x))), sum(instr(x, '99') > 0) FROM c;";
+  q.chunk = q.query + "\n-- " + std::string(4000, '.') + "\n";  // a page, so that few wait in the pipe
+  FILE* plain = ::popen(("/usr/bin/sqlite3 :memory: \"" + q.query + "\"").c_str(), "r");
+  if (!plain) return q;
+  char line[256] = {};
+  if (std::fgets(line, sizeof line, plain)) q.expected = line;
+  if (::pclose(plain) != 0 || q.expected.empty()) return {};
+  q.expected.pop_back();  // its newline
+  return q;
+}
+
 TEST(RealProgramsInLibraries, Sqlite3IsDynimizedInLibsqlite3AndAnswersTheSame) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   if (::access("/usr/bin/sqlite3", X_OK) != 0) GTEST_SKIP() << "/usr/bin/sqlite3 is not installed (apt-get install sqlite3)";
-  // About 0.4 s a query here; padded to a page, so that few wait in the pipe.
-  const std::string query =
-      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000) "
-      "SELECT sum(x * x % 7), count(*), max(length(printf('%x', x))), sum(instr(x, '99') > 0) FROM c;";
-  const std::string chunk = query + "\n-- " + std::string(4000, '.') + "\n";
-  std::string expected;
-  {
-    FILE* plain = ::popen(("/usr/bin/sqlite3 :memory: \"" + query + "\"").c_str(), "r");
-    ASSERT_NE(plain, nullptr);
-    char line[256] = {};
-    if (std::fgets(line, sizeof line, plain)) expected = line;
-    ASSERT_EQ(::pclose(plain), 0);
-  }
-  ASSERT_FALSE(expected.empty());
-  expected.pop_back();  // its newline
-
+  const Sqlite3Query q = sqlite3_query();
+  ASSERT_FALSE(q.expected.empty()) << "the system's sqlite3 gave no answer";
+  const std::string& expected = q.expected;
+  const std::string& chunk = q.chunk;
   DyniHost host;
   const std::string exe = dynid_for(host, "/usr/bin/sqlite3", "dyni-real-sqlite3");
   FedProgram sqlite(host, "exec '" + exe + "' :memory:", [&] { return chunk; }, 4096);
@@ -399,6 +410,90 @@ TEST(RealProgramsInLibraries, Sqlite3IsDynimizedInLibsqlite3AndAnswersTheSame) {
   EXPECT_GE(answers.size(), before_patch + 8) << "too few queries after the patch";
   for (std::size_t i = 0; i < answers.size(); ++i)
     ASSERT_EQ(answers[i], expected) << "query " << i << (i >= before_patch ? " (dynimized)" : "");
+}
+
+// With all_hot_modules, the sqlite3 CLI is dynimized in libsqlite3 and in
+// libc too, each in its own cache (issue 22 item 2): every answer is the
+// system's; -undo gives both files' bytes back and -redo patches both; a new
+// dynid adopts both caches from their records and undoes both.
+TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3AndLibcAndAnswersTheSame) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (::access("/usr/bin/sqlite3", X_OK) != 0) GTEST_SKIP() << "/usr/bin/sqlite3 is not installed (apt-get install sqlite3)";
+  const Sqlite3Query q = sqlite3_query();
+  ASSERT_FALSE(q.expected.empty()) << "the system's sqlite3 gave no answer";
+  DyniHost host;
+  const std::string name = "dyni-real-sqlite3-all";
+  const std::string exe = dynid_for(host, "/usr/bin/sqlite3", name, "all_hot_modules = true\n");
+  FedProgram sqlite(host, "exec '" + exe + "' :memory:", [&] { return q.chunk; }, 4096);
+  const pid_t target = sqlite.pid();
+  ASSERT_GT(target, 0);
+  InLibrary in = wait_dynimized(host, target, "libsqlite3.so");
+  ASSERT_TRUE(in.dynimized) << in.state << "\n" << host.log();
+  const std::string libc = mapped_library(target, "libc.so.6");
+  ASSERT_FALSE(libc.empty());
+  // The further modules are injected after the first.
+  nlohmann::json more;
+  for (int i = 0; i < 100; ++i) {
+    more = dynimized_facts(host, target).value("more_modules", nlohmann::json::array());
+    if (!more.empty()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  std::printf("sqlite3, all hot modules: %s\n", dynimized_facts(host, target).dump().c_str());
+  std::printf("sqlite3, all hot modules: %s\n", modules_line(host, target).c_str());
+  ASSERT_EQ(more.size(), 1u) << more.dump() << "\n" << host.log();
+  EXPECT_EQ(more[0].value("module", ""), libc) << more.dump();
+  EXPECT_EQ(more[0].value("error", "?"), "") << more.dump();
+  EXPECT_GE(more[0].value("functions_patched", 0), 1) << more.dump();
+  EXPECT_EQ(in.facts.value("module", ""), in.library);
+  EXPECT_FALSE(text_equals_file(target, in.library)) << "libsqlite3's entries are patched";
+  EXPECT_FALSE(text_equals_file(target, libc)) << "libc's entries are patched";
+  EXPECT_EQ(caches_in(target), 2u);
+  const uint64_t at_patch = sqlite.chunks();
+  auto queries_after = [&](uint64_t n) {
+    const uint64_t from = sqlite.chunks();
+    for (int i = 0; i < 100 && sqlite.chunks() < from + n; ++i) std::this_thread::sleep_for(100ms);
+  };
+  queries_after(4);
+
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_NE(undo.out.find("libc.so.6"), std::string::npos) << undo.out;
+  EXPECT_TRUE(text_equals_file(target, in.library)) << "undo must give libsqlite3 its file's bytes back";
+  EXPECT_TRUE(text_equals_file(target, libc)) << "undo must give libc its file's bytes back";
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  EXPECT_FALSE(text_equals_file(target, in.library)) << "redo patches libsqlite3 again";
+  EXPECT_FALSE(text_equals_file(target, libc)) << "redo patches libc again";
+  queries_after(4);
+
+  // A new dynid adopts both caches from their records.
+  host.dyni({"-stop"});
+  host.write_config({name}, "[options]\nbusy_threshold_percent = 100000\nbusy_window_ms = 600\nscan_interval_ms = 100\n");
+  ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+  EXPECT_TRUE(host.wait_for_state(target, "dynimized", 20s)) << host.state_of(target) << "\n" << host.log();
+  nlohmann::json d = dynimized_facts(host, target);
+  EXPECT_EQ(d.value("adopted", false), true) << d.dump();
+  EXPECT_EQ(d.value("module", ""), in.library) << d.dump();
+  more = d.value("more_modules", nlohmann::json::array());
+  ASSERT_EQ(more.size(), 1u) << d.dump();
+  EXPECT_EQ(more[0].value("module", ""), libc) << d.dump();
+  EXPECT_EQ(caches_in(target), 2u) << "injected again";
+  undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_TRUE(text_equals_file(target, in.library)) << "undo from the records must restore libsqlite3";
+  EXPECT_TRUE(text_equals_file(target, libc)) << "undo from the records must restore libc";
+  redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  EXPECT_FALSE(text_equals_file(target, libc)) << "redo from the records patches libc again";
+  queries_after(4);
+
+  int status = sqlite.finish();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "sqlite3 ended with status " << status;
+  std::vector<std::string> answers = lines_of(sqlite.out());
+  EXPECT_EQ(answers.size(), sqlite.chunks()) << "an answer to every query";
+  EXPECT_GE(answers.size(), at_patch + 12) << "too few queries after the patch";
+  for (std::size_t i = 0; i < answers.size(); ++i)
+    ASSERT_EQ(answers[i], q.expected) << "query " << i << (i >= at_patch ? " (dynimized)" : "");
 }
 
 // A Python loop that copies and compares 16 MiB a round spends its time in

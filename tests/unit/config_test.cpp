@@ -66,6 +66,11 @@ TEST(Config, LoopAlignmentAndUsdtCopiesAreChosenWithCare) {
   EXPECT_EQ(error_of("[exeList]\n[options]\nloop_alignment = 24\n"), "test.conf:3: '24' must be 0, 16, 32 or 64");
   EXPECT_EQ(error_of("[exeList]\n[options]\nloop_alignment = 128\n"), "test.conf:3: '128' out of range [0, 64]");
   EXPECT_NE(error_of("[exeList]\n[options]\ncopy_usdt_functions = maybe\n"), "");
+  EXPECT_FALSE(c->all_hot_modules) << "the hottest module alone unless asked";
+  c = parse_config("[exeList]\n[options]\nall_hot_modules = true\n", "t");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_TRUE(c->all_hot_modules);
+  EXPECT_NE(error_of("[exeList]\n[options]\nall_hot_modules = 2\n"), "");
 }
 
 TEST(Config, ShippedFileParsesAndListsCommonServers) {

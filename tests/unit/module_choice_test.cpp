@@ -66,6 +66,32 @@ TEST(ChooseModule, AModuleUnderTheMinimumShareIsNeverChosenNorAsked) {
   EXPECT_NE(c.why_none.find("the executable holds 0.50 %"), std::string::npos) << c.why_none;
 }
 
+// all_hot_modules: every other module that can be optimized and holds the
+// minimum share, hottest first; without it the colder ones are not asked.
+TEST(ChooseModule, AllHotModulesAlsoNamesEveryOtherThatCanGoHottestFirst) {
+  const std::string exe = "/usr/sbin/mariadbd", libm = "/usr/lib/x86_64-linux-gnu/libm.so.6";
+  const std::string plugin = "/usr/lib/mysql/plugin/ha_x.so", ld = "/usr/lib64/ld-linux-x86-64.so.2";
+  std::set<std::string> asked;
+  auto ld_stays = [&](const std::string& path) {
+    asked.insert(path);
+    return path == ld ? std::string("ld.so stays") : std::string();
+  };
+  const std::vector<std::pair<std::string, double>> shares = {
+      {exe, 0.70}, {kLibc, 0.15}, {ld, 0.08}, {libm, 0.05}, {plugin, 0.005}};
+  ModuleChoice all = choose_module(shares, exe, ld_stays, true);
+  EXPECT_EQ(all.path, exe);
+  EXPECT_EQ(all.also, (std::vector<std::string>{kLibc, libm}));
+  ASSERT_EQ(all.passed_over.size(), 1u);
+  EXPECT_EQ(all.passed_over[0], ld + " (8 %): ld.so stays");
+  EXPECT_FALSE(asked.count(plugin)) << "under the minimum share: never asked";
+
+  asked.clear();
+  ModuleChoice hottest = choose_module(shares, exe, ld_stays);
+  EXPECT_EQ(hottest.path, exe);
+  EXPECT_TRUE(hottest.also.empty());
+  EXPECT_EQ(asked, (std::set<std::string>{exe})) << "without all_hot_modules the colder modules are not read";
+}
+
 TEST(ChooseModule, AnEmptyProfileSaysNoModuleHoldsEnough) {
   ModuleChoice c = choose_module({}, "/usr/bin/busy", libc_stays);
   EXPECT_EQ(c.path, "");
