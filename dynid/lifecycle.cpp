@@ -405,10 +405,11 @@ void TargetLifecycle::dynimize() {
     injected = fail(std::string("internal error: ") + e.what());
     end_counting();  // never left counting: its entries back, its counters off
   }
+  // The further modules go in while the target is still dynimizing: -undo
+  // cannot come between them (it waits for `dynimized`).
+  if (injected && injected->error.empty() && !injected->patched.empty()) inject_more_modules(*injected);
   seconds_optimizing_ = seconds_since(t0);
-  if (!settle_injection(std::move(injected), share_copied)) return;
-  if (for_group) table_.publish_group_plan(group_, for_group);
-  inject_more_modules();
+  if (settle_injection(std::move(injected), share_copied) && for_group) table_.publish_group_plan(group_, for_group);
 }
 
 // A member of a busy group that has a plan (process_group.h): dynimized by

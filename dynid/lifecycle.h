@@ -142,8 +142,9 @@ class TargetLifecycle {
   Status start_profiling();
   Status check_executable();
   bool choose_hot_module();
-  // [options] all_hot_modules (lifecycle_more_modules.cpp).
-  void inject_more_modules();
+  // [options] all_hot_modules (lifecycle_more_modules.cpp): after `first`,
+  // the hottest module's injection, before the target is dynimized.
+  void inject_more_modules(Injection& first);
   void adopt_more_modules(const std::vector<profiler::Mapping>& maps, const std::vector<CacheRecord>& all,
                           const std::vector<CacheRecord>& records, const CacheRecord& first,
                           const std::string& first_module, const std::string& exe, const std::string& build_id);

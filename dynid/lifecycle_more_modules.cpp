@@ -1,5 +1,6 @@
 // A target's further hot modules ([options] all_hot_modules, issue 22): once
-// the hottest module is dynimized, each other module that holds at least
+// the hottest module is injected, before the target is `dynimized` (so that
+// -undo never comes between two modules), each other module that holds at least
 // kMinModuleShare of the samples and can be copied (module_choice.h) gets its
 // own cache near it, laid out by the profile (the counting phase counted the
 // first). Each is an injection of its own (injector.h): its own record, tied
@@ -29,7 +30,7 @@ std::size_t patches_of(const Injection& in, PatchKind kind) {
 
 }  // namespace
 
-void TargetLifecycle::inject_more_modules() {
+void TargetLifecycle::inject_more_modules(Injection& first) {
   const profiler::Recorder* recorder = nullptr;
   {
     std::lock_guard lock(mutex_);
@@ -49,12 +50,9 @@ void TargetLifecycle::inject_more_modules() {
       request.hot = hot->profile.hot_set(kHotSetShare);
       for (const auto& [start, samples] : hot->profile.functions) request.callers.push_back(start);
       request.profile = layout_profile(hot->profile);
-      {
-        std::lock_guard lock(injection_mutex_);
-        if (injection_) request.other_copies = injection_->copies;
-        for (const Injection& earlier : more_)
-          request.other_copies.insert(request.other_copies.end(), earlier.copies.begin(), earlier.copies.end());
-      }
+      request.other_copies = first.copies;
+      for (const Injection& earlier : more_)
+        request.other_copies.insert(request.other_copies.end(), earlier.copies.begin(), earlier.copies.end());
       auto injected = inject_module(request);
       if (!injected) {
         log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());
@@ -77,7 +75,7 @@ void TargetLifecycle::inject_more_modules() {
       std::lock_guard lock(injection_mutex_);
       // Threads may run in this cache from now on: every earlier cache's
       // stack proofs (-redo) need its frames (the later ones read its record).
-      if (injection_) injection_->other_frames.push_back(injected->frames);
+      first.other_frames.push_back(injected->frames);
       for (Injection& earlier : more_) earlier.other_frames.push_back(injected->frames);
       more_.push_back(std::move(*injected));
     } catch (const std::exception& e) {  // a bug costs this module, not dynid its life
