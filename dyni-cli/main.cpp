@@ -170,8 +170,11 @@ int print_profile(const protocol::Response& response, bool json) {
     std::string line = "modules:";
     for (const auto& m : p["modules"]) {
       std::string module = m.value("module", "?");
+      const nlohmann::json copied = m.value("optimized_percent", nlohmann::json());
       line += fmt::format(" {} {:.1f} %{},", module.substr(module.rfind('/') + 1), m.value("percent", 0.0),
-                          m.value("optimized", false) ? " (optimized)" : "");
+                          copied.is_number()                 ? fmt::format(" ({:.1f} in copies)", copied.get<double>())
+                          : m.value("optimized", false) ? " (optimized)"
+                                                        : "");
     }
     line.pop_back();
     if (p.value("sampled_cpu_optimized_percent", nlohmann::json()).is_number())

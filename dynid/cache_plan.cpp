@@ -5,7 +5,10 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 
+#include "dynid/injector.h"
+#include "dynid/inject/frames_registration.h"
 #include "dynid/inject/module_policy.h"
 #include "dynid/inject/target_module.h"
 #include "elf/elf_file.h"
@@ -45,6 +48,19 @@ Result<HotModule> module_profile(const profiler::Recorder& recorder, const std::
   return fail(path + " has no function table");
 }
 
+double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& in) {
+  std::set<uint64_t> copied;
+  for (const CopyRange& c : in.copies) copied.insert(c.original_entry - in.module_bias);
+  uint64_t hot = 0, got = 0;
+  for (uint64_t start : profile.hot_set(kHotSetShare)) {
+    auto f = profile.functions.find(start);
+    uint64_t samples = f == profile.functions.end() ? 0 : f->second.samples;
+    hot += samples;
+    if (copied.contains(start)) got += samples;
+  }
+  return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
+}
+
 Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& recorder, const std::string& path,
                                        const jit::JitOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
@@ -56,6 +72,12 @@ Result<nlohmann::json> plan_code_cache(pid_t pid, const profiler::Recorder& reco
   if (!module) return std::unexpected(module.error());
   const jit::ModuleProfile& profile = hot->profile;
   const elf::FunctionTable& functions = *module->module->functions;
+  // As the injection will plan it: with no unwinder loaded, libc's leaves only.
+  auto maps = profiler::read_maps(pid);
+  if (!maps) return std::unexpected(maps.error());
+  auto unwinder = inject::register_frame_function(pid, *maps, recorder.symbolizer());
+  if (!unwinder) return std::unexpected(unwinder.error());
+  if (auto fits = inject::fit_to_unwinder(*module, *unwinder); !fits) return std::unexpected(fits.error());
   auto input = inject::jit_input(*module, &profile, profile.hot_set(kHotSetShare), jit::provisional_cache_base(functions));
   if (!input) return std::unexpected(input.error());
   auto plan = jit::optimize_module(*input, options);  // the verifier stays on

@@ -32,6 +32,10 @@ struct HotModule {
 };
 Result<HotModule> module_profile(const profiler::Recorder& recorder, const std::string& path);
 
+// The share (percent) of `profile`'s hot-set samples in functions `in`
+// copied: what -profile multiplies a module's share by.
+double sampled_share_copied(const jit::ModuleProfile& profile, const struct Injection& in);
+
 // A plan's summary for -profile and the log: functions, bytes, sampled CPU
 // accepted, rejections by reason, the jit's seconds.
 nlohmann::json plan_summary(const jit::ModulePlan& plan, const std::string& module, double seconds);

@@ -20,14 +20,23 @@
 namespace dyni {
 namespace {
 
-constexpr std::array<std::string_view, 22> kLockHolders = {
+// By the plain name (plain_symbol_name), or that name without its leading
+// underscores (__posix_memalign, __malloc_trim). glibc's allocator inside
+// (names libc6-dbg gives; Debian's libc has no .symtab) is listed too: a
+// thread parked on an arena's lock inside reused_arena, under memalign's
+// tail jump to _mid_memalign, has no public allocator name on its stack.
+constexpr std::string_view kLockHolders[] = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc", "valloc",
     "pvalloc", "malloc_trim", "malloc_info", "malloc_stats", "mallinfo", "mallinfo2", "cfree", "fork", "_Fork",
-    "__libc_fork", "dl_iterate_phdr", "_dl_find_object", "__frame_state_for"};
+    "__libc_fork", "dl_iterate_phdr", "_dl_find_object", "__frame_state_for", "_mid_memalign", "tcache_init",
+    "malloc_consolidate", "sysmalloc", "systrim", "mtrim", "arena_get2", "arena_get_retry", "reused_arena",
+    "get_free_list", "new_heap", "alloc_new_heap", "grow_heap", "shrink_heap", "heap_trim", "munmap_chunk",
+    "mremap_chunk", "ptmalloc_init", "tcache_thread_shutdown", "malloc_hook_ini", "realloc_hook_ini",
+    "memalign_hook_ini"};
 // glibc's allocator is __libc_malloc, __libc_calloc, __libc_memalign, ...
 // (the public names are weak aliases, and a symbolizer may show either) over
 // _int_malloc and friends.
-constexpr std::array<std::string_view, 15> kLockHolderPrefixes = {
+constexpr std::string_view kLockHolderPrefixes[] = {
     "_Unwind_",       "__register_frame", "__deregister_frame", "_dl_",          "__libc_malloc",
     "__libc_free",    "__libc_calloc",    "__libc_realloc",     "__libc_memalign", "__libc_valloc",
     "__libc_pvalloc", "__libc_mallopt",   "__libc_mallinfo",    "__libc_fork",     "_int_"};
@@ -45,11 +54,22 @@ std::string why_no_function_after(long nr) {
 
 }  // namespace
 
+std::string_view plain_symbol_name(std::string_view name) {
+  if (std::size_t at = name.find('@'); at != std::string_view::npos) name = name.substr(0, at);
+  // GCC's clones: .part.N, .constprop.N, .isra.N, .cold (no C or mangled name holds a dot).
+  if (std::size_t dot = name.find('.'); dot != std::string_view::npos && dot > 0) name = name.substr(0, dot);
+  if (name.starts_with("__GI_")) name.remove_prefix(5);  // glibc's internal aliases
+  return name;
+}
+
 bool holds_call_locks(std::string_view name) {
+  const std::string_view plain = plain_symbol_name(name);
+  std::string_view bare = plain;
+  while (bare.starts_with('_')) bare.remove_prefix(1);
   for (std::string_view n : kLockHolders)
-    if (name == n) return true;
+    if (plain == n || bare == n) return true;
   for (std::string_view p : kLockHolderPrefixes)
-    if (name.starts_with(p)) return true;
+    if (plain.starts_with(p)) return true;
   return false;
 }
 
@@ -108,7 +128,10 @@ Status clean_for_calls(pid_t tid, const StoppedThread& thread, const ThreadStack
     profiler::Location at = locate(thread.regs.rip);
     const std::string_view path =
         at.module < 0 ? std::string_view() : std::string_view(symbols.modules()[static_cast<std::size_t>(at.module)].path);
-    const bool in_copied = !copied_module.empty() && path == copied_module && why_library_stays(path).empty();
+    // Never glibc's libc, copied or not: it defines malloc, which a thread
+    // stopped anywhere in its code may be halfway through.
+    const bool in_copied =
+        !copied_module.empty() && path == copied_module && why_library_stays(path).empty() && !is_glibc_libc(path);
     if (executable.empty() || at.module < 0 || (path != executable && !in_copied))
       return fail("stopped in code outside the executable and the copied library");
     stopped_in = &symbols.modules()[static_cast<std::size_t>(at.module)];

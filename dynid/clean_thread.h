@@ -33,8 +33,14 @@
 
 namespace dyni {
 
-// A function (mangled or C name) that may hold a lock a remote call needs.
+// A function (mangled or C name) that may hold a lock a remote call needs,
+// by its plain name: libc6-dbg's names carry versions (cfree@GLIBC_2.2.5),
+// glibc's internal aliases (__GI___dl_iterate_phdr) and GCC's clone
+// suffixes (_mid_memalign.constprop.0).
 bool holds_call_locks(std::string_view function_name);
+// `name` without a symbol version (@...), a GCC clone suffix (.part.N,
+// .constprop.N, .isra.N, .cold) or glibc's __GI_ prefix.
+std::string_view plain_symbol_name(std::string_view name);
 // A module all of whose code may (libgcc_s, ld.so, libunwind).
 bool module_holds_call_locks(std::string_view path);
 

@@ -240,6 +240,9 @@ Result<std::string> CountingPhase::stop() {
   std::lock_guard lock(mutex_);
   if (switching_) return fail("switching to the optimized code; run dyni -undo again in a few seconds");
   if (ended_) return fail("being dynimized; run dyni -undo again in a few seconds");  // counting is over
+  // An optimized cache re-pointed its entries (replaced_by): ending the
+  // phase now would leave that cache live under an `undone` target.
+  if (!replaced_.empty()) return fail("being dynimized; run dyni -undo again in a few seconds");
   stopped_ = true;
   if (!end_locked()) {  // the phase goes on, and ends later (or at the next -undo)
     stopped_ = false;

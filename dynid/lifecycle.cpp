@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/log.h"
@@ -74,21 +75,6 @@ std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts) {
     if (called.count(entry) || std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; }))
       out.push_back(entry);
   return out;
-}
-
-// The share of the hot set's samples in functions `in` copied, in percent.
-// A plan laid out by counts was given no samples: its own share says nothing.
-double sampled_share_copied(const jit::ModuleProfile& profile, const Injection& in) {
-  std::set<uint64_t> copied;
-  for (const CopyRange& c : in.copies) copied.insert(c.original_entry - in.module_bias);
-  uint64_t hot = 0, got = 0;
-  for (uint64_t start : profile.hot_set(kHotSetShare)) {
-    auto f = profile.functions.find(start);
-    uint64_t samples = f == profile.functions.end() ? 0 : f->second.samples;
-    hot += samples;
-    if (copied.contains(start)) got += samples;
-  }
-  return hot ? 100.0 * static_cast<double>(got) / static_cast<double>(hot) : 0;
 }
 
 // Whether the copied library is loaded now from the file its copies were
@@ -234,16 +220,23 @@ bool TargetLifecycle::adopt_existing_cache() {
   auto exe = read_exe("/proc", pid_);
   auto file = elf::ElfFile::open_notes(fmt::format("/proc/{}/exe", pid_));
   std::string build_id = file ? file->build_id() : "";
-  const CacheRecord* best = nullptr;
-  std::optional<RecordModule> best_module;
-  std::size_t best_live = 0;
-  for (const CacheRecord& r : records) {
-    auto module = module_of_record(pid_, *maps, r, exe ? exe->path : "", build_id);
-    if (!module) continue;
-    std::size_t live = live_patches(pid_, r.patches);
-    if (!best || live > best_live) best = &r, best_live = live, best_module = module;
+  // Each record's module and live patches, read once. The first module is
+  // the cache a forked child shares with its parent's first, else the one
+  // with the most live patches; the others are adopted beside it
+  // (adopt_more_modules).
+  std::vector<FoundRecord> found;
+  for (const CacheRecord& r : records)
+    found.push_back({&r, module_of_record(pid_, *maps, r, exe ? exe->path : "", build_id), live_patches(pid_, r.patches)});
+  const FoundRecord* first = nullptr;
+  for (const FoundRecord& f : found) {
+    if (!f.module) continue;
+    if (parent_copies_ && f.record->cache_addr == parent_copies_->cache_addr) {
+      first = &f;
+      break;
+    }
+    if (!first || f.live > first->live) first = &f;
   }
-  if (!best) {
+  if (!first) {
     std::string why = fmt::format("it holds a dyni cache at {:#x} for another build ({}), not for its executable ({}) "
                                   "nor for a library it maps where the cache's record says: left alone",
                                   records[0].cache_addr, records[0].build_id, build_id);
@@ -252,10 +245,12 @@ bool TargetLifecycle::adopt_existing_cache() {
     settle_adoption(TargetState::Failed, why);
     return true;
   }
+  const CacheRecord* best = first->record;
+  const std::size_t best_live = first->live;
   Injection adopted = from_record(pid_, start_time_, *best);
   // A library's cache: redo writes only into that file where it is loaded now.
-  adopted.module = best_module->path;
-  adopted.module_inode = best_module->inode, adopted.module_load = best_module->load;
+  adopted.module = first->module->path;
+  adopted.module_inode = first->module->inode, adopted.module_load = first->module->load;
   for (const CacheRecord& r : all)  // threads may still run in any of them (a counting cache ended, I8)
     if (r.cache_addr != best->cache_addr) adopted.other_frames.push_back(from_record(pid_, start_time_, r).frames);
   const bool inherited = maps_cache_at(ppid_, best->cache_addr);
@@ -273,7 +268,7 @@ bool TargetLifecycle::adopt_existing_cache() {
     inherited_ = inherited;
     huge_page_bytes_ = huge;
   }
-  adopt_more_modules(*maps, all, records, *best, best_module->path, exe ? exe->path : "", build_id);
+  adopt_more_modules(all, found, *first);
   TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
   std::string why = fmt::format("found dyni's cache at {:#x} in the target{}: {} of its {} patches (entries and call sites) live",
                                 best->cache_addr, inherited_ ? fmt::format(", inherited from its parent pid {}", ppid_) : "",
@@ -405,11 +400,8 @@ void TargetLifecycle::dynimize() {
     injected = fail(std::string("internal error: ") + e.what());
     end_counting();  // never left counting: its entries back, its counters off
   }
-  // The further modules go in while the target is still dynimizing: -undo
-  // cannot come between them (it waits for `dynimized`).
-  if (injected && injected->error.empty() && !injected->patched.empty()) inject_more_modules(*injected);
   seconds_optimizing_ = seconds_since(t0);
-  if (settle_injection(std::move(injected), share_copied) && for_group) table_.publish_group_plan(group_, for_group);
+  if (settle_injection(std::move(injected), share_copied, true) && for_group) table_.publish_group_plan(group_, for_group);
 }
 
 // A member of a busy group that has a plan (process_group.h): dynimized by
@@ -484,7 +476,8 @@ InjectRequest TargetLifecycle::base_request() const {
 
 // Where an injection leaves the target (dynimizing → dynimized, or failed
 // with every entry back); true when dynimized.
-bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional<double> share_copied) {
+bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional<double> share_copied,
+                                       bool then_more_modules) {
   if (!injected) {
     fail_injection(injected.error().message());
     return false;
@@ -515,6 +508,11 @@ bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional
                          fmt::format("injection: {}; the cache stays mapped at {:#x}", error, injection_->cache.addr));
     return false;
   }
+  // The further modules go in while the target is still dynimizing, with
+  // the first kept: -undo cannot come between them (it waits for
+  // `dynimized`), and a failure from here on is settled with the patches
+  // -undo reaches (run()).
+  if (then_more_modules) inject_more_modules(*injection_);
   // One line an operator can act on: what, how much, how long the target was held.
   std::string why = fmt::format("{} functions of {} patched, {} skipped, {} indirect calls promoted, {} call sites re-pointed, "
                                 "{} bytes of code at {:#x} ({} KiB of the cache on huge pages{}{}); {} patch windows, "
@@ -749,15 +747,18 @@ bool TargetLifecycle::gone() const {
 Result<std::string> TargetLifecycle::undo() {
   std::lock_guard lock(injection_mutex_);
   if (!injection_) return fail("nothing was injected");
-  auto more = undo_more_modules();  // every module or none said undone
-  if (!more) {
-    if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
-    return fail("undo: " + more.error().message());
-  }
+  // Every module is tried; undone only when every one is (a second -undo
+  // tries those left).
+  std::vector<std::string> failed;
+  const std::string more = undo_more_modules(failed);
   std::vector<uint64_t> probed;  // patches a uprobe had touched (undo_patches)
-  if (auto r = undo_patches(*injection_, false, &probed); !r) {
+  if (auto r = undo_patches(*injection_, false, &probed); !r)
+    failed.insert(failed.begin(), std::string(paths::file_name(injection_->module)) + ": " + r.error().message());
+  if (!failed.empty()) {
     if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
-    return fail("undo: " + r.error().message());
+    std::string which;
+    for (const std::string& f : failed) which += (which.empty() ? "" : "; ") + f;
+    return fail("undo: " + which);
   }
   ++undo_count_;
   const std::string probes =
@@ -769,9 +770,9 @@ Result<std::string> TargetLifecycle::undo() {
   const std::size_t entries = count_of(injection_->patched, PatchKind::Entry);
   const std::size_t calls = count_of(injection_->patched, PatchKind::CallSite);
   log::info("target {} pid {}: undone: {} entries and {} call sites have their original bytes{}{}", name_, pid_, entries,
-            calls, *more, probes);
+            calls, more, probes);
   return fmt::format("{} (pid {}): original code restored ({} entries, {} call sites{}){}", name_, pid_, entries, calls,
-                     *more, probes);
+                     more, probes);
 }
 
 Result<std::string> TargetLifecycle::redo() {
@@ -1058,23 +1059,38 @@ Status TargetLifecycle::profile_until_stable() {
 
 nlohmann::json TargetLifecycle::profile_json(std::size_t top_n) const {
   nlohmann::json j;
+  // The share of each further module's hot samples its plan copied (read
+  // first: the locks are never held together).
+  std::map<std::string, double> accepted_in_more;
+  {
+    std::lock_guard lock(injection_mutex_);
+    for (const Injection& in : more_)
+      if (in.error.empty() && in.plan.is_object() && in.plan.value("sampled_cpu_accepted_percent", nlohmann::json()).is_number())
+        accepted_in_more[in.module] = in.plan["sampled_cpu_accepted_percent"].get<double>();
+  }
   {
     std::lock_guard lock(mutex_);
     if (!recorder_) return nullptr;
     j = recorder_->to_json(top_n);
     if (!plan_.is_null()) j["jit"] = plan_;
-    // Each module's share of the samples, the one optimized, and the share
-    // of all sampled CPU its copies took over (issue 22).
+    // Each module's share of the samples, those optimized, and the share of
+    // all sampled CPU their copies took over, each and in all (issue 22):
+    // a module's share times the share of its hot samples its plan copied.
+    const nlohmann::json first = plan_.is_object() ? plan_.value("sampled_cpu_accepted_percent", nlohmann::json()) : nlohmann::json();
     nlohmann::json modules = nlohmann::json::array();
-    double optimized = 0;
+    std::optional<double> in_copies;
     for (const auto& [path, share] : module_shares(recorder_->profile(), recorder_->symbolizer())) {
       const bool chosen = path == module_ || std::find(more_modules_.begin(), more_modules_.end(), path) != more_modules_.end();
-      if (path == module_) optimized = share;
-      if (modules.size() < kModulesShown) modules.push_back({{"module", path}, {"percent", 100 * share}, {"optimized", chosen}});
+      std::optional<double> accepted;
+      if (path == module_ && first.is_number()) accepted = first.get<double>();
+      if (auto more = accepted_in_more.find(path); more != accepted_in_more.end()) accepted = more->second;
+      if (accepted) in_copies = in_copies.value_or(0) + share * *accepted;
+      if (modules.size() < kModulesShown)
+        modules.push_back({{"module", path}, {"percent", 100 * share}, {"optimized", chosen},
+                           {"optimized_percent", accepted ? nlohmann::json(share * *accepted) : nlohmann::json(nullptr)}});
     }
     j["modules"] = modules;
-    const nlohmann::json accepted = plan_.is_object() ? plan_.value("sampled_cpu_accepted_percent", nlohmann::json()) : nlohmann::json();
-    j["sampled_cpu_optimized_percent"] = accepted.is_number() ? nlohmann::json(optimized * accepted.get<double>()) : nlohmann::json(nullptr);
+    j["sampled_cpu_optimized_percent"] = in_copies ? nlohmann::json(*in_copies) : nlohmann::json(nullptr);
   }
   // What the counts say of the original code and of the injected layout.
   std::lock_guard lock(injection_mutex_);

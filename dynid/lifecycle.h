@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "dynid/cache_scan.h"
 #include "dynid/injector.h"
 #include "dynid/perf_map.h"
 #include "dynid/target_table.h"
@@ -127,7 +128,7 @@ class TargetLifecycle {
   void dynimize();
   void follow_group_plan();
   std::string why_plan_does_not_fit(const GroupPlan& plan) const;
-  bool settle_injection(Result<Injection> injected, std::optional<double> share_copied);
+  bool settle_injection(Result<Injection> injected, std::optional<double> share_copied, bool then_more_modules = false);
   InjectRequest base_request() const;
   Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
   void save_counts(const jit::ModuleCounts& counts);
@@ -145,10 +146,17 @@ class TargetLifecycle {
   // [options] all_hot_modules (lifecycle_more_modules.cpp): after `first`,
   // the hottest module's injection, before the target is dynimized.
   void inject_more_modules(Injection& first);
-  void adopt_more_modules(const std::vector<profiler::Mapping>& maps, const std::vector<CacheRecord>& all,
-                          const std::vector<CacheRecord>& records, const CacheRecord& first,
-                          const std::string& first_module, const std::string& exe, const std::string& build_id);
-  Result<std::string> undo_more_modules();
+  void inject_one_more_module(Injection& first, const profiler::Recorder& recorder, const std::string& path);
+  // A cache's record found in the target: its module (cache_scan.h), if it
+  // could be matched, and how many of its patches are live.
+  struct FoundRecord {
+    const CacheRecord* record = nullptr;
+    std::optional<RecordModule> module;
+    std::size_t live = 0;
+  };
+  void adopt_more_modules(const std::vector<CacheRecord>& all, const std::vector<FoundRecord>& found,
+                          const FoundRecord& first);
+  std::string undo_more_modules(std::vector<std::string>& failed);
   std::string redo_more_modules(std::size_t& entries, std::size_t& calls);
   nlohmann::json more_modules_json() const;  // under injection_mutex_
   Status profile_until_stable();

@@ -40,98 +40,127 @@ void TargetLifecycle::inject_more_modules(Injection& first) {
     if (stop_ || !recorder) return;
     const std::string file = std::string(paths::file_name(path));
     try {
-      auto hot = module_profile(*recorder, path);
-      if (!hot) {
-        log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, hot.error().message());
-        continue;
-      }
-      InjectRequest request = base_request();
-      request.module = path;  // the executable's path names it too (read_target_module)
-      request.hot = hot->profile.hot_set(kHotSetShare);
-      for (const auto& [start, samples] : hot->profile.functions) request.callers.push_back(start);
-      request.profile = layout_profile(hot->profile);
-      request.other_copies = first.copies;
-      for (const Injection& earlier : more_)
-        request.other_copies.insert(request.other_copies.end(), earlier.copies.begin(), earlier.copies.end());
-      auto injected = inject_module(request);
-      if (!injected) {
-        log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());
-        continue;
-      }
-      if (injected->error.empty() && injected->patched.empty())
-        injected->error = "no entry could be patched" +
-                          (injected->skipped.empty() ? std::string() : " (first reason: " + injected->skipped.front() + ")");
-      if (!injected->error.empty() && !injected->patched.empty())
-        if (auto undone = undo_patches(*injected); !undone) injected->error += "; undo failed too: " + undone.error().message();
-      if (injected->error.empty())
-        log::info("target {} pid {}: dynimized {} too: {} functions patched, {} call sites re-pointed, {} bytes of code "
-                  "at {:#x}; {} patch windows, longest stop {:.1f} ms",
-                  name_, pid_, file, patches_of(*injected, PatchKind::Entry), patches_of(*injected, PatchKind::CallSite),
-                  injected->code_size, injected->code_addr, injected->patch_windows,
-                  injected->longest_stop.count() / 1000.0);
-      else
-        log::warn("target {} pid {}: {} not optimized: {}; its cache stays mapped at {:#x}", name_, pid_, file,
-                  injected->error, injected->cache.addr);
-      std::lock_guard lock(injection_mutex_);
-      // Threads may run in this cache from now on: every earlier cache's
-      // stack proofs (-redo) need its frames (the later ones read its record).
-      first.other_frames.push_back(injected->frames);
-      for (Injection& earlier : more_) earlier.other_frames.push_back(injected->frames);
-      more_.push_back(std::move(*injected));
+      inject_one_more_module(first, *recorder, path);
     } catch (const std::exception& e) {  // a bug costs this module, not dynid its life
       log::warn("target {} pid {}: {} not optimized: internal error: {}", name_, pid_, file, e.what());
-      continue;
-    }
-    if (more_.back().error.empty() && !more_.back().copies.empty()) {
-      try {
-        write_copy_files(more_.back(), "optimized", false);
-      } catch (const std::exception& e) {  // files for people: never the target's state
-        log::warn("target {} pid {}: perf map or origins of {}: {}", name_, pid_, file, e.what());
-      }
     }
   }
 }
 
-void TargetLifecycle::adopt_more_modules(const std::vector<profiler::Mapping>& maps, const std::vector<CacheRecord>& all,
-                                         const std::vector<CacheRecord>& records, const CacheRecord& first,
-                                         const std::string& first_module, const std::string& exe,
-                                         const std::string& build_id) {
-  // Each other module's cache with the most live patches (a cache whose
-  // injection failed may lie beside it).
-  std::map<std::string, std::pair<const CacheRecord*, RecordModule>> by_module;
-  std::map<std::string, std::size_t> live_of;
-  for (const CacheRecord& r : records) {
-    if (r.cache_addr == first.cache_addr) continue;
-    auto module = module_of_record(pid_, maps, r, exe, build_id);
-    if (!module || module->path == first_module) continue;
-    const std::size_t live = live_patches(pid_, r.patches);
-    auto it = by_module.find(module->path);
-    if (it != by_module.end() && live_of[module->path] >= live) continue;
-    by_module.insert_or_assign(module->path, std::make_pair(&r, *module));
-    live_of[module->path] = live;
+void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::Recorder& recorder,
+                                             const std::string& path) {
+  const std::string file = std::string(paths::file_name(path));
+  auto hot = module_profile(recorder, path);
+  if (!hot) {
+    log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, hot.error().message());
+    return;
   }
-  std::vector<Injection> adopted;
-  for (const auto& [path, found] : by_module) {
-    Injection in = from_record(pid_, start_time_, *found.first);
-    in.module = found.second.path;
-    in.module_inode = found.second.inode, in.module_load = found.second.load;
+  InjectRequest request = base_request();
+  request.module = path;  // the executable's path names it too (read_target_module)
+  request.hot = hot->profile.hot_set(kHotSetShare);
+  for (const auto& [start, samples] : hot->profile.functions) request.callers.push_back(start);
+  request.profile = layout_profile(hot->profile);
+  // A thread may be stopped in any earlier cache's copies (the counting
+  // copies' too, still looping).
+  for (const std::vector<CopyRange>* copies : {&first.copies, &first.other_copies})
+    request.other_copies.insert(request.other_copies.end(), copies->begin(), copies->end());
+  for (const Injection& earlier : more_)
+    request.other_copies.insert(request.other_copies.end(), earlier.copies.begin(), earlier.copies.end());
+  auto injected = inject_module(request);
+  if (!injected) {
+    log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());
+    return;
+  }
+  // Laid out by the profile, or in its original order without LBR (the
+  // plan then saw no samples): the share copied is the lifecycle's count.
+  injected->plan["sampled_cpu_accepted_percent"] = sampled_share_copied(hot->profile, *injected);
+  if (injected->error.empty() && injected->patched.empty())
+    injected->error = "no entry could be patched" +
+                      (injected->skipped.empty() ? std::string() : " (first reason: " + injected->skipped.front() + ")");
+  // Kept at once, whatever follows: -undo reaches its patches from here on.
+  // Threads may run in this cache from now on: every earlier cache's stack
+  // proofs (-redo) need its frames (the later ones read its record).
+  std::size_t at = 0;
+  {
+    std::lock_guard lock(injection_mutex_);
+    first.other_frames.push_back(injected->frames);
+    for (Injection& earlier : more_) earlier.other_frames.push_back(injected->frames);
+    more_.push_back(std::move(*injected));
+    at = more_.size() - 1;
+  }
+  Injection& in = more_[at];  // this thread alone changes more_
+  if (!in.error.empty()) {
+    std::string error = in.error;
+    if (!in.patched.empty())
+      if (auto undone = undo_patches(in); !undone) error += "; undo failed too: " + undone.error().message();
+    {
+      std::lock_guard lock(injection_mutex_);
+      in.error = error;
+    }
+    log::warn("target {} pid {}: {} not optimized: {}; its cache stays mapped at {:#x}", name_, pid_, file, error,
+              in.cache.addr);
+    return;
+  }
+  log::info("target {} pid {}: dynimized {} too: {} functions patched, {} call sites re-pointed, {} bytes of code at "
+            "{:#x}; {} patch windows, longest stop {:.1f} ms",
+            name_, pid_, file, patches_of(in, PatchKind::Entry), patches_of(in, PatchKind::CallSite), in.code_size,
+            in.code_addr, in.patch_windows, in.longest_stop.count() / 1000.0);
+  if (in.copies.empty()) return;
+  try {
+    write_copy_files(in, "optimized", false);
+  } catch (const std::exception& e) {  // files for people: never the target's state
+    log::warn("target {} pid {}: perf map or origins of {}: {}", name_, pid_, file, e.what());
+  }
+}
+
+void TargetLifecycle::adopt_more_modules(const std::vector<CacheRecord>& all, const std::vector<FoundRecord>& found,
+                                         const FoundRecord& first) {
+  // For each other module, its cache with the most live patches (a failed
+  // injection's may lie beside it); a record whose module could not be
+  // matched, with live patches, is adopted for -undo alone.
+  std::map<std::string, const FoundRecord*> by_module;
+  std::vector<const FoundRecord*> unmatched;
+  for (const FoundRecord& f : found) {
+    if (&f == &first || (f.module && f.module->path == first.module->path)) continue;
+    if (!f.module) {
+      if (f.live) unmatched.push_back(&f);
+      continue;
+    }
+    const FoundRecord*& kept = by_module[f.module->path];
+    if (!kept || f.live > kept->live) kept = &f;
+  }
+  auto adopt = [&](const FoundRecord& f, std::string error) {
+    Injection in = from_record(pid_, start_time_, *f.record);
+    if (f.module) in.module = f.module->path, in.module_inode = f.module->inode, in.module_load = f.module->load;
+    in.error = std::move(error);
     for (const CacheRecord& r : all)
-      if (r.cache_addr != found.first->cache_addr) in.other_frames.push_back(from_record(pid_, start_time_, r).frames);
-    log::info("target {} pid {}: found dyni's cache of {} at {:#x} too: {} of its {} patches live", name_, pid_,
-              paths::file_name(path), found.first->cache_addr, live_of[path], found.first->patches.size());
-    adopted.push_back(std::move(in));
-  }
+      if (r.cache_addr != f.record->cache_addr) in.other_frames.push_back(from_record(pid_, start_time_, r).frames);
+    log::info("target {} pid {}: found dyni's cache of {} at {:#x} too: {} of its {} patches live{}", name_, pid_,
+              f.module ? std::string(paths::file_name(f.module->path)) : "an unknown module", f.record->cache_addr,
+              f.live, f.record->patches.size(), in.error.empty() ? "" : " (" + in.error + ")");
+    return in;
+  };
+  std::vector<Injection> adopted;
+  for (const auto& [path, f] : by_module)
+    // With nothing live, it may be a failed injection's: never patched again.
+    adopted.push_back(adopt(*f, f->live ? "" : "found with no live patch: -redo leaves it as it is"));
+  for (const FoundRecord* f : unmatched)
+    adopted.push_back(adopt(*f, "its module could not be matched to its record: -undo restores its live patches, "
+                                "-redo leaves it"));
   std::lock_guard lock(injection_mutex_);
   more_ = std::move(adopted);
 }
 
-Result<std::string> TargetLifecycle::undo_more_modules() {
+std::string TargetLifecycle::undo_more_modules(std::vector<std::string>& failed) {
   std::string said;
   for (const Injection& in : more_) {
-    if (auto r = undo_patches(in); !r)
-      return fail(fmt::format("{}: {}", paths::file_name(in.module), r.error().message()));
+    const std::string file = in.module.empty() ? "an unknown module" : std::string(paths::file_name(in.module));
+    if (auto r = undo_patches(in); !r) {
+      failed.push_back(fmt::format("{}: {}", file, r.error().message()));
+      continue;
+    }
     said += fmt::format("; {} entries and {} call sites of {}", patches_of(in, PatchKind::Entry),
-                        patches_of(in, PatchKind::CallSite), paths::file_name(in.module));
+                        patches_of(in, PatchKind::CallSite), file);
   }
   return said;
 }

@@ -171,18 +171,8 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto register_frame = register_frame_function(req.pid, *maps, *p.symbols);
   if (!register_frame) return std::unexpected(register_frame.error());
   p.register_frame = *register_frame;
-  // No unwinder in the process: a C program (python3, php). Nothing can throw
-  // through the copies then; glibc loads libgcc_s later only for backtrace()
-  // and thread cancellation, which stop at a copy's frame (a shorter
-  // backtrace; cancellation still runs the thread's cleanup buffers). A
-  // program with exception tables must have its unwinder told. glibc's
-  // libc has them (its cleanups under cancellation): only its leaf
-  // functions are copied then (memmove, memcmp, strlen...), never below
-  // another frame at a cancellation point.
-  if (!p.register_frame && p.target.file->find_section(".gcc_except_table") && p.target.system_library)
-    p.target.only_leaves = true;
-  else if (!p.register_frame && p.target.file->find_section(".gcc_except_table"))
-    return fail(p.target.module->path + " has exception tables but no libgcc_s is loaded to register the cache's frames with");
+  // No unwinder in the process (a C program: python3, php): module_policy.h.
+  if (auto fits = fit_to_unwinder(p.target, p.register_frame); !fits) return std::unexpected(fits.error());
   auto sites = find_syscall_sites(req.pid);  // also refuses strict seccomp and shadow stacks
   if (!sites) return std::unexpected(sites.error());
   p.sites = *sites;

@@ -146,8 +146,10 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
   if (!lookups) return fail(what + ": " + lookups.error().message());
   target.caller_lookups = std::move(*lookups);
   if (library && is_glibc_libc(path)) {
+    auto kept = libc_functions_kept_in_place(*target.file, *target.module->functions);
+    if (!kept) return fail(what + ": " + kept.error().message());
     target.system_library = true;
-    target.kept_in_place = libc_functions_kept_in_place(*target.module->functions);
+    target.kept_in_place = std::move(*kept);
   }
   return target;
 }

@@ -29,10 +29,18 @@ using namespace std::chrono_literals;
 TEST(CleanThread, NamesTheCodeThatHoldsCallLocks) {
   // glibc's own names for its allocator (calloc is a weak alias of __libc_calloc).
   for (const char* name : {"malloc", "free", "realloc", "_Unwind_Find_FDE", "__register_frame_info", "_dl_open",
-                           "dl_iterate_phdr", "fork", "__libc_calloc", "__libc_memalign", "_int_malloc", "_int_free"})
+                           "dl_iterate_phdr", "fork", "__libc_calloc", "__libc_memalign", "_int_malloc", "_int_free",
+                           // libc6-dbg's names: versions, glibc's internal aliases, GCC's clones, inner helpers
+                           "cfree@GLIBC_2.2.5", "__GI___dl_iterate_phdr", "__posix_memalign", "__malloc_trim",
+                           "__GI___libc_mallinfo2", "_mid_memalign.constprop.0", "tcache_init.part.0", "reused_arena",
+                           "sysmalloc", "_int_realloc.isra.0"})
     EXPECT_TRUE(holds_call_locks(name)) << name;
+  EXPECT_EQ(plain_symbol_name("__GI___dl_iterate_phdr"), "__dl_iterate_phdr");
+  EXPECT_EQ(plain_symbol_name("cfree@GLIBC_2.2.5"), "cfree");
+  EXPECT_EQ(plain_symbol_name("_mid_memalign.constprop.0"), "_mid_memalign");
   for (const char* name : {"read", "main", "_ZN5mysql6handleEv", "freeaddrinfo", "epoll_wait", "__libc_start_call_main",
-                           "__libc_start_main"})
+                           "__libc_start_main", "__memmove_avx_unaligned_erms", "memcpy@@GLIBC_2.14", "qsort_r",
+                           "__GI_memcpy", "_ZN4Item4freeEv"})
     EXPECT_FALSE(holds_call_locks(name)) << name;
   EXPECT_TRUE(module_holds_call_locks("/usr/lib/x86_64-linux-gnu/libgcc_s.so.1"));
   EXPECT_TRUE(module_holds_call_locks("/lib64/ld-linux-x86-64.so.2"));
