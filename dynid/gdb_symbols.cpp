@@ -122,14 +122,15 @@ std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uin
   return std::vector<uint8_t>(out.begin(), out.end());
 }
 
-std::string cache_symbol_file_path(pid_t pid, uint64_t start_time, const std::string& tier) {
-  return fmt::format("{}/gdb/{}-{}.elf", paths::state_dir(), process_file_stem(pid, start_time), tier);
+std::string cache_symbol_file_path(pid_t pid, uint64_t start_time, const std::string& tier,
+                                   const std::string& module_tag) {
+  return fmt::format("{}/gdb/{}-{}{}.elf", paths::state_dir(), process_file_stem(pid, start_time), tier, module_tag);
 }
 
-Result<std::string> save_cache_symbol_file(const Injection& in, const std::string& tier) {
+Result<std::string> save_cache_symbol_file(const Injection& in, const std::string& tier, const std::string& module_tag) {
   const std::string dir = paths::state_dir() + "/gdb";
   if (auto made = ensure_dir_p(dir, 0700); !made) return std::unexpected(made.error());
-  const std::string path = cache_symbol_file_path(in.pid, in.start_time, tier);
+  const std::string path = cache_symbol_file_path(in.pid, in.start_time, tier, module_tag);
   std::vector<uint8_t> elf =
       cache_symbol_file(in.copies, in.code_addr, in.code_size, in.eh_frame_addr, in.eh_frame, copies_dwarf(in, tier));
   if (auto written = write_file_atomic(path, std::string(elf.begin(), elf.end()), 0600); !written)

@@ -31,10 +31,12 @@ std::vector<uint8_t> cache_symbol_file(const std::vector<CopyRange>& copies, uin
                                        const DebugSections& debug = {});
 
 // Where the symbol file of process (pid, start_time)'s cache of `tier` is.
-std::string cache_symbol_file_path(pid_t pid, uint64_t start_time, const std::string& tier);
+// `module_tag`: "" for the first module's cache, "-libc.so.6" for a further one's (all_hot_modules).
+std::string cache_symbol_file_path(pid_t pid, uint64_t start_time, const std::string& tier,
+                                   const std::string& module_tag = "");
 
 // Writes `in`'s symbol file for process (pid, start_time); returns the gdb
 // command that loads it ("add-symbol-file PATH").
-Result<std::string> save_cache_symbol_file(const Injection& in, const std::string& tier);
+Result<std::string> save_cache_symbol_file(const Injection& in, const std::string& tier, const std::string& module_tag = "");
 
 }  // namespace dyni

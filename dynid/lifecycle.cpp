@@ -77,10 +77,8 @@ std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts) {
   return out;
 }
 
-// Whether the copied library is loaded now from the file its copies were
-// made from, where it was: false once an unload took its patched pages (the
-// copies are reached no more; a load elsewhere runs the file's code). Null
-// for the executable, which only an exec replaces, cache and all.
+}  // namespace
+
 nlohmann::json library_loaded(const Injection& in) {
   if (!in.module_load) return nullptr;
   auto maps = profiler::read_maps(in.pid);
@@ -89,6 +87,8 @@ nlohmann::json library_loaded(const Injection& in) {
     return m.executable && m.file_backed() && inject::still_the_module(in, m);
   });
 }
+
+namespace {
 
 // A group's leader is profiled across its group (process_group.h): with the
 // members that run its image at its addresses (the same ProcStat::image:

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +44,12 @@
 namespace dyni {
 
 class CountingPhase;
+
+// Whether the copied library is loaded now from the file its copies were
+// made from, where it was: false once an unload took its patched pages (the
+// copies are reached no more; a load elsewhere runs the file's code). Null
+// for the executable, which only an exec replaces, cache and all.
+nlohmann::json library_loaded(const Injection& in);
 
 struct DynimizeOptions {
   bool dynimize = true;  // [options] dynimize: inject, or only plan
@@ -207,6 +214,7 @@ class TargetLifecycle {
   // or adopted from their records: -undo and -redo act on each that has no
   // error (one that failed had its patches undone then).
   std::vector<Injection> more_;
+  std::map<uint64_t, std::string> more_gdb_commands_;  // by cache address: how gdb loads its symbols
   bool adopted_ = false;  // found in the target, not made by this dynid
   bool inherited_ = false;  // adopted, and its parent maps that cache: it came with a fork
   std::optional<ParentCopies> parent_copies_;  // set before the thread starts

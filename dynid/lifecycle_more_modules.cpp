@@ -18,6 +18,7 @@
 #include "dynid/cache_plan.h"
 #include "dynid/cache_scan.h"
 #include "dynid/inject/patch_entries.h"
+#include "dynid/gdb_symbols.h"
 #include "dynid/lifecycle.h"
 
 namespace dyni {
@@ -107,9 +108,13 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
             in.code_addr, in.patch_windows, in.longest_stop.count() / 1000.0);
   if (in.copies.empty()) return;
   try {
-    write_copy_files(in, "optimized", false);
+    write_copy_files(in, "optimized", false);  // appended to the perf map and origins
+    auto gdb = save_cache_symbol_file(in, "optimized", "-" + file);
+    if (!gdb) log::warn("target {} pid {}: gdb's symbol file of {}: {}", name_, pid_, file, gdb.error().message());
+    std::lock_guard lock(injection_mutex_);
+    if (gdb) more_gdb_commands_[in.cache.addr] = *gdb;
   } catch (const std::exception& e) {  // files for people: never the target's state
-    log::warn("target {} pid {}: perf map or origins of {}: {}", name_, pid_, file, e.what());
+    log::warn("target {} pid {}: perf map, origins or gdb file of {}: {}", name_, pid_, file, e.what());
   }
 }
 
@@ -190,6 +195,9 @@ nlohmann::json TargetLifecycle::more_modules_json() const {
   nlohmann::json out = nlohmann::json::array();
   for (const Injection& in : more_)
     out.push_back({{"module", in.module},
+                   {"module_loaded", library_loaded(in)},
+                   {"gdb_command", more_gdb_commands_.count(in.cache.addr) ? nlohmann::json(more_gdb_commands_.at(in.cache.addr))
+                                                                           : nlohmann::json(nullptr)},
                    {"functions_patched", patches_of(in, PatchKind::Entry)},
                    {"call_sites_repointed", patches_of(in, PatchKind::CallSite)},
                    {"functions_copied", in.copies.size()},

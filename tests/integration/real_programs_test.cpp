@@ -444,6 +444,11 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
   EXPECT_EQ(more[0].value("module", ""), libc) << more.dump();
   EXPECT_EQ(more[0].value("error", "?"), "") << more.dump();
   EXPECT_GE(more[0].value("functions_patched", 0), 1) << more.dump();
+  EXPECT_EQ(more[0].value("module_loaded", false), true) << more.dump();
+  // gdb loads libc's copies' symbols from a file of their own.
+  const std::string gdb = more[0].value("gdb_command", "");
+  EXPECT_TRUE(gdb.starts_with("add-symbol-file ") && gdb.ends_with("-optimized-libc.so.6.elf")) << more.dump();
+  EXPECT_NE(gdb, in.facts.value("gdb_command", "")) << more.dump();
   EXPECT_EQ(in.facts.value("module", ""), in.library);
   EXPECT_FALSE(text_equals_file(target, in.library)) << "libsqlite3's entries are patched";
   EXPECT_FALSE(text_equals_file(target, libc)) << "libc's entries are patched";
