@@ -36,9 +36,13 @@ using namespace inject;
 // unpatched: nothing would reach it.
 Status worth_injecting(const InjectRequest& req, const Prepared& p, const std::vector<std::string>& skipped) {
   if (!p.planned.plan.cache.functions.empty() && !p.record.patches.empty()) return ok();
+  // The first reason: a skipped entry's, else the jit's first rejection.
+  std::string first = skipped.empty() ? "" : skipped.front();
+  if (first.empty() && !p.planned.plan.rejected.empty())
+    first = p.planned.plan.rejected.front().name + ": " + p.planned.plan.rejected.front().reason;
   return fail(fmt::format("nothing to inject: none of the {} hot functions could be {}{}", req.hot.size(),
                           p.planned.plan.cache.functions.empty() ? "copied" : "entered by a patch",
-                          skipped.empty() ? "" : " (first reason: " + skipped.front() + ")"));
+                          first.empty() ? "" : " (first reason: " + first + ")"));
 }
 
 // What the injection holds once its cache is mapped: where the code and its

@@ -3,6 +3,7 @@
 // thrown through hot frames are still caught, its threads run in the cache,
 // and undo puts every entry byte back.
 #include "dynid/injector.h"
+#include "elf/elf_file.h"
 
 #include <gtest/gtest.h>
 
@@ -284,10 +285,27 @@ TEST(GotSlots, NameTheSymbolsALibrarysSlotsBind) {
 
 // libc and ld.so hold what dyni's own remote calls rely on: they are refused
 // by name before anything is mapped, and so is a library not mapped at all.
-TEST_F(InjectorTest, LibcAndTheDynamicLoaderAreNeverCopied) {
+// ld.so and libgcc_s are never copied; libc is, but never a function of it
+// that makes a system call (getpid's `syscall`: module_policy.h).
+TEST_F(InjectorTest, TheDynamicLoaderAndLibgccAreNeverCopiedNorLibcsSystemCalls) {
   StoppableTarget target(DYNI_TEST_INJECT, nullptr);
   ASSERT_EQ(target.read_line(), "ready");
-  for (const char* name : {"libc.so.6", "ld-linux-x86-64.so.2", "libgcc_s.so.1"}) {
+  {
+    InjectRequest request{target.pid(), {}};
+    request.module = mapped_path(target.pid(), "libc.so.6");
+    ASSERT_NE(request.module, "");
+    auto file = elf::ElfFile::open(request.module);
+    ASSERT_TRUE(file);
+    auto names = file->function_symbols();
+    ASSERT_TRUE(names);
+    for (const elf::Symbol& s : *names)
+      if (s.name == "getpid") request.hot = {s.addr};
+    ASSERT_EQ(request.hot.size(), 1u);
+    auto injected = inject_module(request);
+    ASSERT_FALSE(injected) << "getpid was copied";
+    EXPECT_NE(injected.error().message().find("makes a system call"), std::string::npos) << injected.error().message();
+  }
+  for (const char* name : {"ld-linux-x86-64.so.2", "libgcc_s.so.1"}) {
     InjectRequest request{target.pid(), {0x1000}};
     request.module = mapped_path(target.pid(), name);
     ASSERT_NE(request.module, "") << name << " is not mapped";

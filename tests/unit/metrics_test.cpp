@@ -45,6 +45,22 @@ TEST(Metrics, StatusBecomesPrometheusText) {
   EXPECT_EQ(down.find("dyni_license"), std::string::npos) << "unknown without a daemon, not inactive";
 }
 
+// With all_hot_modules, a target's functions, entries and cache bytes are
+// every module's.
+TEST(Metrics, EveryModulesCachesCount) {
+  nlohmann::json status = {
+      {"targets",
+       {{{"name", "m"}, {"pid", 9}, {"state", "dynimized"},
+         {"dynimized", {{"functions_copied", 600}, {"functions_patched", 590}, {"cache", {{"bytes", 2097152}}},
+                        {"more_modules", {{{"module", "/usr/lib/x86_64-linux-gnu/libc.so.6"}, {"functions_copied", 12},
+                                           {"functions_patched", 10}, {"cache", {{"bytes", 2097152}}}}}}}}}}}};
+  const std::string text = prometheus_metrics(status, 1000);
+  for (const std::string& line : {std::string("dyni_target_functions_optimized{name=\"m\",pid=\"9\"} 612\n"),
+                                  std::string("dyni_target_entries_patched{name=\"m\",pid=\"9\"} 600\n"),
+                                  std::string("dyni_target_cache_bytes{name=\"m\",pid=\"9\"} 4194304\n")})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
+}
+
 // The textfile's directory is node_exporter's user's: a link planted at the
 // file's name is replaced, never followed; the file is 0644 whatever the
 // umask; a directory that is a link is refused; no directory: nothing.
