@@ -32,7 +32,7 @@ constexpr std::string_view kLockHolders[] = {
     "malloc_consolidate", "sysmalloc", "systrim", "mtrim", "arena_get2", "arena_get_retry", "reused_arena",
     "get_free_list", "new_heap", "alloc_new_heap", "grow_heap", "shrink_heap", "heap_trim", "munmap_chunk",
     "mremap_chunk", "ptmalloc_init", "tcache_thread_shutdown", "malloc_hook_ini", "realloc_hook_ini",
-    "memalign_hook_ini"};
+    "memalign_hook_ini", "malloc_arena_thread_freeres", "libc_thread_freeres"};
 // glibc's allocator is __libc_malloc, __libc_calloc, __libc_memalign, ...
 // (the public names are weak aliases, and a symbolizer may show either) over
 // _int_malloc and friends.

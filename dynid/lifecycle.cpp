@@ -268,11 +268,13 @@ bool TargetLifecycle::adopt_existing_cache() {
     inherited_ = inherited;
     huge_page_bytes_ = huge;
   }
-  adopt_more_modules(all, found, *first);
-  TargetState to = best_live ? TargetState::Dynimized : TargetState::Undone;
-  std::string why = fmt::format("found dyni's cache at {:#x} in the target{}: {} of its {} patches (entries and call sites) live",
+  // Dynimized while any module's patch is live: -undo must reach it.
+  const std::size_t more_live = adopt_more_modules(*maps, all, found, *first);
+  TargetState to = best_live + more_live ? TargetState::Dynimized : TargetState::Undone;
+  std::string why = fmt::format("found dyni's cache at {:#x} in the target{}: {} of its {} patches (entries and call sites) live{}",
                                 best->cache_addr, inherited_ ? fmt::format(", inherited from its parent pid {}", ppid_) : "",
-                                best_live, best->patches.size());
+                                best_live, best->patches.size(),
+                                more_live ? fmt::format(", and {} of the further modules' caches'", more_live) : "");
   log::info("target {} pid {}: {}", name_, pid_, why);
   settle_adoption(to, why);  // first: -undo reaches it from now on
   note_adopted_copies(*best);

@@ -161,8 +161,9 @@ class TargetLifecycle {
     std::optional<RecordModule> module;
     std::size_t live = 0;
   };
-  void adopt_more_modules(const std::vector<CacheRecord>& all, const std::vector<FoundRecord>& found,
-                          const FoundRecord& first);
+  // Adopts every other module's cache; returns how many of their patches are live.
+  std::size_t adopt_more_modules(const std::vector<profiler::Mapping>& maps, const std::vector<CacheRecord>& all,
+                                 const std::vector<FoundRecord>& found, const FoundRecord& first);
   std::string undo_more_modules(std::vector<std::string>& failed);
   std::string redo_more_modules(std::size_t& entries, std::size_t& calls);
   nlohmann::json more_modules_json() const;  // under injection_mutex_

@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
+#include <utility>
 
 #include "common/log.h"
 #include "common/paths.h"
@@ -118,11 +121,30 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   }
 }
 
-void TargetLifecycle::adopt_more_modules(const std::vector<CacheRecord>& all, const std::vector<FoundRecord>& found,
-                                         const FoundRecord& first) {
+namespace {
+
+// The file mapping that holds every patch of `record` still mapped (its
+// inode and load address, start - offset), or none: none mapped, or in more
+// than one (a record whose module could not be matched is then left alone).
+std::optional<std::pair<uint64_t, uint64_t>> the_mapping_patched(const std::vector<profiler::Mapping>& maps,
+                                                                 const CacheRecord& record) {
+  std::set<std::pair<uint64_t, uint64_t>> held;
+  for (const PatchRecord& p : record.patches)
+    for (const profiler::Mapping& m : maps)
+      if (m.executable && m.file_backed() && m.start <= p.addr && p.addr < m.end) held.insert({m.inode, m.start - m.offset});
+  if (held.size() != 1) return std::nullopt;
+  return *held.begin();
+}
+
+}  // namespace
+
+std::size_t TargetLifecycle::adopt_more_modules(const std::vector<profiler::Mapping>& maps,
+                                                const std::vector<CacheRecord>& all,
+                                                const std::vector<FoundRecord>& found, const FoundRecord& first) {
   // For each other module, its cache with the most live patches (a failed
   // injection's may lie beside it); a record whose module could not be
-  // matched, with live patches, is adopted for -undo alone.
+  // matched, with live patches all in one file mapping, is adopted for
+  // -undo alone, tied to that mapping.
   std::map<std::string, const FoundRecord*> by_module;
   std::vector<const FoundRecord*> unmatched;
   for (const FoundRecord& f : found) {
@@ -146,14 +168,28 @@ void TargetLifecycle::adopt_more_modules(const std::vector<CacheRecord>& all, co
     return in;
   };
   std::vector<Injection> adopted;
-  for (const auto& [path, f] : by_module)
+  std::size_t live = 0;
+  for (const auto& [path, f] : by_module) {
     // With nothing live, it may be a failed injection's: never patched again.
     adopted.push_back(adopt(*f, f->live ? "" : "found with no live patch: -redo leaves it as it is"));
-  for (const FoundRecord* f : unmatched)
-    adopted.push_back(adopt(*f, "its module could not be matched to its record: -undo restores its live patches, "
-                                "-redo leaves it"));
+    live += f->live;
+  }
+  for (const FoundRecord* f : unmatched) {
+    auto mapping = the_mapping_patched(maps, *f->record);
+    if (!mapping) {
+      log::warn("target {} pid {}: dyni's cache at {:#x} has {} live patches in no single file mapping and matches no "
+                "module: left alone", name_, pid_, f->record->cache_addr, f->live);
+      continue;
+    }
+    Injection in = adopt(*f, "its module could not be matched to its record: -undo restores its live patches, "
+                             "-redo leaves it");
+    in.module_inode = mapping->first, in.module_load = mapping->second;  // undo writes only into that mapping
+    adopted.push_back(std::move(in));
+    live += f->live;
+  }
   std::lock_guard lock(injection_mutex_);
   more_ = std::move(adopted);
+  return live;
 }
 
 std::string TargetLifecycle::undo_more_modules(std::vector<std::string>& failed) {

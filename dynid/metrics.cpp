@@ -74,15 +74,18 @@ nlohmann::json at(const nlohmann::json& j, std::initializer_list<const char*> pa
 }
 
 // `path` in the target's first module's facts (under "dynimized") plus the
-// same in each further module's ([options] all_hot_modules: "more_modules");
-// null when the first has none.
-nlohmann::json summed_over_modules(const nlohmann::json& t, std::initializer_list<const char*> path) {
+// same in each further module's ([options] all_hot_modules: "more_modules"),
+// with `working_only` in those that did not fail (whose patches were
+// undone, their caches mapped still); null when the first has none.
+nlohmann::json summed_over_modules(const nlohmann::json& t, std::initializer_list<const char*> path,
+                                   bool working_only = true) {
   const nlohmann::json d = at(t, {"dynimized"});
   nlohmann::json first = at(d, path);
   if (!first.is_number()) return nullptr;
   double sum = first.get<double>();
   for (const nlohmann::json& m : at(d, {"more_modules"}).is_array() ? at(d, {"more_modules"}) : nlohmann::json::array())
-    if (nlohmann::json v = at(m, path); v.is_number()) sum += v.get<double>();
+    if (nlohmann::json v = at(m, path); v.is_number() && (!working_only || m.value("error", "") == ""))
+      sum += v.get<double>();
   return sum;
 }
 
@@ -98,7 +101,7 @@ void add_targets(Exposition& e, const nlohmann::json& targets) {
   e.add("dyni_target_entries_patched", "gauge", "Function entries patched to jump to the copies (every module's).",
         per_target(targets, [](const nlohmann::json& t) { return summed_over_modules(t, {"functions_patched"}); }));
   e.add("dyni_target_cache_bytes", "gauge", "Bytes of the code caches mapped in the target (every module's).",
-        per_target(targets, [](const nlohmann::json& t) { return summed_over_modules(t, {"cache", "bytes"}); }));
+        per_target(targets, [](const nlohmann::json& t) { return summed_over_modules(t, {"cache", "bytes"}, false); }));
   e.add("dyni_target_cache_huge_page_bytes", "gauge", "Bytes of the code cache on huge pages (hugetlb included).",
         per_target(targets, [](const nlohmann::json& t) { return at(t, {"dynimized", "cache", "huge_page_bytes"}); }));
   e.add("dyni_target_longest_stop_seconds", "gauge", "The longest time dyni held the target's threads stopped.",

@@ -46,18 +46,21 @@ TEST(Metrics, StatusBecomesPrometheusText) {
 }
 
 // With all_hot_modules, a target's functions, entries and cache bytes are
-// every module's.
+// every module's that did not fail (and every cache still mapped).
 TEST(Metrics, EveryModulesCachesCount) {
   nlohmann::json status = {
       {"targets",
        {{{"name", "m"}, {"pid", 9}, {"state", "dynimized"},
          {"dynimized", {{"functions_copied", 600}, {"functions_patched", 590}, {"cache", {{"bytes", 2097152}}},
                         {"more_modules", {{{"module", "/usr/lib/x86_64-linux-gnu/libc.so.6"}, {"functions_copied", 12},
-                                           {"functions_patched", 10}, {"cache", {{"bytes", 2097152}}}}}}}}}}}};
+                                           {"functions_patched", 10}, {"cache", {{"bytes", 2097152}}}},
+                                          {{"module", "/usr/lib/x86_64-linux-gnu/libm.so.6"}, {"functions_copied", 3},
+                                           {"functions_patched", 0}, {"cache", {{"bytes", 2097152}}},
+                                           {"error", "no entry could be patched"}}}}}}}}}};
   const std::string text = prometheus_metrics(status, 1000);
   for (const std::string& line : {std::string("dyni_target_functions_optimized{name=\"m\",pid=\"9\"} 612\n"),
                                   std::string("dyni_target_entries_patched{name=\"m\",pid=\"9\"} 600\n"),
-                                  std::string("dyni_target_cache_bytes{name=\"m\",pid=\"9\"} 4194304\n")})
+                                  std::string("dyni_target_cache_bytes{name=\"m\",pid=\"9\"} 6291456\n")})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
 }
 
