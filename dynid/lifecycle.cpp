@@ -45,10 +45,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 
-// " (first reason: ...)" for a list of reasons; "" for none (never "reason: none").
-std::string first_reason(const std::vector<std::string>& v) { return v.empty() ? "" : " (first reason: " + v.front() + ")"; }
-
-
 // I8: a cache is freed only once nothing can run in it or return into it.
 // Stacks can be proven (thread_unwind.h), but copies' addresses also sit
 // where no unwinder looks: setjmp buffers and coroutine contexts (mangled by

@@ -50,6 +50,10 @@ class CountingPhase;
 // copies are reached no more; a load elsewhere runs the file's code). Null
 // for the executable, which only an exec replaces, cache and all.
 nlohmann::json library_loaded(const Injection& in);
+// " (first reason: …)" for the first of `reasons`, or "".
+inline std::string first_reason(const std::vector<std::string>& reasons) {
+  return reasons.empty() ? "" : " (first reason: " + reasons.front() + ")";
+}
 
 struct DynimizeOptions {
   bool dynimize = true;  // [options] dynimize: inject, or only plan

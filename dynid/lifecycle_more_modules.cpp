@@ -25,15 +25,6 @@
 #include "dynid/lifecycle.h"
 
 namespace dyni {
-namespace {
-
-std::size_t patches_of(const Injection& in, PatchKind kind) {
-  return static_cast<std::size_t>(
-      std::count_if(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) { return p.kind == kind; }));
-}
-
-}  // namespace
-
 void TargetLifecycle::inject_more_modules(Injection& first) {
   const profiler::Recorder* recorder = nullptr;
   {
@@ -79,8 +70,7 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   // plan then saw no samples): the share copied is the lifecycle's count.
   injected->plan["sampled_cpu_accepted_percent"] = sampled_share_copied(hot->profile, *injected);
   if (injected->error.empty() && injected->patched.empty())
-    injected->error = "no entry could be patched" +
-                      (injected->skipped.empty() ? std::string() : " (first reason: " + injected->skipped.front() + ")");
+    injected->error = "no entry could be patched" + first_reason(injected->skipped);
   // Kept at once, whatever follows: -undo reaches its patches from here on.
   // Threads may run in this cache from now on: every earlier cache's stack
   // proofs (-redo) need its frames (the later ones read its record).
@@ -107,7 +97,7 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   }
   log::info("target {} pid {}: dynimized {} too: {} functions patched, {} call sites re-pointed, {} bytes of code at "
             "{:#x}; {} patch windows, longest stop {:.1f} ms",
-            name_, pid_, file, patches_of(in, PatchKind::Entry), patches_of(in, PatchKind::CallSite), in.code_size,
+            name_, pid_, file, count_of(in.patched, PatchKind::Entry), count_of(in.patched, PatchKind::CallSite), in.code_size,
             in.code_addr, in.patch_windows, in.longest_stop.count() / 1000.0);
   if (in.copies.empty()) return;
   try {
@@ -200,8 +190,8 @@ std::string TargetLifecycle::undo_more_modules(std::vector<std::string>& failed)
       failed.push_back(fmt::format("{}: {}", file, r.error().message()));
       continue;
     }
-    said += fmt::format("; {} entries and {} call sites of {}", patches_of(in, PatchKind::Entry),
-                        patches_of(in, PatchKind::CallSite), file);
+    said += fmt::format("; {} entries and {} call sites of {}", count_of(in.patched, PatchKind::Entry),
+                        count_of(in.patched, PatchKind::CallSite), file);
   }
   return said;
 }
@@ -217,11 +207,11 @@ std::string TargetLifecycle::redo_more_modules(std::size_t& entries, std::size_t
                           !again ? again.error().message() : again->error.empty() ? "no entry could be" : again->error);
       continue;
     }
-    entries += patches_of(*again, PatchKind::Entry);
-    calls += patches_of(*again, PatchKind::CallSite);
+    entries += count_of(again->patched, PatchKind::Entry);
+    calls += count_of(again->patched, PatchKind::CallSite);
     in.patch_windows += again->patch_windows;
     if (again->longest_stop > in.longest_stop) in.longest_stop = again->longest_stop;
-    said += fmt::format("; {} of {} entries of {}", patches_of(*again, PatchKind::Entry), patches_of(in, PatchKind::Entry),
+    said += fmt::format("; {} of {} entries of {}", count_of(again->patched, PatchKind::Entry), count_of(in.patched, PatchKind::Entry),
                         file);
   }
   return said;
@@ -234,8 +224,8 @@ nlohmann::json TargetLifecycle::more_modules_json() const {
                    {"module_loaded", library_loaded(in)},
                    {"gdb_command", more_gdb_commands_.count(in.cache.addr) ? nlohmann::json(more_gdb_commands_.at(in.cache.addr))
                                                                            : nlohmann::json(nullptr)},
-                   {"functions_patched", patches_of(in, PatchKind::Entry)},
-                   {"call_sites_repointed", patches_of(in, PatchKind::CallSite)},
+                   {"functions_patched", count_of(in.patched, PatchKind::Entry)},
+                   {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
                    {"functions_copied", in.copies.size()},
                    {"cache", {{"addr", fmt::format("{:#x}", in.cache.addr)}, {"bytes", in.cache.length},
                               {"code_bytes", in.code_size}}},
