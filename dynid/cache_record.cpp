@@ -16,6 +16,7 @@ namespace {
 
 constexpr std::size_t kPatchEntryBytes = 24;  // addr, original, replacement, padding
 constexpr std::size_t kSiteEntryBytes = 16;   // addr, form bits, padding
+constexpr std::size_t kSlotEntryBytes = 24;   // addr, original, replacement
 constexpr std::size_t kHeadBytes = 8 + 4 + 4 + 1 + 64 + 7 + 12 * 8 + 8;  // at most, before the entries
 
 uint64_t fnv1a(std::span<const uint8_t> bytes) {
@@ -111,6 +112,25 @@ Status check_patches(const CacheRecord& rec, uint32_t version) {
   return ok();
 }
 
+// Every slot (I9: undo writes `original` back where `replacement` is) is
+// 8-aligned outside the cache, once; it held the start of a function whose
+// entry this record patches, and now holds a copy's address in the code.
+Status check_slots(const CacheRecord& rec) {
+  std::set<uint64_t> entries, seen;
+  for (const PatchRecord& p : rec.patches)
+    if (p.kind == PatchKind::Entry) entries.insert(p.addr);
+  const uint64_t code = rec.cache_addr + rec.code_offset;
+  for (const SlotRecord& s : rec.slots) {
+    const bool in_cache = s.addr + 8 > rec.cache_addr && s.addr < rec.cache_addr + rec.cache_length;
+    if (s.addr % 8 || in_cache || !seen.insert(s.addr).second)
+      return fail(fmt::format("cache record: GOT slot at {:#x} is misplaced or repeated", s.addr));
+    if (!entry_patched_at(entries, s.original, CacheRecord::kVersion) || s.replacement < code ||
+        s.replacement - code >= rec.code_size)
+      return fail(fmt::format("cache record: GOT slot at {:#x} is not re-pointed from an entry to the code", s.addr));
+  }
+  return ok();
+}
+
 // A counting cache has its counters in a mapping of its own, beside it and
 // not overlapping it; an optimized one has neither counters nor sites.
 Status check_tier(CacheRecord& rec, uint64_t tier, uint32_t sites) {
@@ -136,8 +156,8 @@ std::size_t count_of(const std::vector<PatchRecord>& patches, PatchKind kind) {
       std::count_if(patches.begin(), patches.end(), [&](const PatchRecord& p) { return p.kind == kind; }));
 }
 
-std::size_t record_size(std::size_t patches, std::size_t counter_sites) {
-  return kHeadBytes + kPatchEntryBytes * patches + kSiteEntryBytes * counter_sites + 8;
+std::size_t record_size(std::size_t patches, std::size_t counter_sites, std::size_t slots) {
+  return kHeadBytes + kPatchEntryBytes * patches + kSiteEntryBytes * counter_sites + 8 + kSlotEntryBytes * slots + 8;
 }
 
 std::vector<uint8_t> encode_record(const CacheRecord& r) {
@@ -161,7 +181,8 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
     if (it != entries.end()) entry_offset = std::max(entry_offset, *it - start);
   }
   const bool from_starts = entry_offset > 0;
-  put<uint32_t>(out, entry_offset > jit::kMaxEntryPatchOffsetV7 ? 8
+  put<uint32_t>(out, !r.slots.empty() ? 9
+                     : entry_offset > jit::kMaxEntryPatchOffsetV7 ? 8
                      : from_starts  ? 7
                      : call_sites ? 6
                      : any(&jit::CounterForm::value)   ? 5
@@ -189,6 +210,12 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
     put<uint64_t>(out, c.addr);
     out.push_back(c.form.bits());
     out.resize(out.size() + kSiteEntryBytes - 9, 0);
+  }
+  if (!r.slots.empty()) {  // version 9: a count, then the slots
+    put<uint32_t>(out, static_cast<uint32_t>(r.slots.size()));
+    put<uint32_t>(out, 0);
+    for (const SlotRecord& s : r.slots)
+      for (uint64_t v : {s.addr, s.original, s.replacement}) put<uint64_t>(out, v);
   }
   uint32_t total = static_cast<uint32_t>(out.size() + 8);
   std::memcpy(out.data() + 12, &total, 4);
@@ -274,6 +301,17 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     if (!inside(c.addr - rec.cache_addr - rec.code_offset, 2, rec.code_size))  // below the code: wraps, outside
       return fail(fmt::format("cache record: counter site at {:#x} is not in the code", c.addr));
     rec.counter_sites.push_back(c);
+  }
+  if (*version >= 9) {
+    auto slots = r.read<uint32_t>();
+    if (!slots || !r.skip(4) || r.pos() + 8 > *total || *slots > (*total - 8 - r.pos()) / kSlotEntryBytes)
+      return fail("cache record: bad slot count");
+    for (uint32_t i = 0; i < *slots; ++i) {
+      SlotRecord s;
+      s.addr = *r.read<uint64_t>(), s.original = *r.read<uint64_t>(), s.replacement = *r.read<uint64_t>();
+      rec.slots.push_back(s);
+    }
+    if (auto checked = check_slots(rec); !checked) return std::unexpected(checked.error());
   }
   return rec;
 }

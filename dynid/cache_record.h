@@ -36,6 +36,19 @@ struct PatchRecord {
 // How many of `patches` are of `kind`.
 std::size_t count_of(const std::vector<PatchRecord>& patches, PatchKind kind);
 
+// A JUMP_SLOT GOT slot of another module of the target (its PLT's: it
+// serves calls alone, never an address-of) that held the start of a function
+// this cache copies, re-pointed at that copy (issue 22: calls from one
+// module's copies to another's hot functions reach its copies). 8 bytes,
+// 8-aligned: one write, never across a page. Undo writes `original` back
+// only where the slot still holds `replacement` (ld.so writes these slots
+// itself under lazy binding; a GOT hook may have since).
+struct SlotRecord {
+  uint64_t addr = 0;         // run-time address of the slot
+  uint64_t original = 0;     // the function's run-time start, as ld.so bound it
+  uint64_t replacement = 0;  // its copy's start, in this cache
+};
+
 // Counter code in a counting cache (jit/counting.h), as dynid turns it off.
 struct CounterSiteRecord {
   uint64_t addr = 0;      // run-time address of its first instruction
@@ -57,10 +70,11 @@ struct CacheRecord {
   // from a function's start whose entry patch lies after its kept first
   // instruction (jit/patch_plan.h), which 6 refuses; 8: that patch may lie
 // up to kMaxEntryPatchOffset bytes in, after several kept instructions,
-// where 7 allows kMaxEntryPatchOffsetV7. Every older version is
+// where 7 allows kMaxEntryPatchOffsetV7; 9: other modules' GOT slots
+// re-pointed at the copies (slots), which 8 would not undo. Every older version is
   // still read (2: tier Optimized, no counters; before 6 every patch is an
   // entry; before 7 a call site's original target is an entry patch's address).
-  static constexpr uint32_t kVersion = 8;
+  static constexpr uint32_t kVersion = 9;
   static constexpr uint32_t kOldestVersion = 2;
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;
@@ -74,14 +88,15 @@ struct CacheRecord {
   CacheTier tier = CacheTier::Optimized;
   uint64_t counters_addr = 0, counters_length = 0;  // a counting cache's read-write mapping
   std::vector<CounterSiteRecord> counter_sites;     // in the code, by address
+  std::vector<SlotRecord> slots;                    // other modules' GOT slots (version 9)
 };
 
 // "DYNICACH": the first 8 bytes of a mapping that holds a record.
 constexpr std::array<uint8_t, 8> kRecordMagic = {'D', 'Y', 'N', 'I', 'C', 'A', 'C', 'H'};
 constexpr std::size_t kMaxRecordBytes = 4 << 20;
 
-// How many bytes a record takes: its patches, and a counting cache's sites.
-std::size_t record_size(std::size_t patches, std::size_t counter_sites);
+// How many bytes a record takes: its patches, a counting cache's sites, the slots.
+std::size_t record_size(std::size_t patches, std::size_t counter_sites, std::size_t slots = 0);
 
 std::vector<uint8_t> encode_record(const CacheRecord& record);
 

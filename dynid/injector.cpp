@@ -9,6 +9,8 @@
 //   collapse_if_split    huge pages a fork split, collapsed again
 //   patch_in_order       every entry, then every call site to a copy, in stop
 //                        windows after the live checks (I4)
+//   repoint_slots        other copied modules' JUMP_SLOT GOT slots bound to
+//                        the copied functions, at the copies (all_hot_modules)
 // undo and redo (patch_entries.cpp) and the counters (counters.cpp) live
 // beside them.
 #include "dynid/injector.h"
@@ -19,6 +21,7 @@
 #include "dynid/inject/cache_contents.h"
 #include "dynid/inject/target_module.h"
 #include "dynid/inject/frames_registration.h"
+#include "dynid/inject/got_repoint.h"
 #include "dynid/inject/map_window.h"
 #include "dynid/inject/patch_entries.h"
 #include "dynid/inject/prepare.h"
@@ -132,6 +135,11 @@ Result<Injection> inject_module(const InjectRequest& req) {
   }
   collapse_if_split(*p, out, *mapped);
   if (auto r = patch_in_order(p->record.patches, out, replaced_jumps(req)); !r) out.error = r.error().message();
+  // Last, the other modules' calls: their GOT slots bound to the copied
+  // functions whose entries now hold dyni's jump.
+  for (const SlotHolder& h : req.slot_holders) out.slot_files.push_back(h.inode);
+  if (out.error.empty())
+    if (auto r = repoint_slots(p->record.slots, out); !r) out.error = r.error().message();
   return out;
 }
 
@@ -160,6 +168,7 @@ Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record)
   in.frames = {in.code_addr, in.code_addr + in.code_size, record.cache_addr + record.search_table_offset,
                record.search_table_size / jit::kSearchEntryBytes};
   in.patched = record.patches;
+  in.slots_patched = record.slots;  // their files unknown: only put back where they hold a copy's address
   return in;
 }
 

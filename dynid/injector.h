@@ -38,6 +38,15 @@
 
 namespace dyni {
 
+// A module of the target that dyni copied earlier (all_hot_modules): its
+// JUMP_SLOT GOT slots bound to this cache's functions are re-pointed at the
+// copies (inject/got_slots.h). Its path as the target maps it, its file's
+// inode and its load bias.
+struct SlotHolder {
+  std::string module;
+  uint64_t inode = 0, bias = 0;
+};
+
 struct InjectRequest {
   pid_t pid = 0;
   std::vector<uint64_t> hot;  // link-time entry addresses in the module
@@ -58,6 +67,9 @@ struct InjectRequest {
   // copies (link-time starts, jit/call_sites.h): those that ran; the copied
   // ones among them are passed over. An optimized cache's only. Empty: none.
   std::vector<uint64_t> callers{};
+  // Modules whose JUMP_SLOT slots bound to the copied functions are
+  // re-pointed at their copies, after the entries. Empty: none.
+  std::vector<SlotHolder> slot_holders{};
   std::chrono::milliseconds call_timeout{2000};
   jit::JitOptions options{};
   // The image the caller profiled (ProcStat::image, 0: not checked): a
@@ -146,6 +158,11 @@ struct Injection {
   std::vector<CopyRange> other_copies;  // their copies, where known (the counting cache replaced)
   std::string frames_registered;  // with the target's unwinder: "yes: …" or "no: why"
   std::vector<PatchRecord> patched;
+  // Other modules' GOT slots re-pointed at the copies (inject/got_slots.h),
+  // and the inodes of the files whose data mappings they may lie in (none
+  // known for a cache adopted from its record: its slots are only put back).
+  std::vector<SlotRecord> slots_patched;
+  std::vector<uint64_t> slot_files;
   std::vector<std::string> skipped;  // "func_<addr>: reason"
   std::chrono::microseconds longest_stop{0};
   WindowTiming longest_window;  // of the patch windows

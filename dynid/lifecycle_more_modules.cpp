@@ -61,6 +61,11 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     request.other_copies.insert(request.other_copies.end(), copies->begin(), copies->end());
   for (const Injection& earlier : more_)
     request.other_copies.insert(request.other_copies.end(), earlier.copies.begin(), earlier.copies.end());
+  // The modules copied before it: their calls to its hot functions through
+  // their PLTs reach its copies (inject/got_repoint.h).
+  request.slot_holders.push_back({first.module, first.module_inode, first.module_bias});
+  for (const Injection& earlier : more_)
+    if (earlier.error.empty()) request.slot_holders.push_back({earlier.module, earlier.module_inode, earlier.module_bias});
   auto injected = inject_module(request);
   if (!injected) {
     log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());
@@ -95,10 +100,10 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
               in.cache.addr);
     return;
   }
-  log::info("target {} pid {}: dynimized {} too: {} functions patched, {} call sites re-pointed, {} bytes of code at "
-            "{:#x}; {} patch windows, longest stop {:.1f} ms",
-            name_, pid_, file, count_of(in.patched, PatchKind::Entry), count_of(in.patched, PatchKind::CallSite), in.code_size,
-            in.code_addr, in.patch_windows, in.longest_stop.count() / 1000.0);
+  log::info("target {} pid {}: dynimized {} too: {} functions patched, {} call sites and {} other modules' GOT slots "
+            "re-pointed, {} bytes of code at {:#x}; {} patch windows, longest stop {:.1f} ms",
+            name_, pid_, file, count_of(in.patched, PatchKind::Entry), count_of(in.patched, PatchKind::CallSite),
+            in.slots_patched.size(), in.code_size, in.code_addr, in.patch_windows, in.longest_stop.count() / 1000.0);
   if (in.copies.empty()) return;
   try {
     write_copy_files(in, "optimized", false);  // appended to the perf map and origins
@@ -190,8 +195,8 @@ std::string TargetLifecycle::undo_more_modules(std::vector<std::string>& failed)
       failed.push_back(fmt::format("{}: {}", file, r.error().message()));
       continue;
     }
-    said += fmt::format("; {} entries and {} call sites of {}", count_of(in.patched, PatchKind::Entry),
-                        count_of(in.patched, PatchKind::CallSite), file);
+    said += fmt::format("; {} entries, {} call sites and {} GOT slots of {}", count_of(in.patched, PatchKind::Entry),
+                        count_of(in.patched, PatchKind::CallSite), in.slots_patched.size(), file);
   }
   return said;
 }
@@ -226,6 +231,7 @@ nlohmann::json TargetLifecycle::more_modules_json() const {
                                                                            : nlohmann::json(nullptr)},
                    {"functions_patched", count_of(in.patched, PatchKind::Entry)},
                    {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
+                   {"got_slots_repointed", in.slots_patched.size()},
                    {"functions_copied", in.copies.size()},
                    {"cache", {{"addr", fmt::format("{:#x}", in.cache.addr)}, {"bytes", in.cache.length},
                               {"code_bytes", in.code_size}}},

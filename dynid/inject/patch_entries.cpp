@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "dynid/cache_scan.h"
+#include "dynid/inject/got_repoint.h"
 #include "dynid/inject/target_checks.h"
 #include "dynid/inject/target_module.h"
 #include "dynid/target_memory.h"
@@ -46,50 +47,9 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches, const R
   return sites;
 }
 
-// A call site is written only while its callee's entry holds dyni's jump
-// (in.patched has it, and the live bytes say so): else the call would go
-// round whatever holds that entry now, a breakpoint or a uprobe.
-using EntryJumps = std::map<uint64_t, const PatchRecord*>;  // the entries patched, by address
-
-EntryJumps entry_jumps(const Injection& in) {
-  EntryJumps out;
-  for (const PatchRecord& p : in.patched)
-    if (p.kind == PatchKind::Entry) out[p.addr] = &p;
-  return out;
-}
-
-// The callee's entry patch lies after the instructions it keeps, in the
-// one it patches: at its start, or after its REX prefix (jit/patch_plan.h).
-// Its jmp lands in the callee's copy as far in as the kept instructions'
-// copies reach, and the bytes before the patch are still those the copy
-// begins with (the file's instructions: no int3, no hook written over them
-// since), then at most a REX prefix (not a probe's int3). An endbr64's jmp
-// lands on the copy's start, which runs the endbr64 again. So the patch
-// found is the callee's own, and the call goes round nothing that its
-// callee's entry runs now. A kept instruction whose copy differs
-// (rip-relative) fails the comparison: its callers keep going through the entry.
-using Reader = std::function<Result<std::vector<uint8_t>>(uint64_t, std::size_t)>;
-bool callee_entry_is_ours(const PatchRecord& site, const EntryJumps& entries, const Reader& read) {
-  const uint64_t start = jit::rel32_target(site.addr, site.original);
-  const uint64_t copy = jit::rel32_target(site.addr, site.replacement);
-  auto it = entries.lower_bound(start);
-  if (it == entries.end() || it->first - start > jit::kMaxEntryPatchOffset) return false;
-  const PatchRecord& entry = *it->second;
-  auto jump = read(entry.addr, kPatchBytes);
-  if (!jump || !std::equal(jump->begin(), jump->end(), entry.replacement.begin())) return false;
-  const uint64_t landing = jit::rel32_target(entry.addr, entry.replacement), before_patch = entry.addr - start;
-  if (landing < copy || landing - copy > before_patch) return false;
-  const uint64_t kept = landing - copy;
-  if (before_patch == 0) return true;
-  auto before = read(start, before_patch);
-  if (!before) return false;
-  static constexpr std::array<uint8_t, 4> kEndbr64{0xf3, 0x0f, 0x1e, 0xfa};
-  if (kept == 0 && before_patch == kEndbr64.size()) return std::equal(before->begin(), before->end(), kEndbr64.begin());
-  const bool rex = before_patch == kept + 1 && ((*before)[kept] & 0xf0) == 0x40;
-  if (before_patch != kept && !rex) return false;
-  if (kept == 0) return true;
-  auto copied = read(copy, kept);
-  return copied && std::equal(copied->begin(), copied->end(), before->begin());
+bool call_site_callee_is_ours(const PatchRecord& site, const EntryJumps& entries, const Reader& read) {
+  return callee_entry_is_ours(jit::rel32_target(site.addr, site.original), jit::rel32_target(site.addr, site.replacement),
+                              entries, read);
 }
 
 // One stop window: the sites that are safe now are written, one write each.
@@ -136,7 +96,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   const Reader read = [&](uint64_t addr, std::size_t n) { return memory.read(addr, n); };
   for (std::size_t i = 0; i < patches.size(); ++i)
     if (patches[i].kind == PatchKind::CallSite && checks[i].verdict == SiteVerdict::Patch &&
-        !callee_entry_is_ours(patches[i], entries, read))
+        !call_site_callee_is_ours(patches[i], entries, read))
       checks[i] = {SiteVerdict::LeaveAlone, "its callee's entry does not hold dyni's jump"};
   now.check = since(t2);
   auto t3 = Clock::now();
@@ -168,6 +128,44 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
 }
 
 }  // namespace
+
+EntryJumps entry_jumps(const Injection& in) {
+  EntryJumps out;
+  for (const PatchRecord& p : in.patched)
+    if (p.kind == PatchKind::Entry) out[p.addr] = &p;
+  return out;
+}
+
+// The callee's entry patch lies after the instructions it keeps, in the
+// one it patches: at its start, or after its REX prefix (jit/patch_plan.h).
+// Its jmp lands in the callee's copy as far in as the kept instructions'
+// copies reach, and the bytes before the patch are still those the copy
+// begins with (the file's instructions: no int3, no hook written over them
+// since), then at most a REX prefix (not a probe's int3). An endbr64's jmp
+// lands on the copy's start, which runs the endbr64 again. So the patch
+// found is the callee's own, and the call goes round nothing that its
+// callee's entry runs now. A kept instruction whose copy differs
+// (rip-relative) fails the comparison: its callers keep going through the entry.
+bool callee_entry_is_ours(uint64_t start, uint64_t copy, const EntryJumps& entries, const Reader& read) {
+  auto it = entries.lower_bound(start);
+  if (it == entries.end() || it->first - start > jit::kMaxEntryPatchOffset) return false;
+  const PatchRecord& entry = *it->second;
+  auto jump = read(entry.addr, kPatchBytes);
+  if (!jump || !std::equal(jump->begin(), jump->end(), entry.replacement.begin())) return false;
+  const uint64_t landing = jit::rel32_target(entry.addr, entry.replacement), before_patch = entry.addr - start;
+  if (landing < copy || landing - copy > before_patch) return false;
+  const uint64_t kept = landing - copy;
+  if (before_patch == 0) return true;
+  auto before = read(start, before_patch);
+  if (!before) return false;
+  static constexpr std::array<uint8_t, 4> kEndbr64{0xf3, 0x0f, 0x1e, 0xfa};
+  if (kept == 0 && before_patch == kEndbr64.size()) return std::equal(before->begin(), before->end(), kEndbr64.begin());
+  const bool rex = before_patch == kept + 1 && ((*before)[kept] & 0xf0) == 0x40;
+  if (before_patch != kept && !rex) return false;
+  if (kept == 0) return true;
+  auto copied = read(copy, kept);
+  return copied && std::equal(copied->begin(), copied->end(), before->begin());
+}
 
 bool still_the_module(const Injection& in, const profiler::Mapping& text) {
   if (in.module_inode && (!text.file_backed() || text.inode != in.module_inode)) return false;
@@ -292,7 +290,8 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   const pid_t pid = in.pid;
   // Only dynid writes dyni's jumps: none there now, none there in the window
   // (a worker forked after its parent's counting cache ended: no stop).
-  if (std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) { return needs_a_window(pid, p); }))
+  if (std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) { return needs_a_window(pid, p); }) &&
+      !inject::any_slot_repointed(in))
     return ok();
   RaisedPriority priority;
   auto w = one_window ? WorldStop::stop(pid, kWindowStopTimeout) : stop_world(pid);
@@ -300,7 +299,9 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   if (auto same = same_target_with_record(in); !same) return same;
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
-  // Call sites first: none then leads past an entry that holds the file's bytes again.
+  // Other modules' GOT slots first, then call sites: none then leads past
+  // an entry that holds the file's bytes again.
+  if (auto slots = inject::restore_slots(in, *maps); !slots) return std::unexpected(slots.error());
   std::vector<const PatchRecord*> order;
   for (PatchKind kind : {PatchKind::CallSite, PatchKind::Entry})
     for (const PatchRecord& p : in.patched)
@@ -344,10 +345,17 @@ Injection patch_again(const Injection& in, int windows) {
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   again.other_frames = in.other_frames;
   again.module_inode = in.module_inode, again.module_load = in.module_load, again.bypassed_slots = in.bypassed_slots;
+  again.slot_files = in.slot_files;
   std::vector<PatchRecord> pending;
   for (const PatchRecord& p : in.patched)  // entries and call sites still patched need nothing
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
   if (auto r = patch_in_order(pending, again, {}, windows); !r) again.error = r.error().message();
+  // GOT slots where their files are known (not an adopted cache's), after the entries.
+  std::vector<SlotRecord> slots;
+  for (const SlotRecord& s : in.slots_patched)
+    (inject::slot_holds(in.pid, s, s.replacement) ? again.slots_patched : slots).push_back(s);
+  if (again.error.empty() && !in.slot_files.empty())
+    if (auto r = inject::repoint_slots(slots, again); !r) again.error = r.error().message();
   return again;
 }
 

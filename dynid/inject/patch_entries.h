@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -20,6 +21,17 @@ namespace dyni::inject {
 // What each entry may hold now besides the file's bytes: the jump of the
 // cache being replaced (a counting cache's), which the patch re-points.
 using Replaced = std::map<uint64_t, std::array<uint8_t, kPatchBytes>>;  // entry → the jump it may hold
+
+// A call to a copied function's start is re-pointed at its copy (a call
+// site, or another module's GOT slot, got_slots.h) only while its callee's
+// entry holds dyni's jump (in.patched has it, and the live bytes say so):
+// else the call would go round whatever holds that entry now, a breakpoint
+// or a uprobe.
+using EntryJumps = std::map<uint64_t, const PatchRecord*>;  // the entries patched, by address
+EntryJumps entry_jumps(const Injection& in);
+using Reader = std::function<Result<std::vector<uint8_t>>(uint64_t, std::size_t)>;
+// Whether a call to `start` may go to `copy` instead (see the definition).
+bool callee_entry_is_ours(uint64_t start, uint64_t copy, const EntryJumps& entries, const Reader& read);
 
 // Whether `text` still maps the file the copies were made from where it was
 // then (injector.h: module_inode, module_load): a library can be unloaded

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "dynid/cache_scan.h"
 #include "dynid/inject/frames_registration.h"
+#include "dynid/inject/got_repoint.h"
 #include "dynid/inject/module_policy.h"
 #include "elf/function_table.h"
 #include "jit/cache_eh_frame.h"
@@ -177,6 +178,10 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   if (!sites) return std::unexpected(sites.error());
   p.sites = *sites;
   std::tie(p.target.lo, p.target.hi) = module_range(*maps, p.target.module->path);
+  // Other modules' GOT slots bound into this one (got_repoint.h), read
+  // before the record is sized: each may take an entry in it.
+  auto slots = slot_candidates(req.pid, req.slot_holders, p.target.lo, p.target.hi);
+  if (!slots) return std::unexpected(slots.error());
   // Threads may run in caches already there (a counting cache being
   // replaced, one ended by a new dynid): every stack proof needs their frames.
   // Their patches are dyni's own bytes: a function whose call sites (or
@@ -206,7 +211,8 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto draft = plan_with_frames(p.target, sizing, jit::provisional_cache_base(*p.target.module->functions), 0x10000000, ignored);
   if (!draft) return std::unexpected(draft.error());
   const std::size_t draft_call_sites = call_sites_for(p.target, req, draft->plan, all_copies(draft->plan), true).patches.size();
-  p.layout = layout_for(draft->plan.cache.functions.size(), draft_call_sites, draft->plan.cache.bytes.size() + 4096,
+  p.layout = layout_for(draft->plan.cache.functions.size(), draft_call_sites + slots->size(),
+                        draft->plan.cache.bytes.size() + 4096,
                         draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
   auto place = place_cache(*maps, {p.target.lo, p.target.hi, p.layout.total + p.layout.counters_length, 0});
   if (!place) return std::unexpected(place.error());
@@ -232,7 +238,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
     return fail("the cache outgrew its place");
   p.record = {p.target.file->build_id(), bias, p.place.addr, p.place.length, p.layout.code_offset, cache.bytes.size(),
               p.layout.blob_offset, p.planned.frames.blob.size(), p.layout.table_offset, p.search_table.size(), {},
-              CacheTier::Optimized, 0, 0, {}};
+              CacheTier::Optimized, 0, 0, {}, {}};
   if (cache.counter_slots) {
     p.record.tier = CacheTier::Counting;
     p.record.counters_addr = p.counters_addr, p.record.counters_length = p.layout.counters_length;
@@ -240,6 +246,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
       for (const jit::EmittedCounter& c : f.code.counters) p.record.counter_sites.push_back({c.addr + bias, c.site.form()});
   }
   record_patches(p, call_sites_for(p.target, req, p.planned.plan, p.planned.frames.copies), skipped);
+  p.record.slots = plan_slots(*slots, copy_ranges(p));
   const std::size_t record_bytes = encode_record(p.record).size();
   // A record the scan could not read back would make the cache invisible to a new dynid.
   if (record_bytes > kMaxRecordBytes)

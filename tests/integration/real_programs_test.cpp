@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -23,6 +24,9 @@
 #include <fmt/format.h>
 
 #include "common/file_io.h"
+#include "dynid/target_memory.h"
+#include "elf/got_slots.h"
+#include "profiler/process_maps.h"
 #include "tests/integration/dyni_host.h"
 
 namespace dyni::test {
@@ -180,6 +184,26 @@ std::string mapped_library(pid_t pid, const std::string& prefix) {
       return line.substr(line.find('/'));
   }
   return "";
+}
+
+// How many of `library`'s GOT slots in process `pid` now hold an address in
+// [lo, hi): its JUMP_SLOT slots (first) and its GLOB_DAT slots (second).
+std::pair<int, int> got_slots_into(pid_t pid, const std::string& library, uint64_t lo, uint64_t hi) {
+  auto maps = profiler::read_maps(pid);
+  auto file = elf::ElfFile::open(library);
+  auto slots = file ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(fail("no file"));
+  if (!maps || !slots) return {-1, -1};
+  uint64_t bias = 0;
+  for (const profiler::Mapping& m : *maps)
+    if (m.path == library && m.offset == 0) bias = m.start;  // a shared library is linked at 0
+  std::pair<int, int> out;
+  for (const elf::GotSlot& s : *slots) {
+    auto bytes = read_target(pid, s.slot + bias, 8);
+    uint64_t value = 0;
+    if (bytes && bytes->size() == 8) std::memcpy(&value, bytes->data(), 8);
+    if (value >= lo && value < hi) ++(s.jump_slot ? out.first : out.second);
+  }
+  return out;
 }
 
 // A program fed on its standard input, through a FIFO, by a writer thread
@@ -453,6 +477,15 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
   EXPECT_FALSE(text_equals_file(target, in.library)) << "libsqlite3's entries are patched";
   EXPECT_FALSE(text_equals_file(target, libc)) << "libc's entries are patched";
   EXPECT_EQ(caches_in(target), 2u);
+  // libsqlite3's calls to libc's copied functions go through its PLT, whose
+  // JUMP_SLOT slots now hold the copies' addresses; no GLOB_DAT slot (an
+  // address-of) is touched.
+  const uint64_t libc_cache = std::stoull(more[0]["cache"].value("addr", "0"), nullptr, 16);
+  const uint64_t libc_cache_end = libc_cache + more[0]["cache"].value("bytes", 0ull);
+  auto slots_into_libc_copies = [&] { return got_slots_into(target, in.library, libc_cache, libc_cache_end); };
+  const int repointed = more[0].value("got_slots_repointed", 0);
+  EXPECT_GE(repointed, 1) << more.dump() << "\n" << host.log();
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(repointed, 0)) << more.dump();
   const uint64_t at_patch = sqlite.chunks();
   auto queries_after = [&](uint64_t n) {
     const uint64_t from = sqlite.chunks();
@@ -465,10 +498,12 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
   EXPECT_NE(undo.out.find("libc.so.6"), std::string::npos) << undo.out;
   EXPECT_TRUE(text_equals_file(target, in.library)) << "undo must give libsqlite3 its file's bytes back";
   EXPECT_TRUE(text_equals_file(target, libc)) << "undo must give libc its file's bytes back";
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(0, 0)) << "undo gives the GOT slots the values ld.so bound";
   RunResult redo = host.dyni({"-redo"});
   EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
   EXPECT_FALSE(text_equals_file(target, in.library)) << "redo patches libsqlite3 again";
   EXPECT_FALSE(text_equals_file(target, libc)) << "redo patches libc again";
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(repointed, 0)) << "redo re-points the slots again";
   queries_after(4);
 
   // A new dynid adopts both caches from their records.
@@ -487,9 +522,11 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   EXPECT_TRUE(text_equals_file(target, in.library)) << "undo from the records must restore libsqlite3";
   EXPECT_TRUE(text_equals_file(target, libc)) << "undo from the records must restore libc";
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(0, 0)) << "undo from the record puts the GOT slots back";
   redo = host.dyni({"-redo"});
   EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
   EXPECT_FALSE(text_equals_file(target, libc)) << "redo from the records patches libc again";
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(0, 0)) << "an adopted cache's slots are only ever put back";
   queries_after(4);
 
   int status = sqlite.finish();

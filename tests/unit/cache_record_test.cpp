@@ -319,5 +319,52 @@ TEST(CacheRecord, RefusesForgedCallSites) {
   EXPECT_TRUE(decode_record(encode_record(ok), kCache, kLength));
 }
 
+// Other modules' GOT slots re-pointed at the copies (issue 22): version 9,
+// read back whole; a record without them stays at a lower version.
+TEST(CacheRecord, GotSlotsRoundTripAsVersion9) {
+  CacheRecord r = sample();
+  r.slots.push_back({0x55d3a2000018, r.patches[4].addr, kCache + 4096 + 4 * 64});
+  r.slots.push_back({0x55d3a2000020, r.patches[9].addr - 4, kCache + 4096 + 9 * 64});  // past a kept endbr64
+  std::vector<uint8_t> bytes = encode_record(r);
+  EXPECT_EQ(version_of(bytes), 9u);
+  EXPECT_LE(bytes.size(), record_size(r.patches.size(), 0, r.slots.size()));
+  bytes.resize(bytes.size() + 64, 0xcc);
+  auto back = decode_record(bytes, kCache, kLength);
+  ASSERT_TRUE(back) << back.error().message();
+  ASSERT_EQ(back->slots.size(), 2u);
+  EXPECT_EQ(back->slots[1].addr, r.slots[1].addr);
+  EXPECT_EQ(back->slots[1].original, r.slots[1].original);
+  EXPECT_EQ(back->slots[1].replacement, r.slots[1].replacement);
+  EXPECT_EQ(back->patches.size(), r.patches.size());
+  EXPECT_LT(version_of(encode_record(sample())), 9u);
+}
+
+// Undo writes a slot's original value back: a record may only name an
+// 8-aligned slot outside the cache, once, that held the start of one of
+// its entries and now holds an address in its code.
+TEST(CacheRecord, RefusesForgedGotSlots) {
+  const CacheRecord good = sample();
+  const uint64_t entry = good.patches[4].addr, copy = kCache + 4096 + 4 * 64;
+  const std::vector<std::vector<SlotRecord>> forged = {
+      {{0x55d3a2000019, entry, copy}},                               // not 8-aligned
+      {{kCache + 64, entry, copy}},                                   // in the cache itself
+      {{0x55d3a2000018, entry + 1, copy}},                            // from no entry of the record
+      {{0x55d3a2000018, 0x7f0000001000, copy}},                       // from an address the record never patched
+      {{0x55d3a2000018, entry, kCache + 8}},                          // to the record, not the code
+      {{0x55d3a2000018, entry, kCache + 4096 + 600000}},              // past the code
+      {{0x55d3a2000018, entry, copy}, {0x55d3a2000018, entry, copy}},  // twice
+  };
+  for (const auto& slots : forged) {
+    CacheRecord r = good;
+    r.slots = slots;
+    auto back = decode_record(encode_record(r), kCache, kLength);
+    ASSERT_FALSE(back) << "slot at " << std::hex << slots[0].addr;
+    EXPECT_NE(back.error().message().find("GOT slot"), std::string::npos) << back.error().message();
+  }
+  CacheRecord ok = good;
+  ok.slots = {{0x55d3a2000018, entry, copy}};
+  EXPECT_TRUE(decode_record(encode_record(ok), kCache, kLength));
+}
+
 }  // namespace
 }  // namespace dyni
