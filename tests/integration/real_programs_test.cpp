@@ -713,14 +713,26 @@ TEST_F(Mariadb, UnderSysbenchIsDynimizedAndAnswersTheSame) {
   EXPECT_EQ(in_libc.value("error", "?"), "") << in_libc.dump();
   EXPECT_GE(in_libc.value("functions_patched", 0), 1) << in_libc.dump();
   EXPECT_FALSE(text_equals_file(pid_, libc)) << "libc's entries are patched";
+  // mariadbd's calls to libc's copied functions through its PLT reach the
+  // copies: its JUMP_SLOT slots hold their addresses, no GLOB_DAT slot does.
+  const std::string exe = host.dir() + "/dyni-mariadbd";
+  const uint64_t libc_cache = std::stoull(in_libc["cache"].value("addr", "0"), nullptr, 16);
+  auto slots_into_libc_copies = [&] {
+    return got_slots_into(pid_, exe, libc_cache, libc_cache + in_libc["cache"].value("bytes", 0ull));
+  };
+  const int repointed = in_libc.value("got_slots_repointed", 0);
+  EXPECT_GE(repointed, 1) << in_libc.dump();
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(repointed, 0)) << in_libc.dump();
   EXPECT_EQ(answers(), before) << "dynimized";
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   EXPECT_TRUE(text_equals_file(pid_, libc)) << "undo must give libc its file's bytes back";
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(0, 0)) << "undo puts mariadbd's GOT slots back";
   EXPECT_EQ(answers(), before) << "undone";
   RunResult redo = host.dyni({"-redo"});
   EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
   EXPECT_EQ(host.state_of(pid_), "dynimized");
+  EXPECT_EQ(slots_into_libc_copies(), std::make_pair(repointed, 0)) << "redo re-points them";
   EXPECT_EQ(answers(), before) << "redone";
   ::kill(sysbench, SIGINT);
   int status = 0;
