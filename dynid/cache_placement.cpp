@@ -42,14 +42,14 @@ std::vector<Range> holes(const std::vector<profiler::Mapping>& maps, uint64_t mi
   return out;
 }
 
-// The highest 2 MiB-aligned start in [lo, hi) for `length` bytes inside some
-// hole, or 0.
-uint64_t highest_fit(const std::vector<Range>& free, uint64_t lo, uint64_t hi, uint64_t length) {
+// The highest `granule`-aligned start in [lo, hi) for `length` bytes inside
+// some hole, or 0.
+uint64_t highest_fit(const std::vector<Range>& free, uint64_t lo, uint64_t hi, uint64_t length, uint64_t granule) {
   uint64_t best = 0;
   for (const Range& h : free) {
-    uint64_t top = std::min(h.hi, hi), bottom = align_up(std::max(h.lo, lo), kHugePage);
+    uint64_t top = std::min(h.hi, hi), bottom = align_up(std::max(h.lo, lo), granule);
     if (top < length || top - length < bottom) continue;
-    best = std::max(best, align_down(top - length, kHugePage));
+    best = std::max(best, align_down(top - length, granule));
   }
   return best;
 }
@@ -58,7 +58,8 @@ uint64_t highest_fit(const std::vector<Range>& free, uint64_t lo, uint64_t hi, u
 
 Result<CachePlacement> place_cache(const std::vector<profiler::Mapping>& maps, const CachePlacementRequest& request) {
   if (request.bytes == 0 || request.module_hi <= request.module_lo) return fail("cache placement: empty request");
-  CachePlacement place{0, align_up(request.bytes, kHugePage)};
+  const uint64_t granule = request.small ? kSmallCacheGranule : kHugePage;
+  CachePlacement place{0, align_up(request.bytes, granule)};
   // Reach: the cache [c, c + length) within kReach - margin of the whole module.
   uint64_t span = request.module_hi - request.module_lo;
   if (span + place.length + 2 * kReachMargin >= kReach)
@@ -67,14 +68,18 @@ Result<CachePlacement> place_cache(const std::vector<profiler::Mapping>& maps, c
   uint64_t reach_hi = request.module_lo + (kReach - kReachMargin);
   auto free = holes(maps, std::max(request.mmap_min_addr, kHugePage));
   // Below the module: out of brk's way.
-  place.addr = highest_fit(free, reach_lo, request.module_lo, place.length);
+  place.addr = highest_fit(free, reach_lo, request.module_lo, place.length, granule);
   if (place.addr) return place;
   // Above it, past the heap's headroom.
   uint64_t above = std::max(request.module_hi, request.start_brk ? request.start_brk + kBrkHeadroom : 0);
-  place.addr = highest_fit(free, above, reach_hi, place.length);
+  place.addr = highest_fit(free, above, reach_hi, place.length, granule);
   if (place.addr) return place;
-  return fail(fmt::format("cache placement: no free {} MiB within ±2 GB of {:#x}-{:#x} out of the heap's way",
-                          place.length >> 20, request.module_lo, request.module_hi));
+  return fail(fmt::format("cache placement: no free {} KiB within ±2 GB of {:#x}-{:#x} out of the heap's way",
+                          place.length >> 10, request.module_lo, request.module_hi));
+}
+
+bool huge_page_sized(uint64_t addr, uint64_t length) {
+  return length && addr % kHugePage == 0 && length % kHugePage == 0;
 }
 
 }  // namespace dyni

@@ -18,7 +18,10 @@
 //  4. Away from the main stack's guard gap (the kernel keeps 1 MiB below
 //     [stack] free for its growth): never within kStackGap of it.
 //  5. 2 MiB-aligned start and a 2 MiB-multiple length, so that a transparent
-//     huge page can back it (MADV_HUGEPAGE).
+//     huge page can back it (MADV_HUGEPAGE); or, for a small cache (a
+//     further module's, all_hot_modules: libc's hot code is a few pages),
+//     64 KiB-aligned and sized on small pages, so that ten hot libraries do
+//     not cost ten 2 MiB pages.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,7 @@
 namespace dyni {
 
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr uint64_t kSmallCacheGranule = uint64_t{64} << 10;
 constexpr uint64_t kReachMargin = uint64_t{16} << 20;   // slack inside ±2 GB
 constexpr uint64_t kBrkHeadroom = uint64_t{1} << 30;    // 1 GiB of heap growth kept free
 constexpr uint64_t kStackGap = uint64_t{64} << 20;
@@ -39,12 +43,17 @@ struct CachePlacementRequest {
   uint64_t bytes = 0;                     // code to hold
   uint64_t start_brk = 0;                 // /proc/PID/stat field 47 (0: unknown)
   uint64_t mmap_min_addr = 0x10000;       // /proc/sys/vm/mmap_min_addr
+  bool small = false;                     // kSmallCacheGranule steps, small pages
 };
 
 struct CachePlacement {
   uint64_t addr = 0;
-  uint64_t length = 0;  // bytes rounded up to 2 MiB
+  uint64_t length = 0;  // bytes rounded up to 2 MiB (a small cache's: to 64 KiB)
 };
+
+// Whether one transparent huge page can back each 2 MiB of it (a small
+// cache gets no MADV_HUGEPAGE and no fault-in of huge pages).
+bool huge_page_sized(uint64_t addr, uint64_t length);
 
 Result<CachePlacement> place_cache(const std::vector<profiler::Mapping>& maps, const CachePlacementRequest& request);
 

@@ -137,9 +137,9 @@ Result<Injection> inject_module(const InjectRequest& req) {
   if (auto r = patch_in_order(p->record.patches, out, replaced_jumps(req)); !r) out.error = r.error().message();
   // Last, the other modules' calls: their GOT slots bound to the copied
   // functions whose entries now hold dyni's jump.
-  for (const SlotHolder& h : req.slot_holders) out.slot_files.push_back(h.inode);
+  out.slots = p->record.slots;
   if (out.error.empty())
-    if (auto r = repoint_slots(p->record.slots, out); !r) out.error = r.error().message();
+    if (auto r = repoint_slots(out.slots, out); !r) out.error = r.error().message();
   return out;
 }
 
@@ -168,7 +168,7 @@ Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record)
   in.frames = {in.code_addr, in.code_addr + in.code_size, record.cache_addr + record.search_table_offset,
                record.search_table_size / jit::kSearchEntryBytes};
   in.patched = record.patches;
-  in.slots_patched = record.slots;  // their files unknown: only put back where they hold a copy's address
+  in.slots = in.slots_patched = record.slots;
   return in;
 }
 

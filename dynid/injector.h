@@ -82,6 +82,10 @@ struct InjectRequest {
   // again after a fork split them (cache_huge_pages.h). false: small pages
   // there, a measurement's control (dyni-inject's DYNI_LIFT_THP=0).
   bool lift_thp = true;
+  // A cache of under 512 KiB (a further module's: libc's hot code is a few
+  // pages) on small pages, in 64 KiB steps (cache_placement.h), not a 2 MiB
+  // huge page of its own.
+  bool small_cache = false;
   // A group's parent (process_group.h): refused unless it has one thread,
   // in the window that maps the cache and in the one that registers its
   // frames (remote_call.h: a thread of it could fork while
@@ -158,11 +162,10 @@ struct Injection {
   std::vector<CopyRange> other_copies;  // their copies, where known (the counting cache replaced)
   std::string frames_registered;  // with the target's unwinder: "yes: …" or "no: why"
   std::vector<PatchRecord> patched;
-  // Other modules' GOT slots re-pointed at the copies (inject/got_slots.h),
-  // and the inodes of the files whose data mappings they may lie in (none
-  // known for a cache adopted from its record: its slots are only put back).
-  std::vector<SlotRecord> slots_patched;
-  std::vector<uint64_t> slot_files;
+  // Other modules' GOT slots to re-point at the copies (inject/got_repoint.h):
+  // those its record names, and those written (a cache adopted from its
+  // record: all it names).
+  std::vector<SlotRecord> slots, slots_patched;
   std::vector<std::string> skipped;  // "func_<addr>: reason"
   std::chrono::microseconds longest_stop{0};
   WindowTiming longest_window;  // of the patch windows

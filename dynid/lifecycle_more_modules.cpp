@@ -55,6 +55,7 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   request.hot = hot->profile.hot_set(kHotSetShare);
   for (const auto& [start, samples] : hot->profile.functions) request.callers.push_back(start);
   request.profile = layout_profile(hot->profile);
+  request.small_cache = true;  // its own small pages where its code is small: no 2 MiB page a module
   // A thread may be stopped in any earlier cache's copies (the counting
   // copies' too, still looping).
   for (const std::vector<CopyRange>* copies : {&first.copies, &first.other_copies})
@@ -63,9 +64,9 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     request.other_copies.insert(request.other_copies.end(), earlier.copies.begin(), earlier.copies.end());
   // The modules copied before it: their calls to its hot functions through
   // their PLTs reach its copies (inject/got_repoint.h).
+  // (One whose injection failed still calls through its PLT.)
   request.slot_holders.push_back({first.module, first.module_inode, first.module_bias});
-  for (const Injection& earlier : more_)
-    if (earlier.error.empty()) request.slot_holders.push_back({earlier.module, earlier.module_inode, earlier.module_bias});
+  for (const Injection& earlier : more_) request.slot_holders.push_back({earlier.module, earlier.module_inode, earlier.module_bias});
   auto injected = inject_module(request);
   if (!injected) {
     log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());

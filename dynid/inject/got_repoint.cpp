@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr int kSlotWindows = 5;  // a window whose threads do not all stop is tried again, 50 ms later
+constexpr uint32_t kPtLoad = 1;
 
 std::array<uint8_t, 8> bytes_of(uint64_t v) {
   std::array<uint8_t, 8> out{};
@@ -35,27 +37,45 @@ std::optional<uint64_t> value_of(const Result<std::vector<uint8_t>>& bytes) {
   return v;
 }
 
-// Where a slot may be written: 8-aligned (one write, never across a page)
-// in a data mapping (not code) of a file; of one of `files` where they are
-// known. The cache itself is anonymous memory.
-const profiler::Mapping* slot_mapping(const std::vector<profiler::Mapping>& maps, uint64_t addr,
-                                      const std::vector<uint64_t>& files) {
-  const profiler::Mapping* m = mapping_at(maps, addr);
-  if (!m || addr % 8 || m->executable || !m->file_backed() || addr + 8 > m->end) return nullptr;
-  if (!files.empty() && std::find(files.begin(), files.end(), m->inode) == files.end()) return nullptr;
-  return m;
+std::string map_files_path(pid_t pid, const profiler::Mapping& m) {
+  return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
 }
 
-// A mapping of the holder's file, as it is loaded now (none: unloaded).
-const profiler::Mapping* mapping_of(const std::vector<profiler::Mapping>& maps, const SlotHolder& holder) {
-  for (const profiler::Mapping& m : maps)
-    if (m.file_backed() && m.inode == holder.inode && m.path == holder.module) return &m;
-  return nullptr;
+// What mapping `m` adds to `file`'s link-time addresses: m maps file offset
+// m.offset at m.start, in the PT_LOAD segment that holds that offset (the
+// later one where two share a page of the file: a mapping begins its own).
+std::optional<uint64_t> bias_of(const elf::ElfFile& file, const profiler::Mapping& m) {
+  const elf::Segment* in = nullptr;
+  for (const elf::Segment& seg : file.segments())
+    if (seg.type == kPtLoad && seg.offset / 4096 * 4096 <= m.offset && m.offset < seg.offset + seg.filesz &&
+        (!in || seg.offset > in->offset))
+      in = &seg;
+  if (!in) return std::nullopt;
+  return m.start + in->offset - m.offset - in->vaddr;  // mod 2^64, as a bias is
+}
+
+// A mapping a slot may lie in: a file's private data (not code, not shared
+// memory such as /dev/zero or /dev/shm, not a file since deleted), the 8
+// bytes within it.
+bool slot_mapping_kind(const profiler::Mapping& m, uint64_t addr) {
+  return m.file_backed() && !m.shared && !m.deleted && !m.executable && addr % 8 == 0 && addr >= m.start &&
+         addr + 8 <= m.end;
+}
+
+bool same_mapping(const profiler::Mapping& a, const profiler::Mapping& b) {
+  return a.start == b.start && a.end == b.end && a.inode == b.inode && a.offset == b.offset && a.path == b.path &&
+         a.shared == b.shared && a.executable == b.executable;
+}
+
+// Whether `proven`'s mapping is still the one in `maps` (held in a window).
+const profiler::Mapping* still_there(const std::vector<profiler::Mapping>& maps, const ProvenSlot& proven) {
+  const profiler::Mapping* m = mapping_at(maps, proven.slot.addr);
+  return m && same_mapping(*m, proven.mapping) ? m : nullptr;
 }
 
 // One stop window: the slots that are safe now are written. nullopt: no
 // window (threads did not all stop in time).
-Result<std::optional<std::vector<std::string>>> repoint_window(const std::vector<SlotRecord>& slots, Injection& out) {
+Result<std::optional<std::vector<std::string>>> repoint_window(const std::vector<ProvenSlot>& slots, Injection& out) {
   RaisedPriority priority;  // outlives the WorldStop below
   auto w = WorldStop::stop(out.pid, kWindowStopTimeout);
   if (!w) return std::optional<std::vector<std::string>>{};
@@ -66,11 +86,12 @@ Result<std::optional<std::vector<std::string>>> repoint_window(const std::vector
   const EntryJumps entries = entry_jumps(out);
   const Reader read = [&](uint64_t addr, std::size_t n) { return memory.read(addr, n); };
   std::vector<std::string> skipped;
-  for (const SlotRecord& s : slots) {
+  for (const ProvenSlot& p : slots) {
+    const SlotRecord& s = p.slot;
     auto skip = [&](const std::string& why) { skipped.push_back(fmt::format("GOT slot {:#x}: {}", s.addr, why)); };
-    const profiler::Mapping* m = slot_mapping(*maps, s.addr, out.slot_files);
+    const profiler::Mapping* m = still_there(*maps, p);
     if (!m) {
-      skip("no longer in a data mapping of the module that held it (unloaded?)");
+      skip("its module's mapping changed since it was read (unloaded?)");
       continue;
     }
     if (value_of(memory.read(s.addr, 8)) != s.original) {
@@ -100,9 +121,11 @@ Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   for (const SlotHolder& holder : holders) {
-    const profiler::Mapping* m = mapping_of(*maps, holder);
-    if (!m) continue;  // unloaded since it was copied
-    auto file = elf::ElfFile::open(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m->start, m->end));
+    auto m = std::find_if(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
+      return m.file_backed() && m.inode == holder.inode && m.path == holder.module;
+    });
+    if (m == maps->end()) continue;  // unloaded since it was copied
+    auto file = elf::ElfFile::open(map_files_path(pid, *m));
     auto slots = file ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(std::unexpected(file.error()));
     if (!slots) {
       log::info("pid {}: no GOT slot of {} is re-pointed: {}", pid, holder.module, slots.error().message());
@@ -128,10 +151,40 @@ std::vector<SlotRecord> plan_slots(const std::vector<SlotCandidate>& candidates,
   return out;
 }
 
+std::vector<ProvenSlot> prove_slots(pid_t pid, const std::vector<SlotRecord>& slots) {
+  std::vector<ProvenSlot> out;
+  auto maps = profiler::read_maps(pid);
+  if (!maps || slots.empty()) return out;
+  std::map<uint64_t, std::set<uint64_t>> jump_slots;  // a mapping's start → its file's JUMP_SLOT slots, run-time
+  for (const SlotRecord& s : slots) {
+    const profiler::Mapping* m = mapping_at(*maps, s.addr);
+    if (!m || !slot_mapping_kind(*m, s.addr)) continue;
+    if (!jump_slots.contains(m->start)) {
+      std::set<uint64_t>& known = jump_slots[m->start];
+      auto file = elf::ElfFile::open(map_files_path(pid, *m));
+      auto relocated = file ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(std::unexpected(file.error()));
+      std::optional<uint64_t> bias = file ? bias_of(*file, *m) : std::nullopt;
+      if (relocated && bias)
+        for (const elf::GotSlot& g : *relocated)
+          if (g.jump_slot) known.insert(g.slot + *bias);
+    }
+    if (jump_slots[m->start].contains(s.addr)) out.push_back({s, *m});
+  }
+  if (out.size() < slots.size())
+    log::info("pid {}: {} of {} GOT slots are not JUMP_SLOT slots of the files mapped there now: left as they are",
+              pid, slots.size() - out.size(), slots.size());
+  return out;
+}
+
 Status repoint_slots(const std::vector<SlotRecord>& slots, Injection& out) {
   if (slots.empty()) return ok();
+  const std::vector<ProvenSlot> proven = prove_slots(out.pid, slots);
+  if (proven.size() < slots.size())
+    out.skipped.push_back(fmt::format("GOT slots: {} of {} are not JUMP_SLOT slots of the files mapped there now",
+                                      slots.size() - proven.size(), slots.size()));
+  if (proven.empty()) return ok();
   for (int window = 0; window < kSlotWindows; ++window) {
-    auto skipped = repoint_window(slots, out);
+    auto skipped = repoint_window(proven, out);
     if (!skipped) return std::unexpected(skipped.error());
     if (*skipped) {
       out.skipped.insert(out.skipped.end(), (*skipped)->begin(), (*skipped)->end());
@@ -140,18 +193,22 @@ Status repoint_slots(const std::vector<SlotRecord>& slots, Injection& out) {
     std::this_thread::sleep_for(50ms);
   }
   out.skipped.push_back(fmt::format("GOT slots: {} left as they are: the target's threads did not stop in time",
-                                    slots.size()));
+                                    proven.size()));
   return ok();
 }
 
-Result<std::size_t> restore_slots(const Injection& in, const std::vector<profiler::Mapping>& maps) {
+std::size_t restore_slots(pid_t pid, const std::vector<ProvenSlot>& proven, const std::vector<profiler::Mapping>& maps) {
   std::size_t restored = 0;
-  for (const SlotRecord& s : in.slots_patched) {
-    // A record read from the target is untrusted (I9): only a file's data,
-    // and only where the slot still holds the copy's address.
-    const profiler::Mapping* m = slot_mapping(maps, s.addr, in.slot_files);
-    if (!m || !slot_holds(in.pid, s, s.replacement)) continue;
-    if (auto r = write_in_mapping(in.pid, *m, s.addr, bytes_of(s.original)); !r) return std::unexpected(r.error());
+  WindowMemory memory(pid);
+  for (const ProvenSlot& p : proven) {
+    const SlotRecord& s = p.slot;
+    const profiler::Mapping* m = still_there(maps, p);
+    if (!m || value_of(memory.read(s.addr, 8)) != s.replacement) continue;
+    if (auto r = memory.write_in_mapping(*m, s.addr, bytes_of(s.original)); !r) {
+      log::warn("pid {}: the GOT slot at {:#x} could not be put back ({}): it still leads to its copy, which stays "
+                "mapped", pid, s.addr, r.error().message());
+      continue;
+    }
     ++restored;
   }
   return restored;
@@ -162,7 +219,7 @@ bool slot_holds(pid_t pid, const SlotRecord& s, uint64_t value) {
 }
 
 bool any_slot_repointed(const Injection& in) {
-  return std::any_of(in.slots_patched.begin(), in.slots_patched.end(),
+  return std::any_of(in.slots.begin(), in.slots.end(),
                      [&](const SlotRecord& s) { return slot_holds(in.pid, s, s.replacement); });
 }
 

@@ -14,7 +14,9 @@
 // else the call would go round whatever holds that entry now, a uprobe).
 // An unbound slot (lazy binding) holds an address in its own PLT, never a
 // function's start here: it is left to ld.so. Undo writes the bound value
-// back only where the slot still holds the copy's address.
+// back only where the slot still holds the copy's address. Every write, at
+// injection, undo or redo, is to an address proven a JUMP_SLOT slot of the
+// file mapped there now (prove_slots).
 #pragma once
 
 #include <sys/types.h>
@@ -38,7 +40,7 @@ struct SlotCandidate {
 
 // Every JUMP_SLOT slot of `holders` whose live value lies in [lo, hi), read
 // from each holder's file (its relocations) and the target's memory. A
-// holder no longer loaded as it was is passed over.
+// holder no longer loaded is passed over.
 Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<SlotHolder>& holders, uint64_t lo,
                                                    uint64_t hi);
 
@@ -46,23 +48,37 @@ Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<
 // each re-pointed at its copy's start (run-time, `copies` as copy_ranges gives).
 std::vector<SlotRecord> plan_slots(const std::vector<SlotCandidate>& candidates, const std::vector<CopyRange>& copies);
 
+// A slot proven to be a JUMP_SLOT slot (a record's is untrusted, I9, and a
+// holder may have been unloaded and something else mapped there): its
+// address is the r_offset of an R_X86_64_JUMP_SLOT relocation of the file
+// mapped there, as that mapping loads it, in a private data mapping of a
+// file still on disk (not shared memory, not code). Proven outside any stop
+// window (a file is read); a window then checks that `mapping` is still
+// what /proc/PID/maps has there.
+struct ProvenSlot {
+  SlotRecord slot;
+  profiler::Mapping mapping;
+};
+std::vector<ProvenSlot> prove_slots(pid_t pid, const std::vector<SlotRecord>& slots);
+
 // Re-points `slots` in one stop window (after the entries are patched): each
-// that still holds its original value, in a data mapping of a holder's file
-// (out.slot_files), whose function's entry holds dyni's jump. What was
-// written goes to out.slots_patched, what was left alone to out.skipped.
-// Fails only when the target is gone or changed.
+// proven one that still holds its original value and whose function's entry
+// holds dyni's jump. What was written goes to out.slots_patched, what was
+// left alone to out.skipped. Fails only when the target is gone or changed.
 Status repoint_slots(const std::vector<SlotRecord>& slots, Injection& out);
 
-// Inside undo's stop window, before any entry: each slot of in.slots_patched
-// that still holds its copy's address gets the value ld.so bound back, where
-// it lies in a file's data mapping. How many were written back.
-Result<std::size_t> restore_slots(const Injection& in, const std::vector<profiler::Mapping>& maps);
+// Inside undo's stop window (`maps` read in it), before any entry: each of
+// `proven` that still holds its copy's address gets the value ld.so bound
+// back. A slot that cannot be written is said and left: it never keeps the
+// entries from being put back (its copy stays mapped, I8). How many were
+// written back.
+std::size_t restore_slots(pid_t pid, const std::vector<ProvenSlot>& proven, const std::vector<profiler::Mapping>& maps);
 
 // Whether slot `s` holds `value` now (read outside any window).
 bool slot_holds(pid_t pid, const SlotRecord& s, uint64_t value);
 
-// Whether any slot of in.slots_patched holds its copy's address now (undo
-// needs a window for it).
+// Whether any of in.slots holds its copy's address now (undo needs a
+// window for it).
 bool any_slot_repointed(const Injection& in);
 
 }  // namespace dyni::inject

@@ -53,19 +53,21 @@ Result<Mapped> map_in_one_window(const InjectRequest& req, const Prepared& p, In
     // Under seccomp, every call this injection makes, before the first.
     std::vector<SeccompCall> calls =
         cache_mapping_calls(p.place, p.counters_addr, p.layout.counters_length, req.shared_counters);
-    if (req.lift_thp) std::ranges::move(huge_page_calls(p.place.addr, p.place.length), std::back_inserter(calls));
+    const bool lift = req.lift_thp && huge_page_sized(p.place.addr, p.place.length);
+    if (lift) std::ranges::move(huge_page_calls(p.place.addr, p.place.length), std::back_inserter(calls));
     if (p.register_frame) calls.push_back(stub_sigreturn(p.place.addr + p.layout.stub_offset));  // __register_frame's way back
     if (auto allowed = seccomp_allows_all(*w, p.sites, std::move(calls)); !allowed)
       return std::unexpected(allowed.error());
     auto cache = map_cache(*w, p.sites, p.place);
     if (!cache) return std::unexpected(cache.error());
     out.cache = *cache;
-    if (req.lift_thp) {
+    if (lift) {
       HugeOutcome faulted = fault_in_huge(*w, p.sites, out.cache);
       out.cache.huge_note = faulted.note;
       lifted = faulted.lifted;
     } else {
-      out.cache.huge_note = "not lifted (asked)";
+      out.cache.huge_note = req.lift_thp ? fmt::format("small pages: a small cache ({} KiB)", p.place.length >> 10)
+                                         : "not lifted (asked)";
     }
     if (p.layout.counters_length) {
       auto counters = map_counters(*w, p.sites, p.counters_addr, p.layout.counters_length, req.shared_counters);

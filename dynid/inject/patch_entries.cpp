@@ -290,9 +290,12 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   const pid_t pid = in.pid;
   // Only dynid writes dyni's jumps: none there now, none there in the window
   // (a worker forked after its parent's counting cache ended: no stop).
+  const bool slots = inject::any_slot_repointed(in);
   if (std::none_of(in.patched.begin(), in.patched.end(), [&](const PatchRecord& p) { return needs_a_window(pid, p); }) &&
-      !inject::any_slot_repointed(in))
+      !slots)
     return ok();
+  // Proven before the stop: a file is read.
+  const std::vector<inject::ProvenSlot> proven = slots ? inject::prove_slots(pid, in.slots) : std::vector<inject::ProvenSlot>{};
   RaisedPriority priority;
   auto w = one_window ? WorldStop::stop(pid, kWindowStopTimeout) : stop_world(pid);
   if (!w) return std::unexpected(w.error());
@@ -301,7 +304,7 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   if (!maps) return std::unexpected(maps.error());
   // Other modules' GOT slots first, then call sites: none then leads past
   // an entry that holds the file's bytes again.
-  if (auto slots = inject::restore_slots(in, *maps); !slots) return std::unexpected(slots.error());
+  inject::restore_slots(pid, proven, *maps);
   std::vector<const PatchRecord*> order;
   for (PatchKind kind : {PatchKind::CallSite, PatchKind::Entry})
     for (const PatchRecord& p : in.patched)
@@ -345,16 +348,18 @@ Injection patch_again(const Injection& in, int windows) {
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   again.other_frames = in.other_frames;
   again.module_inode = in.module_inode, again.module_load = in.module_load, again.bypassed_slots = in.bypassed_slots;
-  again.slot_files = in.slot_files;
+  again.slots = in.slots;
   std::vector<PatchRecord> pending;
   for (const PatchRecord& p : in.patched)  // entries and call sites still patched need nothing
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);
   if (auto r = patch_in_order(pending, again, {}, windows); !r) again.error = r.error().message();
-  // GOT slots where their files are known (not an adopted cache's), after the entries.
+  // Other modules' GOT slots, after the entries: those that hold the bound
+  // function again (those skipped at injection too).
   std::vector<SlotRecord> slots;
-  for (const SlotRecord& s : in.slots_patched)
-    (inject::slot_holds(in.pid, s, s.replacement) ? again.slots_patched : slots).push_back(s);
-  if (again.error.empty() && !in.slot_files.empty())
+  for (const SlotRecord& s : in.slots)
+    if (inject::slot_holds(in.pid, s, s.replacement)) again.slots_patched.push_back(s);
+    else if (inject::slot_holds(in.pid, s, s.original)) slots.push_back(s);
+  if (again.error.empty())
     if (auto r = inject::repoint_slots(slots, again); !r) again.error = r.error().message();
   return again;
 }

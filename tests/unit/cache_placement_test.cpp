@@ -91,6 +91,33 @@ TEST(CachePlacement, KeepsAPageFromAnonymousNeighbours) {
   EXPECT_EQ(q->addr + q->length, lo);  // next to the file's mapping
 }
 
+// A small cache (a further module's, all_hot_modules) takes 64 KiB steps:
+// libc's few hot pages cost 64 KiB below libc, not a 2 MiB page; it still
+// keeps a page from an anonymous neighbour, and is never huge-page sized.
+TEST(CachePlacement, ASmallCacheTakes64KiBStepsNextToItsModule) {
+  const uint64_t lo = 0x7f1200200000, hi = lo + 2 * kMiB;
+  std::vector<profiler::Mapping> maps = {mapping(lo, hi, "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                                         mapping(lo - 8 * kMiB, lo - 5 * kMiB, "")};
+  auto p = place_cache(maps, {lo, hi, 12 * 1024, 0, 0x10000, true});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->length, kSmallCacheGranule);
+  EXPECT_EQ(p->addr, lo - kSmallCacheGranule) << std::hex << p->addr;
+  EXPECT_FALSE(huge_page_sized(p->addr, p->length));
+  EXPECT_FALSE(overlaps_any(maps, *p));
+  // 70 KiB take two steps; below an anonymous mapping, a page apart.
+  std::vector<profiler::Mapping> tight = {maps[0], mapping(lo - kMiB, lo, "")};
+  auto q = place_cache(tight, {lo, hi, 70 * 1024, 0, 0x10000, true});
+  ASSERT_TRUE(q) << q.error().message();
+  EXPECT_EQ(q->length, 2 * kSmallCacheGranule);
+  EXPECT_EQ(q->addr % kSmallCacheGranule, 0u);
+  EXPECT_LT(q->addr + q->length, lo - kMiB);
+  EXPECT_FALSE(overlaps_any(tight, *q));
+  // Without `small`, the same request takes a whole huge page.
+  auto huge = place_cache(maps, {lo, hi, 12 * 1024, 0});
+  ASSERT_TRUE(huge) << huge.error().message();
+  EXPECT_TRUE(huge_page_sized(huge->addr, huge->length));
+}
+
 // The gap below [vsyscall] is not user space (47-bit addresses end at
 // 0x7ffffffff000): never a place for the cache.
 TEST(CachePlacement, NeverAboveUserSpace) {
@@ -108,7 +135,7 @@ TEST(CachePlacement, FailsWithTheReasonWhenNothingIsInReach) {
   std::vector<profiler::Mapping> maps = {mapping(0x10000, 0x200000000, "/big")};
   auto p = place_cache(maps, {lo, hi, 1 * kMiB, 0});
   ASSERT_FALSE(p);
-  EXPECT_NE(p.error().message().find("no free 2 MiB"), std::string::npos) << p.error().message();
+  EXPECT_NE(p.error().message().find("no free 2048 KiB"), std::string::npos) << p.error().message();
   EXPECT_FALSE(place_cache(maps, {lo, lo, 1 * kMiB, 0}));  // empty module
 }
 
