@@ -18,10 +18,12 @@
 //  4. Away from the main stack's guard gap (the kernel keeps 1 MiB below
 //     [stack] free for its growth): never within kStackGap of it.
 //  5. 2 MiB-aligned start and a 2 MiB-multiple length, so that a transparent
-//     huge page can back it (MADV_HUGEPAGE); or, for a small cache (a
-//     further module's, all_hot_modules: libc's hot code is a few pages),
+//     huge page can back it (MADV_HUGEPAGE); or, for a cache of under
+//     kSmallCacheBytes (libc's hot code is a few pages, liblzma's two),
 //     64 KiB-aligned and sized on small pages, so that ten hot libraries do
-//     not cost ten 2 MiB pages.
+//     not cost ten 2 MiB pages. Such a hot set fits the first-level iTLB
+//     anyway (on mariadbd, whose hot set is larger, the huge page gave
+//     nothing measurable: docs/levers.md).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ namespace dyni {
 
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
 constexpr uint64_t kSmallCacheGranule = uint64_t{64} << 10;
+constexpr uint64_t kSmallCacheBytes = uint64_t{256} << 10;
 constexpr uint64_t kReachMargin = uint64_t{16} << 20;   // slack inside ±2 GB
 constexpr uint64_t kBrkHeadroom = uint64_t{1} << 30;    // 1 GiB of heap growth kept free
 constexpr uint64_t kStackGap = uint64_t{64} << 20;

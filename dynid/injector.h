@@ -82,10 +82,6 @@ struct InjectRequest {
   // again after a fork split them (cache_huge_pages.h). false: small pages
   // there, a measurement's control (dyni-inject's DYNI_LIFT_THP=0).
   bool lift_thp = true;
-  // A cache of under 512 KiB (a further module's: libc's hot code is a few
-  // pages) on small pages, in 64 KiB steps (cache_placement.h), not a 2 MiB
-  // huge page of its own.
-  bool small_cache = false;
   // A group's parent (process_group.h): refused unless it has one thread,
   // in the window that maps the cache and in the one that registers its
   // frames (remote_call.h: a thread of it could fork while

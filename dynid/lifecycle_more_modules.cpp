@@ -55,7 +55,6 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   request.hot = hot->profile.hot_set(kHotSetShare);
   for (const auto& [start, samples] : hot->profile.functions) request.callers.push_back(start);
   request.profile = layout_profile(hot->profile);
-  request.small_cache = true;  // its own small pages where its code is small: no 2 MiB page a module
   // A thread may be stopped in any earlier cache's copies (the counting
   // copies' too, still looping).
   for (const std::vector<CopyRange>* copies : {&first.copies, &first.other_copies})
