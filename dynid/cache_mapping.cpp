@@ -90,7 +90,7 @@ std::vector<SeccompCall> cache_mapping_calls(const CachePlacement& place, uint64
                                              uint64_t counters_length, bool shared_counters) {
   std::vector<SeccompCall> calls = {{SYS_mmap, mmap_args(place.addr, place.length, PROT_READ | PROT_EXEC, kCacheFlags)},
                                     {SYS_munmap, {place.addr, place.length, 0, 0, 0, 0}}};
-  if (huge_page_sized(place.addr, place.length))
+  if (place.huge)
     calls.push_back({SYS_madvise, {place.addr, place.length, MADV_HUGEPAGE, 0, 0, 0}});
   if (counters_length) {
     calls.push_back(
@@ -105,7 +105,7 @@ Result<MappedCache> map_cache(WorldStop& world, const SyscallSites& sites, const
   if (!mapped) return mapped;
   MappedCache cache = *mapped;
   const pid_t tid = cache.thread;
-  if (!huge_page_sized(place.addr, place.length)) return cache;  // a small cache: small pages
+  if (!place.huge) return cache;  // a small cache: small pages
   auto advised = remote_syscall(world, tid, sites, SYS_madvise, {place.addr, place.length, MADV_HUGEPAGE, 0, 0, 0});
   cache.huge_advised = advised && *advised == 0;  // refused (THP off, old kernel): small pages, same code
   return cache;

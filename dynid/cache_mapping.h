@@ -6,8 +6,9 @@
 // The mapping is private, anonymous and r-x from the start; dynid writes it
 // through /proc/PID/mem, which ignores the missing write permission. It is
 // never writable and executable at once. A 2 MiB-aligned, 2 MiB-multiple
-// range gets MADV_HUGEPAGE so that one transparent huge page can back each
-// 2 MiB (THP "madvise" mode); whether one does is read back from smaps.
+// range (CachePlacement::huge) gets MADV_HUGEPAGE so that one transparent
+// huge page can back each 2 MiB (THP "madvise" mode); whether one does is
+// read back from smaps. A small cache (64 KiB steps) stays on small pages.
 #pragma once
 
 #include <sys/types.h>

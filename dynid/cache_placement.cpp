@@ -59,7 +59,7 @@ uint64_t highest_fit(const std::vector<Range>& free, uint64_t lo, uint64_t hi, u
 Result<CachePlacement> place_cache(const std::vector<profiler::Mapping>& maps, const CachePlacementRequest& request) {
   if (request.bytes == 0 || request.module_hi <= request.module_lo) return fail("cache placement: empty request");
   const uint64_t granule = request.small ? kSmallCacheGranule : kHugePage;
-  CachePlacement place{0, align_up(request.bytes, granule)};
+  CachePlacement place{0, align_up(request.bytes, granule), !request.small};
   // Reach: the cache [c, c + length) within kReach - margin of the whole module.
   uint64_t span = request.module_hi - request.module_lo;
   if (span + place.length + 2 * kReachMargin >= kReach)
@@ -76,10 +76,6 @@ Result<CachePlacement> place_cache(const std::vector<profiler::Mapping>& maps, c
   if (place.addr) return place;
   return fail(fmt::format("cache placement: no free {} KiB within ±2 GB of {:#x}-{:#x} out of the heap's way",
                           place.length >> 10, request.module_lo, request.module_hi));
-}
-
-bool huge_page_sized(uint64_t addr, uint64_t length) {
-  return length && addr % kHugePage == 0 && length % kHugePage == 0;
 }
 
 }  // namespace dyni

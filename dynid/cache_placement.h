@@ -36,7 +36,7 @@ namespace dyni {
 
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
 constexpr uint64_t kSmallCacheGranule = uint64_t{64} << 10;
-constexpr uint64_t kSmallCacheBytes = uint64_t{256} << 10;
+constexpr uint64_t kSmallCacheBytes = uint64_t{256} << 10;  // [options] small_cache_kib's default
 constexpr uint64_t kReachMargin = uint64_t{16} << 20;   // slack inside ±2 GB
 constexpr uint64_t kBrkHeadroom = uint64_t{1} << 30;    // 1 GiB of heap growth kept free
 constexpr uint64_t kStackGap = uint64_t{64} << 20;
@@ -52,11 +52,9 @@ struct CachePlacementRequest {
 struct CachePlacement {
   uint64_t addr = 0;
   uint64_t length = 0;  // bytes rounded up to 2 MiB (a small cache's: to 64 KiB)
+  // On huge pages (MADV_HUGEPAGE, faulted in huge): not a small cache's.
+  bool huge = true;
 };
-
-// Whether one transparent huge page can back each 2 MiB of it (a small
-// cache gets no MADV_HUGEPAGE and no fault-in of huge pages).
-bool huge_page_sized(uint64_t addr, uint64_t length);
 
 Result<CachePlacement> place_cache(const std::vector<profiler::Mapping>& maps, const CachePlacementRequest& request);
 

@@ -92,7 +92,7 @@ std::optional<RecordModule> module_of_record(pid_t pid, const std::vector<profil
     auto file = elf::ElfFile::open_notes(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end));
     if (!file || file->build_id() != record.build_id) continue;
     auto bias = profiler::mapping_bias(*file, m);
-    if (bias && *bias == record.module_bias) return RecordModule{m.path, false, m.inode, m.start - m.offset};
+    if (bias && *bias == record.module_bias) return RecordModule{m.path, false, m.inode, m.start - m.offset, m.dev};
   }
   return std::nullopt;
 }

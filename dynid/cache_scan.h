@@ -48,6 +48,7 @@ struct RecordModule {
   std::string path;  // as the maps name it
   bool executable = false;
   uint64_t inode = 0, load = 0;  // a library's (Injection::module_inode, module_load); 0 for the executable
+  uint64_t dev = 0;              // with the inode (Injection::module_dev)
 };
 std::optional<RecordModule> module_of_record(pid_t pid, const std::vector<profiler::Mapping>& maps,
                                              const CacheRecord& record, const std::string& exe_path,

@@ -60,6 +60,7 @@ void describe(const InjectRequest& req, const Prepared& p, Injection& out) {
   out.counter_layout = cache.counter_layout();
   out.build_id = p.record.build_id, out.module = p.target.module->path, out.module_bias = p.target.module->bias;
   out.module_inode = p.target.module->inode, out.module_load = p.target.load, out.bypassed_slots = p.target.plt_slots;
+  out.module_dev = p.target.module->dev;
   for (const jit::CachedFunction& f : cache.functions) {
     if (!f.counters.empty()) out.counted[f.original_entry] = f.counters;
     out.promoted_calls += f.code.promoted.size();

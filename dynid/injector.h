@@ -82,6 +82,10 @@ struct InjectRequest {
   // again after a fork split them (cache_huge_pages.h). false: small pages
   // there, a measurement's control (dyni-inject's DYNI_LIFT_THP=0).
   bool lift_thp = true;
+  // A cache that takes less (code, frames, record, counters) is a small one,
+  // on small pages in 64 KiB steps, not a 2 MiB huge page (cache_placement.h;
+  // [options] small_cache_kib; 0: none).
+  uint64_t small_cache_bytes = kSmallCacheBytes;
   // A group's parent (process_group.h): refused unless it has one thread,
   // in the window that maps the cache and in the one that registers its
   // frames (remote_call.h: a thread of it could fork while
@@ -141,6 +145,7 @@ struct Injection {
   // elsewhere, mapped where it was. 0: not known (a cache adopted from its
   // record, an executable's: an exec replaces the cache too).
   uint64_t module_inode = 0, module_load = 0;
+  uint64_t module_dev = 0;  // with the inode, the file's identity (0: not known)
   // The module's PLT slots its copies call past (run-time slot → the value
   // read): every patch window reads them again and patches nothing if one
   // changed (a GOT hook installed meanwhile would be bypassed).

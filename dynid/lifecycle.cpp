@@ -247,6 +247,7 @@ bool TargetLifecycle::adopt_existing_cache() {
   // A library's cache: redo writes only into that file where it is loaded now.
   adopted.module = first->module->path;
   adopted.module_inode = first->module->inode, adopted.module_load = first->module->load;
+  adopted.module_dev = first->module->dev;
   for (const CacheRecord& r : all)  // threads may still run in any of them (a counting cache ended, I8)
     if (r.cache_addr != best->cache_addr) adopted.other_frames.push_back(from_record(pid_, start_time_, r).frames);
   const bool inherited = maps_cache_at(ppid_, best->cache_addr);
@@ -469,6 +470,7 @@ InjectRequest TargetLifecycle::base_request() const {
   request.start_time = start_time_;
   request.single_threaded = as_parent_;
   request.shared_counters = with_descendants_;  // the work is in what it forks
+  request.small_cache_bytes = dynimize_.small_cache_bytes;
   return request;
 }
 

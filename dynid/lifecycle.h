@@ -65,6 +65,7 @@ struct DynimizeOptions {
   unsigned loop_alignment = 32;           // [options] loop_alignment
   bool probe_safe_entries = false;        // [options] probe_safe_entries
   bool all_hot_modules = false;           // [options] all_hot_modules
+  uint64_t small_cache_bytes = kSmallCacheBytes;  // [options] small_cache_kib
   jit::JitOptions jit() const {
     jit::JitOptions o;
     o.copy_probe_functions = copy_usdt_functions;

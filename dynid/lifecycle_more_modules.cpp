@@ -153,7 +153,10 @@ std::size_t TargetLifecycle::adopt_more_modules(const std::vector<profiler::Mapp
   }
   auto adopt = [&](const FoundRecord& f, std::string error) {
     Injection in = from_record(pid_, start_time_, *f.record);
-    if (f.module) in.module = f.module->path, in.module_inode = f.module->inode, in.module_load = f.module->load;
+    if (f.module) {
+      in.module = f.module->path, in.module_inode = f.module->inode, in.module_load = f.module->load;
+      in.module_dev = f.module->dev;
+    }
     in.error = std::move(error);
     for (const CacheRecord& r : all)
       if (r.cache_addr != f.record->cache_addr) in.other_frames.push_back(from_record(pid_, start_time_, r).frames);

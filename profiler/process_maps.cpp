@@ -25,6 +25,13 @@ Result<Mapping> parse_line(const std::string& line) {
       !parse_hex(std::string_view(range).substr(dash + 1), m.end) || !parse_hex(offset, m.offset) ||
       std::from_chars(inode.data(), inode.data() + inode.size(), m.inode).ec != std::errc())
     return fail("malformed maps line: " + line);
+  // "fd:01": major and minor in hex.
+  uint64_t major = 0, minor = 0;
+  std::size_t colon = dev.find(':');
+  if (colon == std::string::npos || !parse_hex(std::string_view(dev).substr(0, colon), major) ||
+      !parse_hex(std::string_view(dev).substr(colon + 1), minor))
+    return fail("malformed maps line: " + line);
+  m.dev = major << 32 | minor;
   m.readable = perms[0] == 'r';
   m.writable = perms[1] == 'w';
   m.executable = perms[2] == 'x';

@@ -18,6 +18,7 @@ struct Mapping {
   bool readable = false, writable = false, executable = false;
   bool shared = false;  // 's' in the permissions: MAP_SHARED
   uint64_t offset = 0;  // file offset of `start`
+  uint64_t dev = 0;     // the file's device, major << 32 | minor (0 for anonymous memory)
   uint64_t inode = 0;
   std::string path;     // "" for anonymous memory; "[vdso]" etc. for special ones
   bool deleted = false; // the file was unlinked or replaced

@@ -15,7 +15,7 @@ namespace dyni::profiler {
 namespace {
 
 Module load_module(pid_t pid, const Mapping& m) {
-  Module mod{m.path, m.deleted, 0, "", nullptr, m.inode};
+  Module mod{m.path, m.deleted, 0, "", nullptr, m.inode, m.dev};
   // map_files names this exact mapping's file, even if deleted, renamed or in
   // another mount namespace.
   std::string via = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);

@@ -27,6 +27,7 @@ struct Module {
   std::string error;          // why it could not be read, if it could not
   std::shared_ptr<const elf::FunctionTable> functions;  // null when unreadable
   uint64_t inode = 0;         // of the file, as the target maps it
+  uint64_t dev = 0;           // its device (Mapping::dev)
 };
 
 struct Location {

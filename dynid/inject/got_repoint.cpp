@@ -16,6 +16,7 @@
 #include "dynid/target_memory.h"
 #include "dynid/world_stop.h"
 #include "elf/got_slots.h"
+#include "profiler/symbolizer.h"
 
 namespace dyni::inject {
 namespace {
@@ -41,29 +42,37 @@ std::string map_files_path(pid_t pid, const profiler::Mapping& m) {
   return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
 }
 
-// What mapping `m` adds to `file`'s link-time addresses: m maps file offset
-// m.offset at m.start, in the PT_LOAD segment that holds that offset (the
-// later one where two share a page of the file: a mapping begins its own).
-std::optional<uint64_t> bias_of(const elf::ElfFile& file, const profiler::Mapping& m) {
-  const elf::Segment* in = nullptr;
+// What mapping `m` adds to `file`'s link-time addresses: the bias of the
+// file's code mapping nearest below it (the same load of the file:
+// profiler::mapping_bias), provided that some PT_LOAD segment holding m's
+// file offset puts m where it is with that bias (else m is not the file's
+// data as that load maps it: nothing in it is proven).
+std::optional<uint64_t> bias_of(const elf::ElfFile& file, const std::vector<profiler::Mapping>& maps,
+                                const profiler::Mapping& m) {
+  const profiler::Mapping* code = nullptr;
+  for (const profiler::Mapping& c : maps)
+    if (c.executable && c.dev == m.dev && c.inode == m.inode && c.path == m.path && c.start <= m.start &&
+        (!code || c.start > code->start))
+      code = &c;
+  auto bias = code ? profiler::mapping_bias(file, *code) : Result<uint64_t>(fail("no code mapping"));
+  if (!bias) return std::nullopt;
   for (const elf::Segment& seg : file.segments())
     if (seg.type == kPtLoad && seg.offset / 4096 * 4096 <= m.offset && m.offset < seg.offset + seg.filesz &&
-        (!in || seg.offset > in->offset))
-      in = &seg;
-  if (!in) return std::nullopt;
-  return m.start + in->offset - m.offset - in->vaddr;  // mod 2^64, as a bias is
+        m.start == *bias + seg.vaddr + m.offset - seg.offset)  // mod 2^64, as a bias is
+      return *bias;
+  return std::nullopt;
 }
 
 // A mapping a slot may lie in: a file's private data (not code, not shared
-// memory such as /dev/zero or /dev/shm, not a file since deleted), the 8
-// bytes within it.
+// memory such as /dev/zero or /dev/shm), the 8 bytes within it. A file
+// replaced on disk since (an upgrade) is still read through map_files.
 bool slot_mapping_kind(const profiler::Mapping& m, uint64_t addr) {
-  return m.file_backed() && !m.shared && !m.deleted && !m.executable && addr % 8 == 0 && addr >= m.start &&
-         addr + 8 <= m.end;
+  return m.file_backed() && !m.shared && !m.executable && addr % 8 == 0 && addr >= m.start && addr + 8 <= m.end;
 }
 
 bool same_mapping(const profiler::Mapping& a, const profiler::Mapping& b) {
-  return a.start == b.start && a.end == b.end && a.inode == b.inode && a.offset == b.offset && a.path == b.path &&
+  return a.start == b.start && a.end == b.end && a.dev == b.dev && a.inode == b.inode && a.offset == b.offset &&
+         a.path == b.path &&
          a.shared == b.shared && a.executable == b.executable;
 }
 
@@ -153,8 +162,12 @@ std::vector<SlotRecord> plan_slots(const std::vector<SlotCandidate>& candidates,
 
 std::vector<ProvenSlot> prove_slots(pid_t pid, const std::vector<SlotRecord>& slots) {
   std::vector<ProvenSlot> out;
+  if (slots.empty()) return out;
   auto maps = profiler::read_maps(pid);
-  if (!maps || slots.empty()) return out;
+  if (!maps) {
+    log::warn("pid {}: its GOT slots are left as they are: {}", pid, maps.error().message());
+    return out;
+  }
   std::map<uint64_t, std::set<uint64_t>> jump_slots;  // a mapping's start → its file's JUMP_SLOT slots, run-time
   for (const SlotRecord& s : slots) {
     const profiler::Mapping* m = mapping_at(*maps, s.addr);
@@ -163,7 +176,7 @@ std::vector<ProvenSlot> prove_slots(pid_t pid, const std::vector<SlotRecord>& sl
       std::set<uint64_t>& known = jump_slots[m->start];
       auto file = elf::ElfFile::open(map_files_path(pid, *m));
       auto relocated = file ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(std::unexpected(file.error()));
-      std::optional<uint64_t> bias = file ? bias_of(*file, *m) : std::nullopt;
+      std::optional<uint64_t> bias = file ? bias_of(*file, *maps, *m) : std::nullopt;
       if (relocated && bias)
         for (const elf::GotSlot& g : *relocated)
           if (g.jump_slot) known.insert(g.slot + *bias);
@@ -171,8 +184,8 @@ std::vector<ProvenSlot> prove_slots(pid_t pid, const std::vector<SlotRecord>& sl
     if (jump_slots[m->start].contains(s.addr)) out.push_back({s, *m});
   }
   if (out.size() < slots.size())
-    log::info("pid {}: {} of {} GOT slots are not JUMP_SLOT slots of the files mapped there now: left as they are",
-              pid, slots.size() - out.size(), slots.size());
+    log::warn("pid {}: {} of {} GOT slots are not JUMP_SLOT slots of the files mapped there now (unloaded, or "
+              "another file there): left as they are", pid, slots.size() - out.size(), slots.size());
   return out;
 }
 
@@ -203,7 +216,11 @@ std::size_t restore_slots(pid_t pid, const std::vector<ProvenSlot>& proven, cons
   for (const ProvenSlot& p : proven) {
     const SlotRecord& s = p.slot;
     const profiler::Mapping* m = still_there(maps, p);
-    if (!m || value_of(memory.read(s.addr, 8)) != s.replacement) continue;
+    if (!m) {
+      log::warn("pid {}: the GOT slot at {:#x} is left as it is: its mapping changed before the window", pid, s.addr);
+      continue;
+    }
+    if (value_of(memory.read(s.addr, 8)) != s.replacement) continue;
     if (auto r = memory.write_in_mapping(*m, s.addr, bytes_of(s.original)); !r) {
       log::warn("pid {}: the GOT slot at {:#x} could not be put back ({}): it still leads to its copy, which stays "
                 "mapped", pid, s.addr, r.error().message());

@@ -53,7 +53,7 @@ Result<Mapped> map_in_one_window(const InjectRequest& req, const Prepared& p, In
     // Under seccomp, every call this injection makes, before the first.
     std::vector<SeccompCall> calls =
         cache_mapping_calls(p.place, p.counters_addr, p.layout.counters_length, req.shared_counters);
-    const bool lift = req.lift_thp && huge_page_sized(p.place.addr, p.place.length);
+    const bool lift = req.lift_thp && p.place.huge;
     if (lift) std::ranges::move(huge_page_calls(p.place.addr, p.place.length), std::back_inserter(calls));
     if (p.register_frame) calls.push_back(stub_sigreturn(p.place.addr + p.layout.stub_offset));  // __register_frame's way back
     if (auto allowed = seccomp_allows_all(*w, p.sites, std::move(calls)); !allowed)

@@ -169,6 +169,7 @@ bool callee_entry_is_ours(uint64_t start, uint64_t copy, const EntryJumps& entri
 
 bool still_the_module(const Injection& in, const profiler::Mapping& text) {
   if (in.module_inode && (!text.file_backed() || text.inode != in.module_inode)) return false;
+  if (in.module_dev && text.dev != in.module_dev) return false;  // the same inode on another filesystem
   return !in.module_load || text.start - text.offset == in.module_load;
 }
 
@@ -348,6 +349,7 @@ Injection patch_again(const Injection& in, int windows) {
   again.pid = in.pid, again.start_time = in.start_time, again.cache = in.cache, again.frames = in.frames;
   again.other_frames = in.other_frames;
   again.module_inode = in.module_inode, again.module_load = in.module_load, again.bypassed_slots = in.bypassed_slots;
+  again.module_dev = in.module_dev;
   again.slots = in.slots;
   std::vector<PatchRecord> pending;
   for (const PatchRecord& p : in.patched)  // entries and call sites still patched need nothing

@@ -215,7 +215,7 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
                         draft->plan.cache.bytes.size() + 4096,
                         draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
   const uint64_t bytes = p.layout.total + p.layout.counters_length;
-  auto place = place_cache(*maps, {p.target.lo, p.target.hi, bytes, 0, 0x10000, bytes < kSmallCacheBytes});
+  auto place = place_cache(*maps, {p.target.lo, p.target.hi, bytes, 0, 0x10000, bytes < req.small_cache_bytes});
   if (!place) return std::unexpected(place.error());
   p.place = *place;
   // A counting cache's counters at the top of the place, the code below them.

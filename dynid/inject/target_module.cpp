@@ -193,7 +193,7 @@ Status module_where_it_was(pid_t pid, const TargetModule& prepared) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   const bool same_file = std::all_of(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
-    return m.path != prepared.module->path || m.inode == prepared.module->inode;
+    return m.path != prepared.module->path || (m.inode == prepared.module->inode && m.dev == prepared.module->dev);
   });
   if (!same_file || module_range(*maps, prepared.module->path) != std::pair{prepared.lo, prepared.hi})
     return fail(fmt::format("process {}'s {} moved since it was read ({})", pid, prepared.module->path,

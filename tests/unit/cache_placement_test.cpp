@@ -102,7 +102,7 @@ TEST(CachePlacement, ASmallCacheTakes64KiBStepsNextToItsModule) {
   ASSERT_TRUE(p) << p.error().message();
   EXPECT_EQ(p->length, kSmallCacheGranule);
   EXPECT_EQ(p->addr, lo - kSmallCacheGranule) << std::hex << p->addr;
-  EXPECT_FALSE(huge_page_sized(p->addr, p->length));
+  EXPECT_FALSE(p->huge);
   EXPECT_FALSE(overlaps_any(maps, *p));
   // 70 KiB take two steps; below an anonymous mapping, a page apart.
   std::vector<profiler::Mapping> tight = {maps[0], mapping(lo - kMiB, lo, "")};
@@ -115,7 +115,8 @@ TEST(CachePlacement, ASmallCacheTakes64KiBStepsNextToItsModule) {
   // Without `small`, the same request takes a whole huge page.
   auto huge = place_cache(maps, {lo, hi, 12 * 1024, 0});
   ASSERT_TRUE(huge) << huge.error().message();
-  EXPECT_TRUE(huge_page_sized(huge->addr, huge->length));
+  EXPECT_TRUE(huge->huge);
+  EXPECT_EQ(huge->length, kHugePage);
 }
 
 // The gap below [vsyscall] is not user space (47-bit addresses end at

@@ -71,6 +71,12 @@ TEST(Config, LoopAlignmentAndUsdtCopiesAreChosenWithCare) {
   ASSERT_TRUE(c) << c.error().message();
   EXPECT_TRUE(c->all_hot_modules);
   EXPECT_NE(error_of("[exeList]\n[options]\nall_hot_modules = 2\n"), "");
+  EXPECT_EQ(c->small_cache_kib, 256) << "libc's few hot pages take no 2 MiB page unless asked";
+  c = parse_config("[exeList]\n[options]\nsmall_cache_kib = 0\n", "t");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->small_cache_kib, 0);
+  EXPECT_EQ(error_of("[exeList]\n[options]\nsmall_cache_kib = 4096\n"), "test.conf:3: '4096' out of range [0, 2048]");
+  EXPECT_NE(error_of("[exeList]\n[options]\nsmall_cache_kib = -1\n"), "");
 }
 
 TEST(Config, ShippedFileParsesAndListsCommonServers) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -27,6 +28,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// With every hot module, kills land this long after the target turns
+// `dynimizing`, at most (past the first module's counting phase and
+// injection, into the further ones'), or, every other trial, this long
+// after counting ended.
+constexpr unsigned kKillWindowMs = 6000, kAimedWindowMs = 600;
+
 // TracerPid of every thread of `pid` is 0.
 bool no_thread_traced(pid_t pid) {
   for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
@@ -39,11 +46,19 @@ bool no_thread_traced(pid_t pid) {
 
 // Every entry a cache of the target records holds its original bytes or a
 // whole jump of one of the target's caches (a counting cache's, or the
-// optimized one's that re-pointed it).
+// optimized one's that re-pointed it); every GOT slot one records holds the
+// function ld.so bound or its whole copy's address.
 std::string torn_entries(pid_t pid) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return "";
   std::vector<CacheRecord> records = find_cache_records(pid, *maps);
+  for (const CacheRecord& r : records)
+    for (const SlotRecord& s : r.slots) {
+      auto live = read_target(pid, s.addr, 8);
+      uint64_t v = 0;
+      if (live && live->size() == 8) std::memcpy(&v, live->data(), 8);
+      if (!live || (v != s.original && v != s.replacement)) return "torn GOT slot at " + std::to_string(s.addr);
+    }
   std::map<uint64_t, std::vector<std::array<uint8_t, 5>>> allowed;  // entry → the bytes it may hold
   for (const CacheRecord& r : records)
     for (const PatchRecord& p : r.patches) allowed[p.addr].insert(allowed[p.addr].end(), {p.original, p.replacement});
@@ -109,6 +124,65 @@ TEST(DynidKilled, AtRandomInstantsTheTargetLivesOnUnchanged) {
   std::printf("dynid killed %d times while dynimizing, %d during -undo/-redo, %d just after\n", during_injection,
               during_toggle, after);
   EXPECT_GE(during_injection, 5) << "too few kills landed while dynimizing";
+}
+
+// The same with every hot module (all_hot_modules): a target hot in its
+// own code and in libc's memset, memcpy and memcmp, so that dynid injects a
+// second cache, libc's, and re-points the executable's GOT slots at its
+// copies, after the first. Kills land while either module is injected.
+TEST(DynidKilled, WithEveryHotModuleAtRandomInstantsTheTargetLivesOnUnchanged) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  std::mt19937 rng(std::random_device{}());
+  int in_further = 0, two_caches = 0, slots = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    DyniHost host;
+    std::string name = "dyni-kill-all-" + std::to_string(trial);
+    host.write_config({name}, std::string(kFastOptions) +
+                                  "profile_min_samples = 200\nprofile_max_seconds = 5\nall_hot_modules = true\n");
+    host.license_this_host();
+    ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
+    pid_t target = host.spawn({host.install_program(DYNI_LIVE_DYNID_KILLED, name), "60", "2"});
+    std::string state;
+    for (int i = 0; i < 600; ++i, std::this_thread::sleep_for(10ms)) {
+      state = host.state_of(target);
+      if (state == "dynimizing" || state == "dynimized" || state.rfind("failed", 0) == 0) break;
+    }
+    ASSERT_TRUE(state == "dynimizing" || state == "dynimized") << state << host.log();
+    pid_t dynid = host.daemon_pid();
+    if (trial % 2) {
+      // Aimed at the injections after counting: the first module's
+      // optimized cache, then libc's.
+      for (int i = 0; i < 1000 && host.log().find("counted for") == std::string::npos; ++i)
+        std::this_thread::sleep_for(5ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % kAimedWindowMs));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % kKillWindowMs));
+    }
+    ::kill(dynid, SIGKILL);
+    for (int i = 0; i < 100 && DyniHost::alive(dynid); ++i) std::this_thread::sleep_for(10ms);
+    const std::string log = host.log();
+    std::this_thread::sleep_for(300ms);  // the target runs on, checking every result
+    int status = 0;
+    if (pid_t ended = ::waitpid(target, &status, WNOHANG); ended != 0)
+      FAIL() << "the target ended (" << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                                           : "signal " + std::to_string(WTERMSIG(status)))
+             << ") after dynid was killed; dynid's log:\n" << log;
+    EXPECT_TRUE(no_thread_traced(target)) << "a thread is still traced";
+    EXPECT_EQ(torn_entries(target), "");
+    auto maps = profiler::read_maps(target);
+    ASSERT_TRUE(maps);
+    std::vector<CacheRecord> records = find_cache_records(target, *maps);
+    const bool further = std::count_if(records.begin(), records.end(),
+                                       [](const CacheRecord& r) { return r.tier == CacheTier::Optimized; }) >= 2;
+    two_caches += further;
+    in_further += further && log.find(": dynimized: ") == std::string::npos;  // killed before the target was dynimized
+    for (const CacheRecord& r : records) slots += !r.slots.empty();
+  }
+  std::printf("dynid killed 24 times: %d with a further module's cache mapped, %d of them during its injection; %d "
+              "records with GOT slots\n", two_caches, in_further, slots);
+  EXPECT_GE(two_caches, 3) << "too few kills came after a further module's cache was mapped";
+  EXPECT_GE(in_further, 1) << "no kill landed while a further module was injected";
 }
 
 }  // namespace
