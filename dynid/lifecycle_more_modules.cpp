@@ -31,6 +31,11 @@ void TargetLifecycle::inject_more_modules(Injection& first) {
     std::lock_guard lock(mutex_);
     recorder = recorder_.get();
   }
+  if (!more_modules_.empty() && recorder) {
+    std::string files;
+    for (const std::string& path : more_modules_) files += (files.empty() ? "" : ", ") + std::string(paths::file_name(path));
+    log::info("target {} pid {}: optimizing {} more module(s): {}", name_, pid_, more_modules_.size(), files);
+  }
   for (const std::string& path : more_modules_) {
     if (stop_ || !recorder) return;
     const std::string file = std::string(paths::file_name(path));

@@ -31,8 +31,8 @@ using namespace std::chrono_literals;
 // With every hot module, kills land this long after the target turns
 // `dynimizing`, at most (past the first module's counting phase and
 // injection, into the further ones'), or, every other trial, this long
-// after counting ended.
-constexpr unsigned kKillWindowMs = 6000, kAimedWindowMs = 600;
+// after the log says the further modules' injection begins.
+constexpr unsigned kKillWindowMs = 6000, kAimedWindowMs = 400;
 
 // TracerPid of every thread of `pid` is 0.
 bool no_thread_traced(pid_t pid) {
@@ -133,8 +133,9 @@ TEST(DynidKilled, AtRandomInstantsTheTargetLivesOnUnchanged) {
 TEST(DynidKilled, WithEveryHotModuleAtRandomInstantsTheTargetLivesOnUnchanged) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   std::mt19937 rng(std::random_device{}());
+  constexpr int kTrials = 16;
   int in_further = 0, two_caches = 0, slots = 0;
-  for (int trial = 0; trial < 24; ++trial) {
+  for (int trial = 0; trial < kTrials; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     DyniHost host;
     std::string name = "dyni-kill-all-" + std::to_string(trial);
@@ -151,9 +152,8 @@ TEST(DynidKilled, WithEveryHotModuleAtRandomInstantsTheTargetLivesOnUnchanged) {
     ASSERT_TRUE(state == "dynimizing" || state == "dynimized") << state << host.log();
     pid_t dynid = host.daemon_pid();
     if (trial % 2) {
-      // Aimed at the injections after counting: the first module's
-      // optimized cache, then libc's.
-      for (int i = 0; i < 1000 && host.log().find("counted for") == std::string::npos; ++i)
+      // Aimed at libc's injection, which the log announces.
+      for (int i = 0; i < 2000 && host.log().find("more module(s)") == std::string::npos; ++i)
         std::this_thread::sleep_for(5ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(rng() % kAimedWindowMs));
     } else {
@@ -179,10 +179,10 @@ TEST(DynidKilled, WithEveryHotModuleAtRandomInstantsTheTargetLivesOnUnchanged) {
     in_further += further && log.find(": dynimized: ") == std::string::npos;  // killed before the target was dynimized
     for (const CacheRecord& r : records) slots += !r.slots.empty();
   }
-  std::printf("dynid killed 24 times: %d with a further module's cache mapped, %d of them during its injection; %d "
-              "records with GOT slots\n", two_caches, in_further, slots);
+  std::printf("dynid killed %d times: %d with a further module's cache mapped, %d of them during its injection; %d "
+              "records with GOT slots\n", kTrials, two_caches, in_further, slots);
   EXPECT_GE(two_caches, 3) << "too few kills came after a further module's cache was mapped";
-  EXPECT_GE(in_further, 1) << "no kill landed while a further module was injected";
+  EXPECT_GE(in_further, 2) << "too few kills landed while a further module was injected";
 }
 
 }  // namespace
