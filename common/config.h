@@ -48,7 +48,7 @@ struct Config {
   // (issue 22: the executable and libc, say), each its own cache after the
   // hottest one's; false: the hottest alone.
   bool all_hot_modules = false;
-  // A cache whose code, frames and record take less (KiB) goes on small pages
+  // A cache whose code, frames, record and counters take less (KiB) goes on small pages
   // in 64 KiB steps, not a 2 MiB huge page of its own (libc's hot functions,
   // a small program's); 0: every cache on a huge page.
   int small_cache_kib = 256;

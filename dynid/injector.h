@@ -40,11 +40,11 @@ namespace dyni {
 
 // A module of the target that dyni copied earlier (all_hot_modules): its
 // JUMP_SLOT GOT slots bound to this cache's functions are re-pointed at the
-// copies (inject/got_slots.h). Its path as the target maps it, its file's
-// inode and its load bias.
+// copies (inject/got_repoint.h). Its path as the target maps it, its file's
+// device and inode, and its load bias.
 struct SlotHolder {
   std::string module;
-  uint64_t inode = 0, bias = 0;
+  uint64_t dev = 0, inode = 0, bias = 0;
 };
 
 struct InjectRequest {

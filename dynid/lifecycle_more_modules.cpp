@@ -69,8 +69,9 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   // The modules copied before it: their calls to its hot functions through
   // their PLTs reach its copies (inject/got_repoint.h).
   // (One whose injection failed still calls through its PLT.)
-  request.slot_holders.push_back({first.module, first.module_inode, first.module_bias});
-  for (const Injection& earlier : more_) request.slot_holders.push_back({earlier.module, earlier.module_inode, earlier.module_bias});
+  request.slot_holders.push_back({first.module, first.module_dev, first.module_inode, first.module_bias});
+  for (const Injection& earlier : more_)
+    request.slot_holders.push_back({earlier.module, earlier.module_dev, earlier.module_inode, earlier.module_bias});
   auto injected = inject_module(request);
   if (!injected) {
     log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());
@@ -126,12 +127,16 @@ namespace {
 // The file mapping that holds every patch of `record` still mapped (its
 // inode and load address, start - offset), or none: none mapped, or in more
 // than one (a record whose module could not be matched is then left alone).
-std::optional<std::pair<uint64_t, uint64_t>> the_mapping_patched(const std::vector<profiler::Mapping>& maps,
-                                                                 const CacheRecord& record) {
-  std::set<std::pair<uint64_t, uint64_t>> held;
+struct PatchedMapping {
+  uint64_t dev = 0, inode = 0, load = 0;
+  auto operator<=>(const PatchedMapping&) const = default;
+};
+std::optional<PatchedMapping> the_mapping_patched(const std::vector<profiler::Mapping>& maps, const CacheRecord& record) {
+  std::set<PatchedMapping> held;
   for (const PatchRecord& p : record.patches)
     for (const profiler::Mapping& m : maps)
-      if (m.executable && m.file_backed() && m.start <= p.addr && p.addr < m.end) held.insert({m.inode, m.start - m.offset});
+      if (m.executable && m.file_backed() && m.start <= p.addr && p.addr < m.end)
+        held.insert({m.dev, m.inode, m.start - m.offset});
   if (held.size() != 1) return std::nullopt;
   return *held.begin();
 }
@@ -186,7 +191,8 @@ std::size_t TargetLifecycle::adopt_more_modules(const std::vector<profiler::Mapp
     }
     Injection in = adopt(*f, "its module could not be matched to its record: -undo restores its live patches, "
                              "-redo leaves it");
-    in.module_inode = mapping->first, in.module_load = mapping->second;  // undo writes only into that mapping
+    // undo writes only into that mapping
+    in.module_dev = mapping->dev, in.module_inode = mapping->inode, in.module_load = mapping->load;
     adopted.push_back(std::move(in));
     live += f->live;
   }

@@ -131,7 +131,7 @@ Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<
   if (!maps) return std::unexpected(maps.error());
   for (const SlotHolder& holder : holders) {
     auto m = std::find_if(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
-      return m.file_backed() && m.inode == holder.inode && m.path == holder.module;
+      return m.file_backed() && m.dev == holder.dev && m.inode == holder.inode && m.path == holder.module;
     });
     if (m == maps->end()) continue;  // unloaded since it was copied
     auto file = elf::ElfFile::open(map_files_path(pid, *m));

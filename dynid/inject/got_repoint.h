@@ -52,7 +52,8 @@ std::vector<SlotRecord> plan_slots(const std::vector<SlotCandidate>& candidates,
 // holder may have been unloaded and something else mapped there): its
 // address is the r_offset of an R_X86_64_JUMP_SLOT relocation of the file
 // mapped there, as that mapping loads it, in a private data mapping of a
-// file still on disk (not shared memory, not code). Proven outside any stop
+// file (not shared memory, not code; one replaced on disk since is read
+// through /proc/PID/map_files all the same). Proven outside any stop
 // window (a file is read); a window then checks that `mapping` is still
 // what /proc/PID/maps has there.
 struct ProvenSlot {

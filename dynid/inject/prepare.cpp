@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 #include <span>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -153,11 +154,19 @@ void warn_of_breakpoints(pid_t pid, std::span<const std::string> skipped) {
 }
 
 Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
+  constexpr int kReadAttempts = 5;
   Prepared p;
-  auto symbols = profiler::Symbolizer::for_process(req.pid);
-  if (!symbols) return std::unexpected(symbols.error());
-  p.symbols = std::make_unique<profiler::Symbolizer>(std::move(*symbols));
-  auto target = read_target_module(req.pid, *p.symbols, req.module);
+  Result<TargetModule> target = fail("not read");
+  // A library unloaded or loaded again while it was read (a plugin dlclosed
+  // and dlopened in a loop) is read again, a few times.
+  for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
+    if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto symbols = profiler::Symbolizer::for_process(req.pid);
+    if (!symbols) return std::unexpected(symbols.error());
+    p.symbols = std::make_unique<profiler::Symbolizer>(std::move(*symbols));
+    target = read_target_module(req.pid, *p.symbols, req.module);
+    if (target || target.error().message().find(kUnloadedWhileRead) == std::string::npos) break;
+  }
   if (!target) return std::unexpected(target.error());
   p.target = std::move(*target);
   // Counts are by link-time address: another build of the module (a library
@@ -220,6 +229,9 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   p.place = *place;
   // A counting cache's counters at the top of the place, the code below them.
   p.place.length -= p.layout.counters_length;
+  // A huge page needs a whole aligned 2 MiB of the code's mapping: a counting
+  // cache whose code and counters share 2 MiB gets none (no THP lift for it).
+  p.place.huge = p.place.huge && p.place.length >= kHugePage;
   p.counters_addr = p.place.addr + p.place.length;
   req.options.cache.counters_base = p.counters_addr - bias;
   auto planned = plan_with_frames(p.target, req, place->addr + p.layout.code_offset - bias,

@@ -28,23 +28,31 @@ struct FoundLibrary {
   const profiler::Module* module = nullptr;
   std::string opened;  // /proc/PID/map_files/... of its code mapping
   uint64_t load = 0;   // that mapping's start less its file offset
+  profiler::Mapping code;
 };
 
 Result<FoundLibrary> find_library(pid_t pid, const profiler::Symbolizer& symbols,
                                   const std::vector<profiler::Mapping>& maps, const std::string& path) {
   const profiler::Module* module = nullptr;
-  for (const profiler::Module& m : symbols.modules())
+  bool named = false;
+  for (const profiler::Module& m : symbols.modules()) {
+    named |= m.path == path;
     if (m.path == path && m.functions) module = &m;
+  }
+  if (!named) return fail(std::string("not mapped: ") + kUnloadedWhileRead);
   if (!module) return fail("not mapped with a function table");
-  FoundLibrary found{module, "", 0};
+  FoundLibrary found{module, "", 0, {}};
   int loads = 0, code = 0;
   for (const profiler::Mapping& m : maps) {
     if (m.path != path) continue;
     if (m.inode != module->inode) return fail("mapped from two files (replaced on disk and loaded again?)");
     loads += m.offset == 0;
-    if (m.executable && code++ == 0)
+    if (m.executable && code++ == 0) {
       found.opened = fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end), found.load = m.start - m.offset;
+      found.code = m;
+    }
   }
+  if (loads == 0 && code == 0) return fail(std::string("not mapped now: ") + kUnloadedWhileRead);
   if (loads != 1 || code != 1) return fail(fmt::format("mapped {} times (dlmopen?)", std::max(loads, code)));
   return found;
 }
@@ -109,6 +117,7 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
   if (!exe) return std::unexpected(exe.error());
   target.executable = exe->path;
   const bool library = !path.empty() && path != exe->path;
+  profiler::Mapping code;  // a library's code mapping
   const std::string what = library ? "the library " + path : "the executable " + exe->path;
   std::string opened = fmt::format("/proc/{}/exe", pid);
   if (library) {
@@ -118,6 +127,7 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
     auto found = find_library(pid, symbols, *maps, path);
     if (!found) return fail(what + ": " + found.error().message());
     target.module = found->module, opened = found->opened, target.load = found->load;
+    code = found->code;
   } else {
     for (const profiler::Module& m : symbols.modules())
       if (m.path == exe->path && m.functions) target.module = &m;
@@ -126,6 +136,12 @@ Result<TargetModule> read_target_module(pid_t pid, const profiler::Symbolizer& s
   auto file = elf::ElfFile::open(opened);
   if (!file) return std::unexpected(file.error());
   target.file = std::make_unique<elf::ElfFile>(std::move(*file));
+  // The symbols were read from the maps before: a library loaded again
+  // elsewhere since has another bias than theirs.
+  if (library) {
+    auto bias = profiler::mapping_bias(*target.file, code);
+    if (!bias || *bias != target.module->bias) return fail(what + ": loaded elsewhere now: " + kUnloadedWhileRead);
+  }
   if (library && target.file->build_id().empty())
     return fail(what + " has no build-id (the cache's record names its module by it)");
   target.image = std::make_unique<jit::ModuleImage>(*target.file);

@@ -67,6 +67,11 @@ struct TargetModule {
   bool only_leaves = false;
 };
 
+// How read_target_module says a library was unloaded, or loaded again
+// elsewhere, between the symbols' read and its own (a plugin dlclosed and
+// dlopened in a loop): worth reading again.
+inline constexpr const char* kUnloadedWhileRead = "unloaded or loaded again while it was read";
+
 // The module mapped from `path` (as /proc/PID/maps names it), or the
 // executable when `path` is empty. A library is refused when dyni's own
 // remote calls and stack proofs rely on its code staying as it is
