@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -56,6 +57,13 @@ Result<std::vector<uint8_t>> read_target(pid_t pid, uint64_t addr, std::size_t l
   if (n != static_cast<ssize_t>(length))
     return fail(sys_error(fmt::format("read of {} bytes at {:#x} in process {}", length, addr, pid), err));
   return bytes;
+}
+
+std::optional<uint64_t> word_of(const Result<std::vector<uint8_t>>& bytes) {
+  if (!bytes || bytes->size() != 8) return std::nullopt;
+  uint64_t v = 0;
+  std::memcpy(&v, bytes->data(), 8);
+  return v;
 }
 
 Status write_in_mapping(pid_t pid, const profiler::Mapping& within, uint64_t addr, std::span<const uint8_t> bytes) {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +18,9 @@
 namespace dyni {
 
 Result<std::vector<uint8_t>> read_target(pid_t pid, uint64_t addr, std::size_t length);
+// The 8-byte word a read of 8 bytes gave (a GOT slot, a stack word), or
+// nullopt when the read failed or came short.
+std::optional<uint64_t> word_of(const Result<std::vector<uint8_t>>& bytes);
 
 // Writes `bytes` at `addr` if [addr, addr + size) lies inside `within` (a
 // mapping the caller read from /proc/PID/maps and checked is the right one).

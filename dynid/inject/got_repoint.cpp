@@ -31,13 +31,6 @@ std::array<uint8_t, 8> bytes_of(uint64_t v) {
   return out;
 }
 
-std::optional<uint64_t> value_of(const Result<std::vector<uint8_t>>& bytes) {
-  if (!bytes || bytes->size() != 8) return std::nullopt;
-  uint64_t v = 0;
-  std::memcpy(&v, bytes->data(), 8);
-  return v;
-}
-
 std::string map_files_path(pid_t pid, const profiler::Mapping& m) {
   return fmt::format("/proc/{}/map_files/{:x}-{:x}", pid, m.start, m.end);
 }
@@ -103,7 +96,7 @@ Result<std::optional<std::vector<std::string>>> repoint_window(const std::vector
       skip("its module's mapping changed since it was read (unloaded?)");
       continue;
     }
-    if (value_of(memory.read(s.addr, 8)) != s.original) {
+    if (word_of(memory.read(s.addr, 8)) != s.original) {
       skip("no longer holds the function it was bound to (ld.so or a GOT hook wrote it since)");
       continue;
     }
@@ -143,7 +136,7 @@ Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<
     for (const elf::GotSlot& s : *slots) {
       if (!s.jump_slot) continue;  // GLOB_DAT: an address-of may read it
       const uint64_t addr = s.slot + holder.bias;
-      std::optional<uint64_t> value = value_of(read_target(pid, addr, 8));
+      std::optional<uint64_t> value = word_of(read_target(pid, addr, 8));
       if (value && *value >= lo && *value < hi) out.push_back({addr, *value});
     }
   }
@@ -220,7 +213,7 @@ std::size_t restore_slots(pid_t pid, const std::vector<ProvenSlot>& proven, cons
       log::warn("pid {}: the GOT slot at {:#x} is left as it is: its mapping changed before the window", pid, s.addr);
       continue;
     }
-    if (value_of(memory.read(s.addr, 8)) != s.replacement) continue;
+    if (word_of(memory.read(s.addr, 8)) != s.replacement) continue;
     if (auto r = memory.write_in_mapping(*m, s.addr, bytes_of(s.original)); !r) {
       log::warn("pid {}: the GOT slot at {:#x} could not be put back ({}): it still leads to its copy, which stays "
                 "mapped", pid, s.addr, r.error().message());
@@ -232,7 +225,7 @@ std::size_t restore_slots(pid_t pid, const std::vector<ProvenSlot>& proven, cons
 }
 
 bool slot_holds(pid_t pid, const SlotRecord& s, uint64_t value) {
-  return value_of(read_target(pid, s.addr, 8)) == value;
+  return word_of(read_target(pid, s.addr, 8)) == value;
 }
 
 bool any_slot_repointed(const Injection& in) {

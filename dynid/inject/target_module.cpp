@@ -175,10 +175,9 @@ jit::Redirects plt_redirects(pid_t pid, TargetModule& module) {
   module.plt_slots.clear();
   const uint64_t bias = module.module->bias;
   for (const auto& [stub, plt] : module.plt_stubs) {
-    auto slot = plt.direct ? read_target(pid, plt.slot + bias, 8) : fail("");
-    if (!slot || slot->size() != 8) continue;
-    uint64_t value = 0;
-    std::memcpy(&value, slot->data(), 8);
+    std::optional<uint64_t> slot = plt.direct ? word_of(read_target(pid, plt.slot + bias, 8)) : std::nullopt;
+    if (!slot) continue;
+    const uint64_t value = *slot;
     const elf::Function* f = module.module->functions->find(value - bias);
     if (!f || f->addr != value - bias) continue;
     out.to[stub] = f->addr;
@@ -189,11 +188,9 @@ jit::Redirects plt_redirects(pid_t pid, TargetModule& module) {
 
 Status slots_unchanged(pid_t pid, const std::map<uint64_t, uint64_t>& slots) {
   for (const auto& [slot, value] : slots) {
-    auto now = read_target(pid, slot, 8);
-    if (!now || now->size() != 8) return fail(fmt::format("cannot read the PLT slot at {:#x} again", slot));
-    uint64_t v = 0;
-    std::memcpy(&v, now->data(), 8);
-    if (v != value) return fail(fmt::format("the PLT slot at {:#x} changed since it was read (a GOT hook?)", slot));
+    std::optional<uint64_t> now = word_of(read_target(pid, slot, 8));
+    if (!now) return fail(fmt::format("cannot read the PLT slot at {:#x} again", slot));
+    if (*now != value) return fail(fmt::format("the PLT slot at {:#x} changed since it was read (a GOT hook?)", slot));
   }
   return ok();
 }
