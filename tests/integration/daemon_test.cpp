@@ -1302,15 +1302,21 @@ TEST_F(Daemon, GdbNamesTheCopiesAndUnwindsThroughThem) {
   ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
   const std::string command = target_json(host, pid)["dynimized"].value("gdb_command", "");
   ASSERT_EQ(command.rfind("add-symbol-file ", 0), 0u) << target_json(host, pid).dump();
+  // The PC may be outside the copies, or in hot_short_entry's copy (2.6 %
+  // of the time), which is written in assembly and has no source line:
+  // gdb is asked again until the thread is in a copy of hot_work<...>.
+  auto in_hot_work_copy = [](const std::string& out) {
+    const std::size_t frame = out.find("hot_work<");
+    return frame != std::string::npos && out.find("[dyni]", frame) < out.find('\n', frame);
+  };
   RunResult bt;
-  for (int attempt = 0; attempt < 5 && bt.out.find("[dyni]") == std::string::npos; ++attempt)  // the PC may be outside
+  for (int attempt = 0; attempt < 10 && !in_hot_work_copy(bt.out); ++attempt)
     bt = host.run({"/usr/bin/gdb", "-nx", "-batch", "-p", std::to_string(pid), "-ex", command, "-ex", "bt"});
   std::printf("%s", bt.out.c_str());
-  EXPECT_NE(bt.out.find("hot_work<"), std::string::npos) << bt.out << bt.err;
-  EXPECT_NE(bt.out.find("[dyni]"), std::string::npos) << bt.out << bt.err;
+  EXPECT_TRUE(in_hot_work_copy(bt.out)) << "a frame in a copy of hot_work<...>:\n" << bt.out << bt.err;
   EXPECT_NE(bt.out.find(" main ("), std::string::npos) << "unwound through the copy to main:\n" << bt.out << bt.err;
   // dyni-test-hot has debug info (-g): the copy's frame has the original's line.
-  const std::size_t copy_frame = bt.out.find("[dyni]");
+  const std::size_t copy_frame = bt.out.find("hot_work<");
   const std::string frame_line =
       copy_frame == std::string::npos ? "" : bt.out.substr(copy_frame, bt.out.find('\n', copy_frame) - copy_frame);
   EXPECT_NE(frame_line.find("hot_functions.cpp:"), std::string::npos) << "no source line in the copy's frame:\n" << bt.out;
