@@ -152,6 +152,7 @@ const std::map<std::string, Setter>& option_setters() {
       {"copy_usdt_functions", [](Config& c, const std::string& v) { return parse_bool(v, c.copy_usdt_functions); }},
       {"probe_safe_entries", [](Config& c, const std::string& v) { return parse_bool(v, c.probe_safe_entries); }},
       {"all_hot_modules", [](Config& c, const std::string& v) { return parse_bool(v, c.all_hot_modules); }},
+      {"min_module_percent", [](Config& c, const std::string& v) { return parse_int(v, 1, 100, c.min_module_percent); }},
       {"small_cache_kib", [](Config& c, const std::string& v) { return parse_int(v, 0, 2048, c.small_cache_kib); }},
       {"metrics_textfile",
        [](Config& c, const std::string& v) {

@@ -44,10 +44,13 @@ struct Config {
   // kept first instruction (twice the functions entered in their copies on
   // mariadbd), which a uprobe at the second instruction (uprobe:FUNC+N) breaks.
   bool probe_safe_entries = false;
-  // Every module that holds at least 1 % of the samples and can be copied
-  // (issue 22: the executable and libc, say), each its own cache after the
-  // hottest one's; false: the hottest alone.
-  bool all_hot_modules = false;
+  // Every module that holds at least min_module_percent of the samples and
+  // can be copied (issue 22: the executable and libc, say), each its own
+  // cache after the hottest one's; false: the hottest alone.
+  bool all_hot_modules = true;
+  // The share of the samples (percent) a module must hold to be optimized:
+  // the hottest, and with all_hot_modules each other one.
+  int min_module_percent = 1;
   // A cache whose code, frames, record and counters take less (KiB) goes on small pages
   // in 64 KiB steps, not a 2 MiB huge page of its own (libc's hot functions,
   // a small program's); 0: every cache on a huge page.

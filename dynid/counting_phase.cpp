@@ -39,22 +39,77 @@ double distance(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) 
   return d;
 }
 
-}  // namespace
-
-Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest request) {
+// A counting cache for `request`'s hot set, or why not.
+Result<Injection> inject_counting(InjectRequest request) {
   request.options.cache.counting = true;
   // Shared slots: striped ones cost more than they saved on 2 CPUs (docs/counting.md).
   request.options.cache.counter_stripes = 0;
-  auto counting = inject_module(request);
+  return inject_module(request);
+}
+
+// Why a counting cache just injected cannot count, or "".
+std::string why_it_cannot_count(const Injection& counting) {
+  if (!counting.error.empty()) return counting.error;
+  return counting.patched.empty() ? "no entry could be patched" : "";
+}
+
+}  // namespace
+
+// The functions that ran while counting: the optimized cache holds those.
+// A copy whose entry stays as it is (jit/patch_plan.h: mostly getters of a
+// few bytes) counts only the calls from other copies; the indirect calls
+// that reached its original were counted at their sites, as its calls: it
+// ran too, and promoted calls then reach its copy directly.
+std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts) {
+  std::set<uint64_t> called;
+  for (const auto& [entry, c] : counts.functions)
+    for (const auto& [site, value] : c.values)
+      for (const auto& [target, calls] : value.targets)
+        if (calls > 0) called.insert(target);
+  std::vector<uint64_t> out;
+  for (const auto& [entry, c] : counts.functions)
+    if (called.count(entry) || std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; }))
+      out.push_back(entry);
+  return out;
+}
+
+Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest request) {
+  auto counting = inject_counting(std::move(request));
   if (!counting) return std::unexpected(counting.error());
   std::unique_ptr<CountingPhase> phase(new CountingPhase(std::move(*counting)));
-  std::string error = phase->counting_.error;
-  if (error.empty() && phase->counting_.patched.empty()) error = "no entry could be patched";
-  if (!error.empty()) {
+  if (std::string error = why_it_cannot_count(phase->injection()); !error.empty()) {
     phase->end();
     return fail("counting cache: " + error);
   }
   return phase;
+}
+
+Status CountingPhase::add(InjectRequest request) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_ || ended_ || switching_) return fail("the counting phase is over");
+    adding_ = true;
+  }
+  auto counting = inject_counting(request);
+  std::lock_guard lock(mutex_);
+  adding_ = false;
+  if (!counting) return fail(counting.error().message());
+  Cache& added = caches_.emplace_back(Cache{std::move(*counting), request.module});
+  std::string error = why_it_cannot_count(added.injection);
+  if (error.empty() && (stopped_ || ended_)) error = "the counting phase was stopped meanwhile";
+  if (error.empty()) return {};
+  added.counts = false;
+  // What -undo or end() would have done to it: the target loses nothing.
+  if (ended_) ended_ = false;  // end() again ends this one too (the destructor, end_counting)
+  end_cache(added);
+  return fail("counting cache: " + error);
+}
+
+const Injection* CountingPhase::injection_of(const std::string& module) const {
+  std::lock_guard lock(mutex_);
+  for (std::size_t i = 1; i < caches_.size(); ++i)
+    if (caches_[i].module == module && caches_[i].counts) return &caches_[i].injection;
+  return nullptr;
 }
 
 CountingPhase::~CountingPhase() { end(); }
@@ -64,7 +119,7 @@ std::chrono::milliseconds CountingPhase::pause_for(int duty_percent) {
   return kReadInterval * (100 - duty_percent) / duty_percent;
 }
 
-Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::function<bool()>& stopping) {
+Result<CountingPhase::Counts> CountingPhase::count(const Bounds& bounds, const std::function<bool()>& stopping) {
   const auto t0 = Clock::now();
   const auto elapsed = [&] { return Clock::now() - t0; };
   {
@@ -90,13 +145,13 @@ Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::
     }
     // Outside the lock, which -status needs: reading the target's memory
     // waits for its mmap lock, which the target's own threads may hold for
-    // long. counting_ is never changed once made.
+    // long. caches_ is never changed once counting began, nor an injection.
     const auto read_at = Clock::now();
-    auto counts = read_counts(counting_);
+    auto counts = read_all();
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - read_at);
     if (took >= kSlowRead)
-      log::warn("counting cache at {:#x} of pid {}: reading the counters took {} ms", counting_.cache.addr,
-                counting_.pid, took.count());
+      log::warn("counting cache at {:#x} of pid {}: reading the counters took {} ms", injection().cache.addr,
+                injection().pid, took.count());
     std::unique_lock lock(mutex_);
     if (stopped_) return fail("stopped by dyni -undo");
     if (!counts) {
@@ -104,7 +159,11 @@ Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::
       return fail("counters unreadable: " + counts.error().message());
     }
     seconds_ = std::chrono::duration<double>(elapsed()).count();
-    std::vector<uint64_t> now = flatten(*counts);
+    std::vector<uint64_t> now = flatten(counts->first);
+    for (const auto& [module, more] : counts->more) {
+      std::vector<uint64_t> its = flatten(more);
+      now.insert(now.end(), its.begin(), its.end());
+    }
     total_ = 0;
     for (uint64_t v : now) total_ += v;
     last_distance_ = distance(previous, now);
@@ -117,7 +176,7 @@ Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::
       // The optimized cache is built on the original code, not on counting copies.
       pause_locked();
       stop_clock();
-      counts->seconds = counting_seconds_;
+      set_seconds(*counts);
       phase_ = stable_ ? "counted: stable" : "counted: ceiling reached";
       return counts;
     }
@@ -138,25 +197,50 @@ Result<jit::ModuleCounts> CountingPhase::count(const Bounds& bounds, const std::
     }
     if (!resume_locked()) {  // nothing leads to the counting copies: these counts are all there will be
       bursts = false;
-      counts->seconds = counting_seconds_;
+      set_seconds(*counts);
       phase_ = "counted: counting could not resume";
       return counts;
     }
   }
 }
 
-// undo_patches writes only where the counting jump still is. When the
-// window is missed the entries stay on the counting copies: no pause.
+Result<CountingPhase::Counts> CountingPhase::read_all() const {
+  Counts out;
+  for (const Cache& c : caches_) {
+    if (!c.counts) continue;
+    auto counts = read_counts(c.injection);
+    if (!counts) return std::unexpected(counts.error());
+    if (&c == &caches_.front()) out.first = std::move(*counts);
+    else out.more[c.module] = std::move(*counts);
+  }
+  return out;
+}
+
+void CountingPhase::set_seconds(Counts& counts) const {
+  counts.first.seconds = counting_seconds_;
+  for (auto& [module, more] : counts.more) more.seconds = counting_seconds_;
+}
+
+// undo_patches writes only where the counting jump still is. When a
+// module's window is missed its entries stay on the counting copies: no
+// pause (the others stay paused until the phase ends).
 bool CountingPhase::pause_locked() {
   if (paused_ || ended_) return true;
   const auto t0 = Clock::now();
-  auto undone = undo_patches(counting_, /*one_window=*/true);
-  longest_pause_ = std::max(longest_pause_, Clock::now() - t0);
-  if (!undone) {
-    log::info("counting cache at {:#x} of pid {}: no pause ({}): counting goes on without pauses",
-              counting_.cache.addr, counting_.pid, undone.error().message());
-    return false;
+  bool all = true;
+  for (Cache& c : caches_) {
+    if (c.paused || !c.counts) continue;
+    auto undone = undo_patches(c.injection, /*one_window=*/true);
+    if (!undone) {
+      log::info("counting cache at {:#x} of pid {}: no pause ({}): counting goes on without pauses",
+                c.injection.cache.addr, c.injection.pid, undone.error().message());
+      all = false;
+      continue;
+    }
+    c.paused = true;
   }
+  longest_pause_ = std::max(longest_pause_, Clock::now() - t0);
+  if (!all) return false;
   paused_ = true;
   ++pauses_;
   stop_clock();
@@ -174,13 +258,19 @@ void CountingPhase::stop_clock() {
 bool CountingPhase::resume_locked() {
   if (!paused_ || ended_ || stopped_) return false;
   const auto t0 = Clock::now();
-  auto again = resume_counting(counting_);
+  entries_resumed_ = 0;
+  for (Cache& c : caches_) {
+    if (!c.paused || !c.counts) continue;
+    auto again = resume_counting(c.injection);
+    const std::size_t resumed = again ? again->patched.size() : 0;
+    if (!again || !again->error.empty() || resumed < c.injection.patched.size())
+      log::info("counting cache at {:#x} of pid {}: {} of {} entries patched in again{}{}", c.injection.cache.addr,
+                c.injection.pid, resumed, c.injection.patched.size(), again ? "" : ": ",
+                again ? again->error : again.error().message());
+    if (resumed) c.paused = false;  // else it stays paused: its counts so far stand
+    entries_resumed_ += resumed;
+  }
   longest_resume_ = std::max(longest_resume_, Clock::now() - t0);
-  entries_resumed_ = again ? again->patched.size() : 0;
-  if (!again || !again->error.empty() || entries_resumed_ < counting_.patched.size())
-    log::info("counting cache at {:#x} of pid {}: {} of {} entries patched in again{}{}", counting_.cache.addr,
-              counting_.pid, entries_resumed_, counting_.patched.size(), again ? "" : ": ",
-              again ? again->error : again.error().message());
   if (entries_resumed_ == 0) return false;  // still paused, the clock stopped
   paused_ = false;
   on_since_ = Clock::now();
@@ -216,29 +306,40 @@ bool CountingPhase::end() {
   return end_locked();
 }
 
-// Undo writes only entries that still hold a counting jump: those the
-// optimized cache re-pointed hold its own.
 bool CountingPhase::end_locked() {
   if (ended_) return true;
   switching_ = false;
   stop_clock();
   std::string why;
-  Injection ours = counting_;  // the entries the optimized cache did not re-point
-  std::erase_if(ours.patched, [&](const PatchRecord& p) { return replaced_.contains(p.addr); });
-  if (auto undone = undo_patches(ours); !undone) why = "entries: " + undone.error().message();
-  auto off = counters_off(counting_);
-  if (off) sites_off_ = *off;
-  else why += (why.empty() ? "" : "; ") + std::string("counters: ") + off.error().message();
+  for (Cache& c : caches_)
+    if (std::string not_ended = end_cache(c); !not_ended.empty()) why += (why.empty() ? "" : "; ") + not_ended;
   end_error_ = why;
-  if (!why.empty()) log::warn("counting cache at {:#x} of pid {}: ending it: {}", counting_.cache.addr, counting_.pid, why);
   ended_ = why.empty();  // else it is tried again
   if (!stopped_) phase_ = why.empty() ? "ended" : "ending: " + why;
   return ended_;
 }
 
+// Undo writes only entries that still hold a counting jump: those an
+// optimized cache re-pointed hold its own.
+std::string CountingPhase::end_cache(Cache& c) {
+  if (c.ended) return "";
+  std::string why;
+  Injection ours = c.injection;  // the entries the optimized cache did not re-point
+  std::erase_if(ours.patched, [&](const PatchRecord& p) { return replaced_.contains(p.addr); });
+  if (auto undone = undo_patches(ours); !undone) why = "entries: " + undone.error().message();
+  auto off = counters_off(c.injection);
+  if (off) c.sites_off = *off;
+  else why += (why.empty() ? "" : "; ") + std::string("counters: ") + off.error().message();
+  if (!why.empty())
+    log::warn("counting cache at {:#x} of pid {}: ending it: {}", c.injection.cache.addr, c.injection.pid, why);
+  c.ended = why.empty();
+  return why;
+}
+
 Result<std::string> CountingPhase::stop() {
   std::lock_guard lock(mutex_);
   if (switching_) return fail("switching to the optimized code; run dyni -undo again in a few seconds");
+  if (adding_) return fail("counting begins in another module; run dyni -undo again in a few seconds");
   if (ended_) return fail("being dynimized; run dyni -undo again in a few seconds");  // counting is over
   // An optimized cache re-pointed its entries (replaced_by): ending the
   // phase now would leave that cache live under an `undone` target.
@@ -249,7 +350,10 @@ Result<std::string> CountingPhase::stop() {
     return fail("counting could not be stopped now (" + end_error_ + "); run dyni -undo again");
   }
   phase_ = "stopped by dyni -undo";
-  return fmt::format("counting stopped, original code restored ({} entries)", counting_.patched.size());
+  std::size_t entries = 0;
+  for (const Cache& c : caches_) entries += c.injection.patched.size();
+  return fmt::format("counting stopped, original code restored ({} entries{})", entries,
+                     caches_.size() > 1 ? fmt::format(" in {} modules", caches_.size()) : "");
 }
 
 void CountingPhase::save_counts(const jit::ModuleCounts& counts, const std::string& path) {
@@ -278,7 +382,31 @@ nlohmann::json CountingPhase::to_json() const {
   return j;
 }
 
+namespace {
+
+// One module's counting cache, for -status -json.
+nlohmann::json cache_json(const Injection& counting) {
+  return {{"addr", fmt::format("{:#x}", counting.cache.addr)},
+          {"code_bytes", counting.code_size},
+          {"counters_addr", fmt::format("{:#x}", counting.counters.addr)},
+          {"counters_bytes", counting.counters.length}};
+}
+
+}  // namespace
+
 nlohmann::json CountingPhase::current_json() const {
+  const Cache& first = caches_.front();
+  nlohmann::json more = nlohmann::json::array();
+  for (std::size_t i = 1; i < caches_.size(); ++i) {
+    const Cache& c = caches_[i];
+    more.push_back({{"module", c.module},
+                    {"counts", c.counts},
+                    {"functions", c.injection.counted.size()},
+                    {"entries_patched", c.injection.patched.size()},
+                    {"counter_sites", c.injection.counter_sites.size()},
+                    {"counter_sites_off", c.sites_off},
+                    {"cache", cache_json(c.injection)}});
+  }
   return {{"phase", phase_},
           {"seconds", seconds_},
           {"counting_seconds", counting_seconds_},
@@ -288,18 +416,16 @@ nlohmann::json CountingPhase::current_json() const {
           {"entries_resumed", entries_resumed_},
           {"longest_pause_ms", std::chrono::duration<double, std::milli>(longest_pause_).count()},
           {"longest_resume_ms", std::chrono::duration<double, std::milli>(longest_resume_).count()},
-          {"functions", counting_.counted.size()},
-          {"entries_patched", counting_.patched.size()},
-          {"counter_sites", counting_.counter_sites.size()},
-          {"counter_sites_off", sites_off_},
-          {"skipped", skipped_by_kind(counting_.skipped)},
+          {"functions", first.injection.counted.size()},
+          {"entries_patched", first.injection.patched.size()},
+          {"counter_sites", first.injection.counter_sites.size()},
+          {"counter_sites_off", first.sites_off},
+          {"skipped", skipped_by_kind(first.injection.skipped)},
           {"counts_total", total_},
           {"change_between_reads", last_distance_ < 0 ? nlohmann::json(nullptr) : nlohmann::json(last_distance_)},
           {"stable", stable_},
-          {"cache", {{"addr", fmt::format("{:#x}", counting_.cache.addr)},
-                     {"code_bytes", counting_.code_size},
-                     {"counters_addr", fmt::format("{:#x}", counting_.counters.addr)},
-                     {"counters_bytes", counting_.counters.length}}},
+          {"cache", cache_json(first.injection)},
+          {"more_modules", more},
           {"counts_file", counts_file_.empty() ? nlohmann::json(nullptr) : nlohmann::json(counts_file_)},
           {"counts_file_error", counts_file_error_},
           {"error", end_error_}};

@@ -20,6 +20,11 @@
 //           and every counter site is turned off in place, so that no
 //           thread keeps counting in a loop it entered while counting
 //
+// With all_hot_modules each further hot module gets a counting cache of its
+// own in the same phase (add()): all are read together, their counts are
+// stable together, they pause and resume together, and each is replaced by
+// its module's optimized cache; the phase ends once the last is.
+//
 // stop() (-undo during counting, from the daemon's thread) ends the phase
 // with the target on its original code. A counting cache never comes back:
 // nothing patches its entries again (a new dynid that finds one ends it the
@@ -40,6 +45,10 @@
 
 namespace dyni {
 
+// The functions that ran while counting (in `counts`): the optimized cache
+// holds those.
+std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts);
+
 class CountingPhase {
  public:
   static constexpr std::chrono::milliseconds kReadInterval{500};
@@ -51,6 +60,13 @@ class CountingPhase {
   static Result<std::unique_ptr<CountingPhase>> start(InjectRequest request);
   ~CountingPhase();  // ends the phase if nobody did
 
+  // A further module's counting cache (all_hot_modules; `request.module` is
+  // its path), before count(). Fails when it cannot count: the module is
+  // then laid out by its profile, and what was done to the target is undone
+  // (or ended with the phase). stop() refuses while it runs; a phase
+  // stopped or ended meanwhile ends it at once.
+  Status add(InjectRequest request);
+
   // How long the phase may last (its wall time: pauses count), and the
   // share of it the counting copies run.
   struct Bounds {
@@ -60,15 +76,23 @@ class CountingPhase {
   // The pause after a burst of kReadInterval, for `duty_percent` (1..100).
   static std::chrono::milliseconds pause_for(int duty_percent);
 
+  // What count() returns: the first module's counts, and each further
+  // module's that counts, by the path its add() named.
+  struct Counts {
+    jit::ModuleCounts first;
+    std::map<std::string, jit::ModuleCounts> more;
+  };
   // Counts until stable (not before `minimum`), the ceiling, `stopping()`
   // (dynid is stopping), or stop(): the counts, or why there are none (the
   // phase is then ended).
-  Result<jit::ModuleCounts> count(const Bounds& bounds, const std::function<bool()>& stopping);
+  Result<Counts> count(const Bounds& bounds, const std::function<bool()>& stopping);
 
   // From now until end() the optimized cache replaces this one: stop()
   // refuses meanwhile. False when the phase was stopped already.
   bool begin_switch();
-  const Injection& injection() const { return counting_; }
+  const Injection& injection() const { return caches_.front().injection; }  // the first module's
+  // Further module `module`'s counting cache, if it counts (add()); else null.
+  const Injection* injection_of(const std::string& module) const;
   // The optimized cache `optimized` re-pointed these entries: they hold its
   // jumps, which end() leaves (and need not report as bytes it does not know).
   void replaced_by(const Injection& optimized);
@@ -89,8 +113,20 @@ class CountingPhase {
   nlohmann::json to_json() const;
 
  private:
-  explicit CountingPhase(Injection counting) : counting_(std::move(counting)) {}
+  // One module's counting cache. Added only by the lifecycle's thread,
+  // before count(); its flags change under mutex_.
+  struct Cache {
+    Injection injection;
+    std::string module;  // as add() named it ("" for the first)
+    bool counts = true;  // false: it could not count (add() failed): only ended
+    bool paused = false, ended = false;
+    std::size_t sites_off = 0;
+  };
+  explicit CountingPhase(Injection counting) { caches_.push_back({std::move(counting), ""}); }
   bool end_locked();
+  // Its entries the optimized caches did not re-point back to the file's
+  // bytes, its counters off; why not, or "".
+  std::string end_cache(Cache& cache);
   // The entries back to the file's bytes (no thread enters counting copies
   // then), in one window; false when it was missed.
   bool pause_locked();
@@ -98,6 +134,10 @@ class CountingPhase {
   // none was (still paused).
   bool resume_locked();
   void stop_clock();     // counting_seconds_ takes the time since on_since_
+  // Every counting module's counters, read from the target (no lock: only
+  // the injections, never changed once counting began).
+  Result<Counts> read_all() const;
+  void set_seconds(Counts& counts) const;  // each module's: counting_seconds_
   // Sleeps `how_long` in short steps; false when dynid is stopping meanwhile
   // (a stop() meanwhile is seen under the lock afterwards).
   bool wait_paused(std::chrono::milliseconds how_long, const std::function<bool()>& stopping);
@@ -107,9 +147,10 @@ class CountingPhase {
   mutable nlohmann::json last_json_;
   mutable int64_t last_json_ms_ = 0;
   mutable std::mutex mutex_;  // guards everything below against stop() and to_json()
-  Injection counting_;
+  std::vector<Cache> caches_;  // the first module's first
   std::atomic<bool> stopped_{false};
   bool switching_ = false, ended_ = false;
+  bool adding_ = false;  // add() injects a further module's cache
   std::set<uint64_t> replaced_;  // entries the optimized cache holds now
   std::string phase_ = "counting", end_error_;
   double seconds_ = 0, last_distance_ = -1;
@@ -121,7 +162,6 @@ class CountingPhase {
   std::size_t pauses_ = 0, entries_resumed_ = 0;
   std::chrono::steady_clock::duration longest_pause_{}, longest_resume_{};  // wall time, windows included
   bool stable_ = false;
-  std::size_t sites_off_ = 0;
   uint64_t total_ = 0;  // every counter summed, at the last read
   std::string counts_file_, counts_file_error_;
 };

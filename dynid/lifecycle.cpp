@@ -55,23 +55,6 @@ constexpr const char* kCacheKeptBecause =
     "kept until the process exits: code addresses in it may be saved outside any stack (setjmp buffers, "
     "coroutine contexts), which no check can prove unused";
 
-// The functions that ran while counting: the optimized cache holds those.
-// A copy whose entry stays as it is (jit/patch_plan.h: mostly getters of a
-// few bytes) counts only the calls from other copies; the indirect calls
-// that reached its original were counted at their sites, as its calls: it
-// ran too, and promoted calls then reach its copy directly.
-std::vector<uint64_t> functions_that_ran(const jit::ModuleCounts& counts) {
-  std::set<uint64_t> called;
-  for (const auto& [entry, c] : counts.functions)
-    for (const auto& [site, value] : c.values)
-      for (const auto& [target, calls] : value.targets)
-        if (calls > 0) called.insert(target);
-  std::vector<uint64_t> out;
-  for (const auto& [entry, c] : counts.functions)
-    if (called.count(entry) || std::any_of(c.blocks.begin(), c.blocks.end(), [](const auto& b) { return b.second > 0; }))
-      out.push_back(entry);
-  return out;
-}
 
 }  // namespace
 
@@ -357,7 +340,8 @@ void TargetLifecycle::dynimize() {
       std::lock_guard lock(counting_mutex_);
       if (counting_ && counting_->stopped()) return;  // -undo: the target is undone, on its original code
       if (counted) {
-        counts = std::move(*counted);
+        counts = std::move(counted->first);
+        more_counts_ = std::move(counted->more);  // inject_more_modules lays them out by these
         request.counts = &*counts;
         request.hot = functions_that_ran(*counts);
         request.profile = nullptr;
@@ -370,28 +354,19 @@ void TargetLifecycle::dynimize() {
       // code is laid out without counts, replacing nothing.
       if (counted && !counting_->begin_switch()) return;  // stopped by -undo just now: undone
       if (counted) request.replacing = &counting_->injection();
+      // Threads may be stopped in the further modules' counting copies too.
+      for (const auto& [path, more] : more_counts_)
+        if (const Injection* theirs = counting_->injection_of(path))
+          request.other_copies.insert(request.other_copies.end(), theirs->copies.begin(), theirs->copies.end());
     }
     injected = inject_module(request);
     if (injected) share_copied = sampled_share_copied(hot->profile, *injected);
-    // The counting copies were planned from the whole hot set, the optimized
-    // ones from what ran in them: a function kept out (a USDT probe site)
-    // never ran in a copy, so only the first plan names it.
-    if (injected && request.replacing && injected->plan.is_object() && request.replacing->plan.is_object())
-      injected->plan["kept_out"] = request.replacing->plan.value("kept_out", nlohmann::json::array());
-    // Likewise a function the counting copies skipped (a breakpoint in it):
-    // its reason stays said.
-    if (injected && request.replacing) {
-      auto function = [](const std::string& why) { return why.substr(0, why.find(':')); };
-      std::set<std::string> said;
-      for (const std::string& why : injected->skipped) said.insert(function(why));
-      for (const std::string& why : request.replacing->skipped)
-        if (said.insert(function(why)).second) injected->skipped.push_back(why);
-    }
-    if (injected && request.replacing) {
-      std::lock_guard lock(counting_mutex_);
-      if (counting_) counting_->replaced_by(*injected);
-    }
-    end_counting();  // what the optimized cache did not re-point goes back; counters off
+    if (injected && request.replacing) replaced_counting(*injected, *request.replacing);
+    // The further modules' counting caches end once they are replaced too
+    // (settle_injection, below); the first's entries that ran no copy were
+    // put back when counting paused for the last time.
+    if (!injected || !injected->error.empty() || more_counts_.empty())
+      end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
     if (counts && injected && injected->error.empty())
       for_group = std::make_shared<GroupPlan>(GroupPlan{pid_, *counts, request.hot, request.callers, request.module});
@@ -400,7 +375,28 @@ void TargetLifecycle::dynimize() {
     end_counting();  // never left counting: its entries back, its counters off
   }
   seconds_optimizing_ = seconds_since(t0);
-  if (settle_injection(std::move(injected), share_copied, true) && for_group) table_.publish_group_plan(group_, for_group);
+  const bool settled = settle_injection(std::move(injected), share_copied, true);
+  end_counting();  // every module's counting cache: what was not replaced goes back; counters off
+  if (settled && for_group) table_.publish_group_plan(group_, for_group);
+}
+
+// The optimized cache `optimized` replaced counting cache `counting`: its
+// entries re-pointed are not the counting phase's to put back, and what the
+// counting copies' plan said stays said. The counting copies were planned
+// from the whole hot set, the optimized ones from what ran in them: a
+// function kept out (a USDT probe site) never ran in a copy, so only the
+// first plan names it; likewise a function the counting copies skipped (a
+// breakpoint in it).
+void TargetLifecycle::replaced_counting(Injection& optimized, const Injection& counting) {
+  if (optimized.plan.is_object() && counting.plan.is_object())
+    optimized.plan["kept_out"] = counting.plan.value("kept_out", nlohmann::json::array());
+  auto function = [](const std::string& why) { return why.substr(0, why.find(':')); };
+  std::set<std::string> said;
+  for (const std::string& why : optimized.skipped) said.insert(function(why));
+  for (const std::string& why : counting.skipped)
+    if (said.insert(function(why)).second) optimized.skipped.push_back(why);
+  std::lock_guard lock(counting_mutex_);
+  if (counting_) counting_->replaced_by(optimized);
 }
 
 // A member of a busy group that has a plan (process_group.h): dynimized by
@@ -531,7 +527,7 @@ bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional
 // The counting phase (counting_phase.h): counting copies of the hot set
 // until their counts are stable; the counts, or why there are none (the
 // phase is ended then, or the counting cache was never made).
-Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& request) {
+Result<CountingPhase::Counts> TargetLifecycle::count_hot_set(const InjectRequest& request) {
   auto phase = CountingPhase::start(request);
   if (!phase) return std::unexpected(phase.error());
   CountingPhase* counting = phase->get();
@@ -552,12 +548,14 @@ Result<jit::ModuleCounts> TargetLifecycle::count_hot_set(const InjectRequest& re
             name_, pid_, made.patched.size(), made.counter_sites.size(), made.code_size, made.code_addr,
             made.patch_windows, made.longest_stop.count() / 1000.0, dynimize_.counting_max.count(),
             dynimize_.counting_duty_percent);
+  count_more_modules(*counting);
   CountingPhase::Bounds bounds{dynimize_.counting_min, dynimize_.counting_max, dynimize_.counting_duty_percent};
   auto counts = counting->count(bounds, [this] { return stop_.load(); });
   if (!counts) return counts;
   nlohmann::json state = counting->to_json();
-  log::info("target {} pid {}: counted for {:.1f} s in a phase of {:.1f} s ({} pauses): {}", name_, pid_,
-            counts->seconds, state.value("seconds", 0.0), state.value("pauses", 0), state.value("phase", ""));
+  log::info("target {} pid {}: counted for {:.1f} s in a phase of {:.1f} s ({} pauses, {} module(s)): {}", name_, pid_,
+            counts->first.seconds, state.value("seconds", 0.0), state.value("pauses", 0), 1 + counts->more.size(),
+            state.value("phase", ""));
   return counts;
 }
 
@@ -1014,7 +1012,8 @@ bool TargetLifecycle::choose_hot_module() {
     return module ? std::string() : module.error().message();
   };
   ModuleChoice choice =
-      choose_module(module_shares(recorder->profile(), symbols), exe->path, why_stays, dynimize_.all_hot_modules);
+      choose_module(module_shares(recorder->profile(), symbols), exe->path, why_stays, dynimize_.all_hot_modules,
+                    dynimize_.min_module_share);
   // Unsupported is for good: a profile cut short by its time bound with few
   // samples (a burst of load) decides nothing; its executable is tried, and
   // the steps after say what such a profile gives.

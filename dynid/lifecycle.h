@@ -35,15 +35,17 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "dynid/cache_plan.h"
 #include "dynid/cache_scan.h"
+#include "dynid/counting_phase.h"
 #include "dynid/injector.h"
+#include "dynid/module_choice.h"
 #include "dynid/perf_map.h"
 #include "dynid/target_table.h"
 #include "profiler/recorder.h"
 
 namespace dyni {
 
-class CountingPhase;
 
 // Whether the copied library is loaded now from the file its copies were
 // made from, where it was: false once an unload took its patched pages (the
@@ -64,8 +66,9 @@ struct DynimizeOptions {
   bool copy_usdt_functions = false;       // [options] copy_usdt_functions
   unsigned loop_alignment = 32;           // [options] loop_alignment
   bool probe_safe_entries = false;        // [options] probe_safe_entries
-  bool all_hot_modules = false;           // [options] all_hot_modules
+  bool all_hot_modules = true;            // [options] all_hot_modules
   uint64_t small_cache_bytes = kSmallCacheBytes;  // [options] small_cache_kib
+  double min_module_share = kMinModuleShare;      // [options] min_module_percent / 100
   jit::JitOptions jit() const {
     jit::JitOptions o;
     o.copy_probe_functions = copy_usdt_functions;
@@ -142,7 +145,8 @@ class TargetLifecycle {
   std::string why_plan_does_not_fit(const GroupPlan& plan) const;
   bool settle_injection(Result<Injection> injected, std::optional<double> share_copied, bool then_more_modules = false);
   InjectRequest base_request() const;
-  Result<jit::ModuleCounts> count_hot_set(const InjectRequest& request);
+  Result<CountingPhase::Counts> count_hot_set(const InjectRequest& request);
+  void replaced_counting(Injection& optimized, const Injection& counting);
   void save_counts(const jit::ModuleCounts& counts);
   void note_copies(const Injection& in, const std::string& tier);  // never throws
   void write_copy_files(const Injection& in, const std::string& tier, bool gdb_file = true);
@@ -159,6 +163,12 @@ class TargetLifecycle {
   // the hottest module's injection, before the target is dynimized.
   void inject_more_modules(Injection& first);
   void inject_one_more_module(Injection& first, const profiler::Recorder& recorder, const std::string& path);
+  // Their counting caches in the counting phase of the first (counting_phase.h add()).
+  void count_more_modules(CountingPhase& phase);
+  void count_one_more_module(CountingPhase& phase, const profiler::Recorder& recorder, const std::string& path,
+                             std::vector<CopyRange>& copies);
+  InjectRequest more_module_request(const HotModule& hot) const;  // `hot` must outlive it
+  const Injection* counting_of(const std::string& module) const;  // a further module's counting cache, or null
   // A cache's record found in the target: its module (cache_scan.h), if it
   // could be matched, and how many of its patches are live.
   struct FoundRecord {
@@ -188,6 +198,9 @@ class TargetLifecycle {
   // [options] all_hot_modules: the other hot modules to optimize after it,
   // hottest first (set with module_).
   std::vector<std::string> more_modules_;
+  // Their counts from the counting phase, by path (this thread's alone):
+  // their optimized copies are laid out by them and replace their counting copies.
+  std::map<std::string, jit::ModuleCounts> more_counts_;
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
   PerfMapHere perf_map_here_;              // under injection_mutex_: perf_map_ in dynid's view (perf_map_seen_here)
   std::string gdb_command_, gdb_error_;   // under injection_mutex_: how gdb loads the cache's symbols, or why not
@@ -221,6 +234,7 @@ class TargetLifecycle {
   // error (one that failed had its patches undone then).
   std::vector<Injection> more_;
   std::map<uint64_t, std::string> more_gdb_commands_;  // by cache address: how gdb loads its symbols
+  std::map<uint64_t, std::string> more_layouts_;       // by cache address: how its copies were laid out
   bool adopted_ = false;  // found in the target, not made by this dynid
   bool inherited_ = false;  // adopted, and its parent maps that cache: it came with a fork
   std::optional<ParentCopies> parent_copies_;  // set before the thread starts

@@ -2,8 +2,10 @@
 // the hottest module is injected, before the target is `dynimized` (so that
 // -undo never comes between two modules), each other module that holds at least
 // kMinModuleShare of the samples and can be copied (module_choice.h) gets its
-// own cache near it, laid out by the profile (the counting phase counted the
-// first). Each is an injection of its own (injector.h): its own record, tied
+// own cache near it. With counting, each first gets counting copies in the
+// first's counting phase (count_more_modules), and its optimized copies are
+// laid out by their counts and replace them; one that could not count is
+// laid out by the profile. Each is an injection of its own (injector.h): its own record, tied
 // to its file by build-id and load address, its own frames registration and
 // patches. One that fails is said and left, its patches undone: the target
 // stays dynimized by the others. -undo and -redo act on every one; a
@@ -47,6 +49,63 @@ void TargetLifecycle::inject_more_modules(Injection& first) {
   }
 }
 
+InjectRequest TargetLifecycle::more_module_request(const HotModule& hot) const {
+  InjectRequest request = base_request();
+  request.module = hot.path;  // the executable's path names it too (read_target_module)
+  request.hot = hot.profile.hot_set(kHotSetShare);
+  for (const auto& [start, samples] : hot.profile.functions) request.callers.push_back(start);
+  request.profile = layout_profile(hot.profile);
+  return request;
+}
+
+const Injection* TargetLifecycle::counting_of(const std::string& module) const {
+  std::lock_guard lock(counting_mutex_);
+  return counting_ ? counting_->injection_of(module) : nullptr;  // caches_ stays as it is from count() on
+}
+
+void TargetLifecycle::count_more_modules(CountingPhase& phase) {
+  const profiler::Recorder* recorder = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    recorder = recorder_.get();
+  }
+  std::vector<CopyRange> copies = phase.injection().copies;  // a thread may be stopped in any of them
+  for (const std::string& path : more_modules_) {
+    if (stop_ || !recorder) return;
+    try {
+      count_one_more_module(phase, *recorder, path, copies);
+    } catch (const std::exception& e) {  // a bug costs this module its counts, not dynid its life
+      log::warn("target {} pid {}: counting: {} not counted: internal error: {}", name_, pid_, paths::file_name(path),
+                e.what());
+    }
+  }
+}
+
+void TargetLifecycle::count_one_more_module(CountingPhase& phase, const profiler::Recorder& recorder,
+                                            const std::string& path, std::vector<CopyRange>& copies) {
+  const std::string file = std::string(paths::file_name(path));
+  auto hot = module_profile(recorder, path);
+  if (!hot) {
+    log::info("target {} pid {}: counting: {} not counted (laid out by the profile if it can be): {}", name_, pid_,
+              file, hot.error().message());
+    return;
+  }
+  InjectRequest request = more_module_request(*hot);
+  request.other_copies = copies;
+  if (auto added = phase.add(request); !added) {
+    log::info("target {} pid {}: counting: {} not counted (laid out by the profile if it can be): {}", name_, pid_,
+              file, added.error().message());
+    return;
+  }
+  const Injection* made = phase.injection_of(path);
+  if (!made) return;
+  copies.insert(copies.end(), made->copies.begin(), made->copies.end());
+  log::info("target {} pid {}: counting: {} too: {} entries on counting copies, {} counter sites, {} bytes of code "
+            "at {:#x}; {} patch windows, longest stop {:.1f} ms",
+            name_, pid_, file, made->patched.size(), made->counter_sites.size(), made->code_size, made->code_addr,
+            made->patch_windows, made->longest_stop.count() / 1000.0);
+}
+
 void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::Recorder& recorder,
                                              const std::string& path) {
   const std::string file = std::string(paths::file_name(path));
@@ -55,11 +114,19 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, hot.error().message());
     return;
   }
-  InjectRequest request = base_request();
-  request.module = path;  // the executable's path names it too (read_target_module)
-  request.hot = hot->profile.hot_set(kHotSetShare);
-  for (const auto& [start, samples] : hot->profile.functions) request.callers.push_back(start);
-  request.profile = layout_profile(hot->profile);
+  InjectRequest request = more_module_request(*hot);
+  // Counted in the first's phase: laid out by its counts, each entry
+  // re-pointed from its counting copy.
+  std::string layout = request.profile ? "by profile (LBR edges)" : "original block order (no LBR)";
+  auto counts = more_counts_.find(path);
+  const Injection* counting = counts != more_counts_.end() ? counting_of(path) : nullptr;
+  if (counting) {
+    request.counts = &counts->second;
+    request.hot = functions_that_ran(counts->second);
+    request.profile = nullptr;
+    request.replacing = counting;
+    layout = fmt::format("by counts ({:.1f} s of counting copies)", counts->second.seconds);
+  }
   // A thread may be stopped in any earlier cache's copies (the counting
   // copies' too, still looping).
   for (const std::vector<CopyRange>* copies : {&first.copies, &first.other_copies})
@@ -77,6 +144,7 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());
     return;
   }
+  if (counting) replaced_counting(*injected, *counting);
   // Laid out by the profile, or in its original order without LBR (the
   // plan then saw no samples): the share copied is the lifecycle's count.
   injected->plan["sampled_cpu_accepted_percent"] = sampled_share_copied(hot->profile, *injected);
@@ -90,6 +158,7 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     std::lock_guard lock(injection_mutex_);
     first.other_frames.push_back(injected->frames);
     for (Injection& earlier : more_) earlier.other_frames.push_back(injected->frames);
+    more_layouts_[injected->cache.addr] = layout;
     more_.push_back(std::move(*injected));
     at = more_.size() - 1;
   }
@@ -107,9 +176,9 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     return;
   }
   log::info("target {} pid {}: dynimized {} too: {} functions patched, {} call sites and {} other modules' GOT slots "
-            "re-pointed, {} bytes of code at {:#x}; {} patch windows, longest stop {:.1f} ms",
+            "re-pointed, {} bytes of code at {:#x} laid out {}; {} patch windows, longest stop {:.1f} ms",
             name_, pid_, file, count_of(in.patched, PatchKind::Entry), count_of(in.patched, PatchKind::CallSite),
-            in.slots_patched.size(), in.code_size, in.code_addr, in.patch_windows, in.longest_stop.count() / 1000.0);
+            in.slots_patched.size(), in.code_size, in.code_addr, layout, in.patch_windows, in.longest_stop.count() / 1000.0);
   if (in.copies.empty()) return;
   try {
     write_copy_files(in, "optimized", false);  // appended to the perf map and origins
@@ -247,6 +316,8 @@ nlohmann::json TargetLifecycle::more_modules_json() const {
                    {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
                    {"got_slots_repointed", in.slots_patched.size()},
                    {"functions_copied", in.copies.size()},
+                   {"layout", more_layouts_.count(in.cache.addr) ? nlohmann::json(more_layouts_.at(in.cache.addr))
+                                                                 : nlohmann::json(nullptr)},
                    {"cache", {{"addr", fmt::format("{:#x}", in.cache.addr)}, {"bytes", in.cache.length},
                               {"code_bytes", in.code_size}}},
                    {"frames_registered", in.frames_registered},

@@ -30,14 +30,14 @@ std::vector<std::pair<std::string, double>> module_shares(const profiler::Profil
 }
 
 ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path,
-                           const WhyModuleStays& why_stays, bool all_hot) {
+                           const WhyModuleStays& why_stays, bool all_hot, double min_share) {
   ModuleChoice choice;
   double exe = 0;
   for (const auto& [path, share] : shares)
     if (path == exe_path) exe += share;
   std::string hottest_why;  // the hottest module's reason, said when none is chosen
   for (const auto& [path, share] : shares) {
-    if (share < kMinModuleShare) break;  // hottest first
+    if (share < min_share) break;  // hottest first
     std::string why = path == kOutsideModules ? "dyni optimizes code from files" : why_stays(path);
     if (!why.empty()) {
       if (hottest_why.empty())
@@ -54,7 +54,7 @@ ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& sh
   if (!choice.path.empty()) return choice;
   if (hottest_why.empty())
     choice.why_none = fmt::format("no module holds {:.0f} % of samples (the executable holds {:.2f} %)",
-                                  100 * kMinModuleShare, 100 * exe);
+                                  100 * min_share, 100 * exe);
   else
     choice.why_none = fmt::format("{}; the executable holds {:.2f} %", hottest_why, 100 * exe);
   return choice;

@@ -15,9 +15,10 @@
 
 namespace dyni {
 
-// dyni optimizes one module of a target: the hottest it can, among those
-// that hold at least this share of the samples (issue 22: the executable,
-// or a shared library such as xz's liblzma or sqlite3's libsqlite3).
+// dyni optimizes the hottest module of a target it can, among those that
+// hold at least this share of the samples (issue 22: the executable, or a
+// shared library such as xz's liblzma or sqlite3's libsqlite3), and with
+// all_hot_modules every other one that does; [options] min_module_percent.
 constexpr double kMinModuleShare = 0.01;
 
 // Each module's share of a profile's user samples in its functions (of all
@@ -39,15 +40,16 @@ struct ModuleChoice {
   // Modules passed over, for the log: "libc.so.6 (12 %): why" (with
   // all_hot, colder ones too).
   std::vector<std::string> passed_over;
-  // The other modules dyni can optimize that hold at least kMinModuleShare,
+  // The other modules dyni can optimize that hold at least `min_share`,
   // hottest first ([options] all_hot_modules).
   std::vector<std::string> also;
 };
 using WhyModuleStays = std::function<std::string(const std::string& path)>;
 // `all_hot`: also every colder module that can be optimized (`also`);
-// else the modules colder than the chosen one are not asked about.
+// else the modules colder than the chosen one are not asked about. Only
+// modules that hold at least `min_share` of the samples count.
 ModuleChoice choose_module(const std::vector<std::pair<std::string, double>>& shares, const std::string& exe_path,
-                           const WhyModuleStays& why_stays, bool all_hot = false);
+                           const WhyModuleStays& why_stays, bool all_hot = false, double min_share = kMinModuleShare);
 
 // Why dyni does not optimize the module at `path` of the process that
 // `symbols` read (executable `exe_path`), or "": it must have been read whole

@@ -518,7 +518,22 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
   EXPECT_EQ(in.facts.value("module", ""), in.library);
   EXPECT_FALSE(text_equals_file(target, in.library)) << "libsqlite3's entries are patched";
   EXPECT_FALSE(text_equals_file(target, libc)) << "libc's entries are patched";
+  // Both modules were counted in one counting phase; libc's copies are laid
+  // out by its counts and replaced its counting copies, which are ended.
+  nlohmann::json counting;
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
+    if (t["pid"] == target) counting = t.value("counting", nlohmann::json());
+  ASSERT_TRUE(counting.is_object()) << host.log();
+  const nlohmann::json counted = counting.value("more_modules", nlohmann::json::array());
+  ASSERT_EQ(counted.size(), 1u) << counting.dump() << "\n" << host.log();
+  EXPECT_EQ(counted[0].value("module", ""), libc) << counting.dump();
+  EXPECT_EQ(counted[0].value("counts", false), true) << counting.dump();
+  EXPECT_GE(counted[0].value("entries_patched", 0), 1) << counting.dump();
+  EXPECT_EQ(counted[0].value("counter_sites_off", 0), counted[0].value("counter_sites", -1)) << counting.dump();
+  EXPECT_EQ(counting.value("phase", ""), "ended") << counting.dump();
+  EXPECT_TRUE(more[0].value("layout", "").starts_with("by counts")) << more.dump() << "\n" << host.log();
   EXPECT_EQ(caches_in(target), 2u);
+  EXPECT_EQ(caches_in(target, CacheTier::Counting), 2u) << "libsqlite3's and libc's counting caches stay mapped (I8)";
   // libc's few hot functions take a small cache on small pages, not 2 MiB.
   EXPECT_LT(more[0]["cache"].value("bytes", 0ull), 512u << 10) << more.dump();
   // libsqlite3's calls to libc's copied functions go through its PLT, whose

@@ -90,6 +90,18 @@ TEST(ChooseModule, AllHotModulesAlsoNamesEveryOtherThatCanGoHottestFirst) {
   EXPECT_EQ(hottest.path, exe);
   EXPECT_TRUE(hottest.also.empty());
   EXPECT_EQ(asked, (std::set<std::string>{exe})) << "without all_hot_modules the colder modules are not read";
+
+  // The minimum share ([options] min_module_percent): at 6 % libm (5 %) is
+  // too cold; at 0.5 % the plugin is hot enough; at 80 % nothing is.
+  ModuleChoice six = choose_module(shares, exe, ld_stays, true, 0.06);
+  EXPECT_EQ(six.also, (std::vector<std::string>{kLibc}));
+  asked.clear();
+  ModuleChoice half = choose_module(shares, exe, ld_stays, true, 0.005);
+  EXPECT_EQ(half.also, (std::vector<std::string>{kLibc, libm, plugin}));
+  EXPECT_TRUE(asked.count(plugin));
+  ModuleChoice none = choose_module({{exe, 0.70}}, exe, ld_stays, true, 0.8);
+  EXPECT_EQ(none.path, "");
+  EXPECT_EQ(none.why_none, "no module holds 80 % of samples (the executable holds 70.00 %)");
 }
 
 TEST(ChooseModule, AnEmptyProfileSaysNoModuleHoldsEnough) {

@@ -34,14 +34,15 @@ using namespace std::chrono_literals;
 // after libc's record appears (its patch and slot windows follow).
 constexpr unsigned kKillWindowMs = 6000, kAimedWindowMs = 40;
 
-// How many optimized caches with a record the target holds.
-std::size_t optimized_caches(pid_t pid) {
+// How many caches of `tier` with a record the target holds.
+std::size_t caches_of(pid_t pid, CacheTier tier) {
   auto maps = profiler::read_maps(pid);
   if (!maps) return 0;
   std::vector<CacheRecord> records = find_cache_records(pid, *maps);
-  return static_cast<std::size_t>(std::count_if(records.begin(), records.end(),
-                                                [](const CacheRecord& r) { return r.tier == CacheTier::Optimized; }));
+  return static_cast<std::size_t>(
+      std::count_if(records.begin(), records.end(), [&](const CacheRecord& r) { return r.tier == tier; }));
 }
+std::size_t optimized_caches(pid_t pid) { return caches_of(pid, CacheTier::Optimized); }
 
 // Whether any GOT slot a record names holds its copy's address.
 bool a_slot_repointed(pid_t pid) {
@@ -152,12 +153,13 @@ TEST(DynidKilled, AtRandomInstantsTheTargetLivesOnUnchanged) {
 // The same with every hot module (all_hot_modules): a target hot in its
 // own code and in libc's memset, memcpy and memcmp, so that dynid injects a
 // second cache, libc's, and re-points the executable's GOT slots at its
-// copies, after the first. Kills land while either module is injected.
+// copies, after the first. Kills land while either module is counted (both
+// in one phase, each in a counting cache of its own) or injected.
 TEST(DynidKilled, WithEveryHotModuleAtRandomInstantsTheTargetLivesOnUnchanged) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   std::mt19937 rng(std::random_device{}());
   constexpr int kTrials = 16;
-  int in_further = 0, two_caches = 0, slots = 0;
+  int in_further = 0, two_caches = 0, slots = 0, counting_both = 0;
   for (int trial = 0; trial < kTrials; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     DyniHost host;
@@ -174,7 +176,11 @@ TEST(DynidKilled, WithEveryHotModuleAtRandomInstantsTheTargetLivesOnUnchanged) {
     }
     ASSERT_TRUE(state == "dynimizing" || state == "dynimized") << state << host.log();
     pid_t dynid = host.daemon_pid();
-    if (trial % 2) {
+    if (trial % 4 == 2) {
+      // Aimed at the counting phase once libc's counting cache is there.
+      for (int i = 0; i < 2000 && caches_of(target, CacheTier::Counting) < 2; ++i) std::this_thread::sleep_for(2ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 1000));
+    } else if (trial % 2) {
       // Aimed at libc's patches and GOT slots: its record is written last
       // before any of them.
       for (int i = 0; i < 2000 && optimized_caches(target) < 2; ++i) std::this_thread::sleep_for(2ms);
@@ -194,12 +200,16 @@ TEST(DynidKilled, WithEveryHotModuleAtRandomInstantsTheTargetLivesOnUnchanged) {
     EXPECT_TRUE(no_thread_traced(target)) << "a thread is still traced";
     EXPECT_EQ(torn_entries(target), "");
     const bool further = optimized_caches(target) >= 2;
+    // Both counting caches mapped, no optimized one yet: killed while counting both.
+    counting_both += caches_of(target, CacheTier::Counting) >= 2 && optimized_caches(target) == 0;
     two_caches += further;
     in_further += further && log.find(": dynimized: ") == std::string::npos;  // killed before the target was dynimized
     slots += a_slot_repointed(target);
   }
-  std::printf("dynid killed %d times: %d with a further module's cache mapped, %d of them during its injection; %d "
-              "with the executable's GOT slots at libc's copies\n", kTrials, two_caches, in_further, slots);
+  std::printf("dynid killed %d times: %d while both modules were counted, %d with a further module's cache mapped, %d "
+              "of them during its injection; %d with the executable's GOT slots at libc's copies\n",
+              kTrials, counting_both, two_caches, in_further, slots);
+  EXPECT_GE(counting_both, 2) << "too few kills landed while the executable and libc were counted";
   EXPECT_GE(two_caches, 3) << "too few kills came after a further module's cache was mapped";
   EXPECT_GE(in_further, 2) << "too few kills landed while a further module was injected";
   EXPECT_GE(slots, 2) << "too few kills came after the GOT slots were re-pointed: the test shows nothing of them";
