@@ -84,24 +84,34 @@ Result<std::unique_ptr<CountingPhase>> CountingPhase::start(InjectRequest reques
   return phase;
 }
 
+// stop() refuses while adding_ is set, and only this thread ends the phase
+// otherwise: it is neither stopped nor ended until add() returns.
 Status CountingPhase::add(InjectRequest request) {
   {
     std::lock_guard lock(mutex_);
     if (stopped_ || ended_ || switching_) return fail("the counting phase is over");
     adding_ = true;
+    // The caches already in count nothing while this one is made (its jit
+    // and windows take seconds): count() resumes them all together.
+    pause_locked();
   }
   auto counting = inject_counting(request);
   std::lock_guard lock(mutex_);
   adding_ = false;
   if (!counting) return fail(counting.error().message());
   Cache& added = caches_.emplace_back(Cache{std::move(*counting), request.module});
+  added.paused = true;  // count() patches it in with the others (inject_module patched it: undone below)
   std::string error = why_it_cannot_count(added.injection);
-  if (error.empty() && (stopped_ || ended_)) error = "the counting phase was stopped meanwhile";
-  if (error.empty()) return {};
+  if (error.empty()) {
+    // Paused like the others: its entries back to the file's bytes until count().
+    if (auto undone = undo_patches(added.injection, /*one_window=*/true); !undone) {
+      added.paused = false;  // it counts from now on; the phase's pauses try it again
+      paused_ = false;
+    }
+    return {};
+  }
   added.counts = false;
-  // What -undo or end() would have done to it: the target loses nothing.
-  if (ended_) ended_ = false;  // end() again ends this one too (the destructor, end_counting)
-  end_cache(added);
+  end_cache(added);  // what -undo would do to it: the target loses nothing (end() retries it)
   return fail("counting cache: " + error);
 }
 
@@ -125,7 +135,12 @@ Result<CountingPhase::Counts> CountingPhase::count(const Bounds& bounds, const s
   {
     std::lock_guard lock(mutex_);
     duty_percent_ = std::clamp(bounds.duty_percent, 1, 100);
-    on_since_ = t0;
+    // add() paused the caches before it (where its windows could): all
+    // begin together.
+    const bool held = std::any_of(caches_.begin(), caches_.end(),
+                                  [](const Cache& c) { return c.paused && c.counts && !c.ended; });
+    if (held) paused_ = true;
+    if (!held || !resume_locked()) on_since_ = t0;
   }
   bool bursts = bounds.duty_percent < 100;  // off for good once a pause or a resume is missed
   std::vector<uint64_t> previous;
@@ -229,7 +244,7 @@ bool CountingPhase::pause_locked() {
   const auto t0 = Clock::now();
   bool all = true;
   for (Cache& c : caches_) {
-    if (c.paused || !c.counts) continue;
+    if (c.paused || !c.counts || c.ended) continue;  // an ended cache never comes back
     auto undone = undo_patches(c.injection, /*one_window=*/true);
     if (!undone) {
       log::info("counting cache at {:#x} of pid {}: no pause ({}): counting goes on without pauses",
@@ -260,7 +275,9 @@ bool CountingPhase::resume_locked() {
   const auto t0 = Clock::now();
   entries_resumed_ = 0;
   for (Cache& c : caches_) {
-    if (!c.paused || !c.counts) continue;
+    // Ended (a stop() that ended some caches and missed another's window):
+    // never patched in again.
+    if (!c.paused || !c.counts || c.ended) continue;
     auto again = resume_counting(c.injection);
     const std::size_t resumed = again ? again->patched.size() : 0;
     if (!again || !again->error.empty() || resumed < c.injection.patched.size())
@@ -322,10 +339,12 @@ bool CountingPhase::end_locked() {
 // Undo writes only entries that still hold a counting jump: those an
 // optimized cache re-pointed hold its own.
 std::string CountingPhase::end_cache(Cache& c) {
-  if (c.ended) return "";
   std::string why;
   Injection ours = c.injection;  // the entries the optimized cache did not re-point
   std::erase_if(ours.patched, [&](const PatchRecord& p) { return replaced_.contains(p.addr); });
+  // Ended already: no window unless an entry holds its jump again (never,
+  // since nothing patches an ended cache in; checked all the same).
+  if (c.ended) return undo_patches(ours, /*one_window=*/true) ? "" : "entries of an ended cache live again";
   if (auto undone = undo_patches(ours); !undone) why = "entries: " + undone.error().message();
   auto off = counters_off(c.injection);
   if (off) c.sites_off = *off;

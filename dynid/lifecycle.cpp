@@ -134,6 +134,11 @@ void TargetLifecycle::run() {
     }
   } catch (const std::exception& e) {
     log::error("target {} pid {}: internal error: {}", name_, pid_, e.what());
+    try {
+      end_counting();  // never left counting: entries back, counters off
+    } catch (const std::exception& again) {
+      log::error("target {} pid {}: ending the counting phase: internal error: {}", name_, pid_, again.what());
+    }
     std::string why = std::string("internal error: ") + e.what();
     move(TargetState::Profiling, TargetState::Failed, why);
     bool injected = false;
@@ -365,7 +370,7 @@ void TargetLifecycle::dynimize() {
     // The further modules' counting caches end once they are replaced too
     // (settle_injection, below); the first's entries that ran no copy were
     // put back when counting paused for the last time.
-    if (!injected || !injected->error.empty() || more_counts_.empty())
+    if (!injected || !injected->error.empty() || injected->patched.empty() || more_counts_.empty())
       end_counting();  // what the optimized cache did not re-point goes back; counters off
     if (counts) save_counts(*counts);
     if (counts && injected && injected->error.empty())
@@ -375,8 +380,8 @@ void TargetLifecycle::dynimize() {
     end_counting();  // never left counting: its entries back, its counters off
   }
   seconds_optimizing_ = seconds_since(t0);
-  const bool settled = settle_injection(std::move(injected), share_copied, true);
-  end_counting();  // every module's counting cache: what was not replaced goes back; counters off
+  const bool settled = settle_injection(std::move(injected), share_copied, true);  // ends every counting cache
+  end_counting();  // and when settling failed before it (a no-op when ended)
   if (settled && for_group) table_.publish_group_plan(group_, for_group);
 }
 
@@ -509,6 +514,9 @@ bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional
   // `dynimized`), and a failure from here on is settled with the patches
   // -undo reaches (run()).
   if (then_more_modules) inject_more_modules(*injection_);
+  // Every module's counting cache ends before the target is dynimized
+  // (-undo and -redo wait for that: no two windows of dynid's at once).
+  end_counting();
   // One line an operator can act on: what, how much, how long the target was held.
   std::string why = fmt::format("{} functions of {} patched, {} skipped, {} indirect calls promoted, {} call sites re-pointed, "
                                 "{} bytes of code at {:#x} ({} KiB of the cache on huge pages{}{}); {} patch windows, "

@@ -598,6 +598,68 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
     ASSERT_EQ(answers[i], q.expected) << "query " << i << (i >= at_patch ? " (dynimized)" : "");
 }
 
+// -undo while libsqlite3 and libc are counted in one phase (all_hot_modules,
+// no pauses: both counting caches' entries stay patched in): both files'
+// bytes come back, both caches' counters are off, the target is undone and
+// every answer is the system's.
+TEST(RealProgramsInLibraries, UndoWhileLibsqlite3AndLibcAreCountedPutsBothBack) {
+  if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
+  if (::access("/usr/bin/sqlite3", X_OK) != 0) GTEST_SKIP() << "/usr/bin/sqlite3 is not installed (apt-get install sqlite3)";
+  const Sqlite3Query q = sqlite3_query();
+  ASSERT_FALSE(q.expected.empty()) << "the system's sqlite3 gave no answer";
+  DyniHost host;
+  const std::string name = "dyni-real-sqlite3-cnt";
+  const std::string exe = dynid_for(host, "/usr/bin/sqlite3", name,
+                                    "all_hot_modules = true\ncounting_min_seconds = 60\ncounting_max_seconds = 120\n"
+                                    "counting_duty_percent = 100\n");
+  FedProgram sqlite(host, "exec '" + exe + "' :memory:", [&] { return q.chunk; }, 4096);
+  const pid_t target = sqlite.pid();
+  ASSERT_GT(target, 0);
+  nlohmann::json counting;
+  ASSERT_TRUE(host.wait_for([&](const nlohmann::json& j) {
+    for (const auto& t : j.value("targets", nlohmann::json::array()))
+      if (t["pid"] == target && t.value("counting", nlohmann::json()).is_object()) {
+        counting = t["counting"];
+        return counting.value("phase", "") == "counting" && counting.value("counts_total", 0) > 0;
+      }
+    return false;
+  }, 90s)) << host.state_of(target) << "\n" << host.log();
+  const nlohmann::json more = counting.value("more_modules", nlohmann::json::array());
+  ASSERT_EQ(more.size(), 1u) << counting.dump() << "\n" << host.log();
+  const std::string libsqlite = mapped_library(target, "libsqlite3.so"), libc = mapped_library(target, "libc.so.6");
+  EXPECT_EQ(more[0].value("module", ""), libc) << counting.dump();
+  EXPECT_FALSE(text_equals_file(target, libsqlite)) << "libsqlite3's entries lead to its counting copies";
+  EXPECT_FALSE(text_equals_file(target, libc)) << "libc's entries lead to its counting copies";
+  EXPECT_EQ(caches_in(target, CacheTier::Counting), 2u);
+  const uint64_t before_undo = sqlite.chunks();
+
+  RunResult undo = host.dyni({"-undo"});
+  EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
+  EXPECT_NE(undo.out.find("counting stopped, original code restored"), std::string::npos) << undo.out;
+  EXPECT_NE(undo.out.find("in 2 modules"), std::string::npos) << undo.out;
+  EXPECT_EQ(host.state_of(target), "undone");
+  for (int i = 0; i < 20; ++i, std::this_thread::sleep_for(100ms)) {
+    ASSERT_TRUE(text_equals_file(target, libsqlite)) << "libsqlite3's counting copies came back after -undo";
+    ASSERT_TRUE(text_equals_file(target, libc)) << "libc's counting copies came back after -undo";
+  }
+  for (const auto& t : host.status_json().value("targets", nlohmann::json::array()))
+    if (t["pid"] == target) counting = t["counting"];
+  EXPECT_EQ(counting.value("phase", ""), "stopped by dyni -undo") << counting.dump();
+  // Sites under a thread's PC stay on (counters_off): a few at most.
+  EXPECT_GE(counting.value("counter_sites_off", 0) + 8, counting.value("counter_sites", 0)) << counting.dump();
+  const nlohmann::json libc_counting = counting.value("more_modules", nlohmann::json::array()).at(0);
+  EXPECT_GE(libc_counting.value("counter_sites_off", 0) + 8, libc_counting.value("counter_sites", 0)) << counting.dump();
+  EXPECT_EQ(caches_in(target), 0u) << "no optimized cache was made";
+  for (int i = 0; i < 100 && sqlite.chunks() < before_undo + 4; ++i) std::this_thread::sleep_for(100ms);
+
+  int status = sqlite.finish();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "sqlite3 ended with status " << status;
+  std::vector<std::string> answers = lines_of(sqlite.out());
+  EXPECT_EQ(answers.size(), sqlite.chunks()) << "an answer to every query";
+  EXPECT_GE(answers.size(), before_undo + 4) << "too few queries after -undo";
+  for (std::size_t i = 0; i < answers.size(); ++i) ASSERT_EQ(answers[i], q.expected) << "query " << i;
+}
+
 // A Python loop that copies and compares 16 MiB a round spends its time in
 // libc's memmove and memcmp (issue 22: glibc's libc is copied, less what
 // must stay in place): dynid optimizes libc, says so, patches neither the
@@ -608,7 +670,8 @@ TEST(RealProgramsInLibraries, ALoopInLibcIsDynimizedInLibcAndComparesTheSame) {
   if (geteuid() != 0) GTEST_SKIP() << "dynid must run as root; run the tests as root";
   if (::access("/usr/bin/python3.11", X_OK) != 0) GTEST_SKIP() << "/usr/bin/python3.11 is not installed (apt-get install python3.11)";
   DyniHost host;
-  const std::string exe = dynid_for(host, "/usr/bin/python3.11", "dyni-real-memmove");
+  // The executable (a few % of the samples) is left to all_hot_modules' tests.
+  const std::string exe = dynid_for(host, "/usr/bin/python3.11", "dyni-real-memmove", "all_hot_modules = false\n");
   const std::string script = host.dir() + "/copies.py";
   std::ofstream(script) << "import sys\n"
                            "b = bytes(range(256)) * (1 << 16)\n"
