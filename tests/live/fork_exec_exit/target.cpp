@@ -1,7 +1,9 @@
 // fork, exec and exit around injection. Every round forks three children
 // that compute part of it and hand their results back through a pipe, so
 // forks happen all through profiling and injection; a worker thread runs the
-// same hot code all along. SIGUSR2 asks, at the next round:
+// same hot code all along. A tenth of the time goes to libc's memcpy and
+// memcmp, so that libc is optimized too (all_hot_modules) and a fork
+// carries both modules' caches. SIGUSR2 asks, at the next round:
 //  - mode fork: for a long-lived child, which carries on printing rounds
 //    (its pid is written to PIDFILE);
 //  - mode exec: for an exec of this program, which carries on printing rounds.
@@ -30,9 +32,23 @@ volatile sig_atomic_t asked = 0;
   return (x ^ (x >> 23)) * 0x2127599BF4325C37ULL + static_cast<uint64_t>(i);
 }
 
+// Copies and compares a buffer through libc (lengths vary with x, so the
+// compiler calls memcpy and memcmp): 1 when they agree.
+[[gnu::noinline]] uint64_t fe_copy(uint64_t x) {
+  static thread_local std::string a(1 << 18, 'a'), b(1 << 18, 'b');
+  uint64_t same = 1;
+  for (int i = 0; i < 60; ++i) {
+    const std::size_t n = (1 << 18) - (x + static_cast<uint64_t>(i)) % 4096;
+    a[n / 2] = static_cast<char>(x + static_cast<uint64_t>(i));
+    std::memcpy(b.data(), a.data(), n);
+    same &= std::memcmp(a.data(), b.data(), n) == 0;
+  }
+  return same;
+}
+
 [[gnu::noinline]] uint64_t fe_work(uint64_t x) {
   for (int i = 0; i < 6000000; ++i) x = fe_step(x, i);
-  return x;
+  return x * fe_copy(x);  // 0 when a copy went wrong
 }
 
 // Three children compute a part each; the parent computes one too.

@@ -121,9 +121,10 @@ TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
     pid_t pid;
     ~KillAtEnd() { ::kill(pid, SIGKILL); }
   } kill_child{child};
-  // It inherited the caches and the patches: a new dynid would adopt it, and so does this one.
-  EXPECT_EQ(caches_in(child), 1u);
-  EXPECT_EQ(caches_in(child, CacheTier::Counting), 1u) << "the ended counting cache comes along";
+  // It inherited the caches and the patches, its own code's and libc's: a
+  // new dynid would adopt it, and so does this one.
+  EXPECT_EQ(caches_in(child), 2u);
+  EXPECT_EQ(caches_in(child, CacheTier::Counting), 2u) << "the ended counting caches come along";
   std::string child_state = wait_for_state(s.host, child, "dynimized", 20s);
   EXPECT_EQ(child_state, "dynimized") << s.host.log();
   EXPECT_EQ(thp_enabled(child), "0") << "the child inherits the flag as the target set it";
@@ -131,14 +132,23 @@ TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
   ASSERT_FALSE(child_facts.empty()) << "the child's perf map or gdb file was never named\n"
                                     << s.host.status_json().dump() << s.host.log();
   EXPECT_EQ(child_facts.value("adopted", false), true) << child_facts.dump();
+  const nlohmann::json more = child_facts.value("more_modules", nlohmann::json::array());
+  ASSERT_EQ(more.size(), 1u) << child_facts.dump();
+  const std::string libc = more[0].value("module", "");
+  EXPECT_TRUE(libc.ends_with("/libc.so.6")) << child_facts.dump();
+  EXPECT_EQ(more[0].value("error", "?"), "") << child_facts.dump();
+  EXPECT_FALSE(text_equals_file(child, libc)) << "the child's libc entries lead to the copies it inherited";
   expect_child_named_like_its_parent(s, child, child_facts);
   ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
   RunResult undo = s.host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   EXPECT_EQ(s.host.state_of(child), "undone");
+  EXPECT_TRUE(text_equals_file(child, libc)) << "-undo gives the child's libc its file's bytes back";
+  EXPECT_TRUE(text_equals_file(s.pid(), libc)) << "-undo gives the parent's libc its file's bytes back";
   ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
   RunResult redo = s.host.dyni({"-redo"});
   EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  EXPECT_FALSE(text_equals_file(child, libc)) << "-redo patches the child's libc again";
   ASSERT_TRUE(s.wait_for_more_lines(4)) << s.check_output(expected);
   EXPECT_TRUE(DyniHost::alive(child)) << "the long-lived child ended";
   EXPECT_EQ(s.check_output(expected), "");
@@ -157,8 +167,8 @@ TEST(ForkExecExit, AnExecDuringInjectionLeavesANewPlainTargetThatIsDynimizedAfre
   ASSERT_NE(s.host.log().find("exec'd"), std::string::npos) << "dynid did not see the exec\n" << s.host.log();
   // The new image is plain, and becomes dynimized on its own profile.
   ASSERT_TRUE(s.wait_for_state("dynimized")) << s.host.state_of(s.pid()) << s.host.log();
-  EXPECT_EQ(caches_in(s.pid()), 1u);
-  EXPECT_EQ(caches_in(s.pid(), CacheTier::Counting), 1u) << "the new image was counted afresh\n" << s.host.log();
+  EXPECT_EQ(caches_in(s.pid()), 2u) << "its own code's and libc's\n" << s.host.log();
+  EXPECT_EQ(caches_in(s.pid(), CacheTier::Counting), 2u) << "the new image was counted afresh\n" << s.host.log();
   ASSERT_TRUE(s.wait_for_more_lines(3)) << s.check_output(expected);
   EXPECT_EQ(s.check_output(expected), "");
 }
