@@ -91,25 +91,16 @@ Status CountingPhase::add(InjectRequest request) {
     std::lock_guard lock(mutex_);
     if (stopped_ || ended_ || switching_) return fail("the counting phase is over");
     adding_ = true;
-    // The caches already in count nothing while this one is made (its jit
-    // and windows take seconds): count() resumes them all together.
-    pause_locked();
   }
+  // The caches already in keep counting meanwhile (a pause here, and a
+  // resume in count(), would be two more windows that may be missed).
   auto counting = inject_counting(request);
   std::lock_guard lock(mutex_);
   adding_ = false;
   if (!counting) return fail(counting.error().message());
   Cache& added = caches_.emplace_back(Cache{std::move(*counting), request.module});
-  added.paused = true;  // count() patches it in with the others (inject_module patched it: undone below)
   std::string error = why_it_cannot_count(added.injection);
-  if (error.empty()) {
-    // Paused like the others: its entries back to the file's bytes until count().
-    if (auto undone = undo_patches(added.injection, /*one_window=*/true); !undone) {
-      added.paused = false;  // it counts from now on; the phase's pauses try it again
-      paused_ = false;
-    }
-    return {};
-  }
+  if (error.empty()) return {};
   added.counts = false;
   end_cache(added);  // what -undo would do to it: the target loses nothing (end() retries it)
   return fail("counting cache: " + error);
@@ -135,12 +126,7 @@ Result<CountingPhase::Counts> CountingPhase::count(const Bounds& bounds, const s
   {
     std::lock_guard lock(mutex_);
     duty_percent_ = std::clamp(bounds.duty_percent, 1, 100);
-    // add() paused the caches before it (where its windows could): all
-    // begin together.
-    const bool held = std::any_of(caches_.begin(), caches_.end(),
-                                  [](const Cache& c) { return c.paused && c.counts && !c.ended; });
-    if (held) paused_ = true;
-    if (!held || !resume_locked()) on_since_ = t0;
+    on_since_ = t0;
   }
   bool bursts = bounds.duty_percent < 100;  // off for good once a pause or a resume is missed
   std::vector<uint64_t> previous;
@@ -156,7 +142,12 @@ Result<CountingPhase::Counts> CountingPhase::count(const Bounds& bounds, const s
       }
       // In bursts the pause starts before the read: a slow read (below)
       // does not lengthen the burst.
-      if (bursts && !pause_locked()) bursts = false;
+      // A pause missed in one cache: no more pauses, and the caches that
+      // did pause count again with it (else their counts would freeze).
+      if (bursts && !pause_locked()) {
+        bursts = false;
+        resume_locked();
+      }
     }
     // Outside the lock, which -status needs: reading the target's memory
     // waits for its mmap lock, which the target's own threads may hold for
@@ -237,28 +228,31 @@ void CountingPhase::set_seconds(Counts& counts) const {
 }
 
 // undo_patches writes only where the counting jump still is. When a
-// module's window is missed its entries stay on the counting copies: no
-// pause (the others stay paused until the phase ends).
+// module's window is missed its entries stay on the counting copies: false
+// (those that paused stay paused until resume_locked()). paused_: every
+// counting cache not ended is paused.
 bool CountingPhase::pause_locked() {
-  if (paused_ || ended_) return true;
+  if (ended_) return true;
   const auto t0 = Clock::now();
-  bool all = true;
+  bool missed = false;
   for (Cache& c : caches_) {
     if (c.paused || !c.counts || c.ended) continue;  // an ended cache never comes back
     auto undone = undo_patches(c.injection, /*one_window=*/true);
     if (!undone) {
       log::info("counting cache at {:#x} of pid {}: no pause ({}): counting goes on without pauses",
                 c.injection.cache.addr, c.injection.pid, undone.error().message());
-      all = false;
+      missed = true;
       continue;
     }
     c.paused = true;
   }
   longest_pause_ = std::max(longest_pause_, Clock::now() - t0);
-  if (!all) return false;
-  paused_ = true;
-  ++pauses_;
-  stop_clock();
+  if (missed) return false;
+  if (!paused_) {
+    paused_ = true;
+    ++pauses_;
+    stop_clock();
+  }
   return true;
 }
 
@@ -270,8 +264,9 @@ void CountingPhase::stop_clock() {
 
 // Never after end_locked() or stop(): an ended counting cache never comes
 // back. In one window: entries that must wait stay on the file's bytes.
+// Also after a partial pause (paused_ false, some caches paused).
 bool CountingPhase::resume_locked() {
-  if (!paused_ || ended_ || stopped_) return false;
+  if (ended_ || stopped_) return false;
   const auto t0 = Clock::now();
   entries_resumed_ = 0;
   for (Cache& c : caches_) {
@@ -288,10 +283,12 @@ bool CountingPhase::resume_locked() {
     entries_resumed_ += resumed;
   }
   longest_resume_ = std::max(longest_resume_, Clock::now() - t0);
-  if (entries_resumed_ == 0) return false;  // still paused, the clock stopped
-  paused_ = false;
-  on_since_ = Clock::now();
-  clock_running_ = true;
+  if (entries_resumed_ == 0) return false;  // still paused (the clock stopped when all were)
+  if (paused_) {
+    paused_ = false;
+    on_since_ = Clock::now();
+    clock_running_ = true;
+  }
   return true;
 }
 
@@ -344,7 +341,10 @@ std::string CountingPhase::end_cache(Cache& c) {
   std::erase_if(ours.patched, [&](const PatchRecord& p) { return replaced_.contains(p.addr); });
   // Ended already: no window unless an entry holds its jump again (never,
   // since nothing patches an ended cache in; checked all the same).
-  if (c.ended) return undo_patches(ours, /*one_window=*/true) ? "" : "entries of an ended cache live again";
+  if (c.ended) {
+    auto again = undo_patches(ours, /*one_window=*/true);
+    return again ? "" : "entries of an ended cache: " + again.error().message();
+  }
   if (auto undone = undo_patches(ours); !undone) why = "entries: " + undone.error().message();
   auto off = counters_off(c.injection);
   if (off) c.sites_off = *off;

@@ -354,10 +354,12 @@ void TargetLifecycle::dynimize() {
       } else {
         log::warn("target {} pid {}: counting: {}; laid out without counts", name_, pid_, counted.error().message());
       }
-      // With counts, the optimized cache replaces the counting one (stop()
-      // refuses meanwhile); a phase that failed has ended already, and the
-      // code is laid out without counts, replacing nothing.
-      if (counted && !counting_->begin_switch()) return;  // stopped by -undo just now: undone
+      // With counts, the optimized cache replaces the counting one; a phase
+      // that failed has ended (or is ended after), and the code is laid out
+      // without counts, replacing nothing. Either way stop() refuses from
+      // now on: -undo waits for the injection.
+      const bool switching = counting_ && counting_->begin_switch();
+      if (counted && !switching) return;  // stopped by -undo just now: undone
       if (counted) request.replacing = &counting_->injection();
       // Threads may be stopped in the further modules' counting copies too.
       for (const auto& [path, more] : more_counts_)
@@ -760,6 +762,12 @@ Result<std::string> TargetLifecycle::undo() {
   std::vector<uint64_t> probed;  // patches a uprobe had touched (undo_patches)
   if (auto r = undo_patches(*injection_, false, &probed); !r)
     failed.insert(failed.begin(), std::string(paths::file_name(injection_->module)) + ": " + r.error().message());
+  {
+    // Counting copies whose phase could not be ended then (every window
+    // missed): no entry may lead to them under `undone`.
+    std::lock_guard counting(counting_mutex_);
+    if (counting_ && !counting_->end()) failed.push_back("counting copies: could not be ended now");
+  }
   if (!failed.empty()) {
     if (gone()) return fmt::format("{} (pid {}): exited, nothing to undo", name_, pid_);
     std::string which;
