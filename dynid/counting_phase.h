@@ -63,8 +63,9 @@ class CountingPhase {
   // A further module's counting cache (all_hot_modules; `request.module` is
   // its path), before count(). Fails when it cannot count: the module is
   // then laid out by its profile, and what was done to the target is undone
-  // (or ended with the phase). stop() refuses while it runs; a phase
-  // stopped or ended meanwhile ends it at once.
+  // (or ended with the phase). The caches already in keep counting
+  // meanwhile; stop() refuses while it runs (so the phase is neither
+  // stopped nor ended under it).
   Status add(InjectRequest request);
 
   // How long the phase may last (its wall time: pauses count), and the
