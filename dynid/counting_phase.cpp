@@ -375,13 +375,17 @@ Result<std::string> CountingPhase::stop() {
                      caches_.size() > 1 ? fmt::format(" in {} modules", caches_.size()) : "");
 }
 
-void CountingPhase::save_counts(const jit::ModuleCounts& counts, const std::string& path) {
+void CountingPhase::save_counts(const jit::ModuleCounts& counts, const std::string& path, const std::string& module) {
   const std::string dir = path.substr(0, path.rfind('/'));
   Status saved = ensure_dir_p(dir, 0755);
   if (saved) saved = write_file_atomic(path, counts.to_json().dump() + "\n", 0644);
   std::lock_guard lock(mutex_);
-  if (saved) counts_file_ = path;
-  else counts_file_error_ = saved.error().message();
+  std::string* file = &counts_file_;
+  std::string* error = &counts_file_error_;
+  for (std::size_t i = 1; i < caches_.size(); ++i)
+    if (!module.empty() && caches_[i].module == module) file = &caches_[i].counts_file, error = &caches_[i].counts_file_error;
+  if (saved) *file = path;
+  else *error = saved.error().message();
 }
 
 nlohmann::json CountingPhase::to_json() const {
@@ -424,6 +428,8 @@ nlohmann::json CountingPhase::current_json() const {
                     {"entries_patched", c.injection.patched.size()},
                     {"counter_sites", c.injection.counter_sites.size()},
                     {"counter_sites_off", c.sites_off},
+                    {"counts_file", c.counts_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.counts_file)},
+                    {"counts_file_error", c.counts_file_error},
                     {"cache", cache_json(c.injection)}});
   }
   return {{"phase", phase_},

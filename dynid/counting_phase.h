@@ -109,7 +109,8 @@ class CountingPhase {
   // Writes `counts` to `path` (JSON, jit/module_counts.h; replaced
   // atomically), for dyni-scan --counts; -status -json names the file, or
   // why it could not be written. The target is not touched.
-  void save_counts(const jit::ModuleCounts& counts, const std::string& path);
+  // `module`: a further module's (add()), named under its more_modules entry.
+  void save_counts(const jit::ModuleCounts& counts, const std::string& path, const std::string& module = "");
 
   nlohmann::json to_json() const;
 
@@ -122,6 +123,7 @@ class CountingPhase {
     bool counts = true;  // false: it could not count (add() failed): only ended
     bool paused = false, ended = false;
     std::size_t sites_off = 0;
+    std::string counts_file{}, counts_file_error{};  // a further module's (save_counts)
   };
   explicit CountingPhase(Injection counting) { caches_.push_back({std::move(counting), ""}); }
   bool end_locked();

@@ -384,6 +384,7 @@ void TargetLifecycle::dynimize() {
   seconds_optimizing_ = seconds_since(t0);
   const bool settled = settle_injection(std::move(injected), share_copied, true);  // ends every counting cache
   end_counting();  // and when settling failed before it (a no-op when ended)
+  save_more_counts();
   if (settled && for_group) table_.publish_group_plan(group_, for_group);
 }
 
@@ -666,12 +667,26 @@ void TargetLifecycle::note_parent_symbol_file(const std::string& tier) {
 void TargetLifecycle::save_counts(const jit::ModuleCounts& counts) {
   std::lock_guard lock(counting_mutex_);
   if (!counting_) return;
-  // A library's counts beside the executable's: "xz@liblzma.so.5.4.1.json".
-  std::string file = name_ + (module_is_executable_ ? "" : "@" + std::string(paths::file_name(module_)));
-  std::replace(file.begin(), file.end(), '/', '_');
-  counting_->save_counts(counts, paths::state_dir() + "/counts/" + file + ".json");
+  counting_->save_counts(counts, counts_path(module_is_executable_ ? "" : module_));
   if (auto j = counting_->to_json(); !j["counts_file_error"].get<std::string>().empty())
     log::warn("target {} pid {}: counts not saved: {}", name_, pid_, j["counts_file_error"].get<std::string>());
+}
+
+// The further modules' counts beside the first's (all_hot_modules), once
+// they are injected.
+void TargetLifecycle::save_more_counts() {
+  std::lock_guard lock(counting_mutex_);
+  if (!counting_) return;
+  for (const auto& [path, counts] : more_counts_) counting_->save_counts(counts, counts_path(path), path);
+}
+
+// Where a module's counts go: one file a listed name and module, a
+// library's beside the executable's ("xz@liblzma.so.5.4.1.json"; "":
+// the executable).
+std::string TargetLifecycle::counts_path(const std::string& library) const {
+  std::string file = name_ + (library.empty() ? "" : "@" + std::string(paths::file_name(library)));
+  std::replace(file.begin(), file.end(), '/', '_');
+  return paths::state_dir() + "/counts/" + file + ".json";
 }
 
 // Ends the counting phase, if any, retrying a few windows apart: a thread in

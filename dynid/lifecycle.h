@@ -148,6 +148,8 @@ class TargetLifecycle {
   Result<CountingPhase::Counts> count_hot_set(const InjectRequest& request);
   void replaced_counting(Injection& optimized, const Injection& counting);
   void save_counts(const jit::ModuleCounts& counts);
+  void save_more_counts();
+  std::string counts_path(const std::string& library) const;
   void note_copies(const Injection& in, const std::string& tier);  // never throws
   void write_copy_files(const Injection& in, const std::string& tier, bool gdb_file = true);
   void note_adopted_copies(const CacheRecord& record);  // never throws

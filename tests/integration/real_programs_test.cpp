@@ -27,6 +27,7 @@
 #include "common/file_io.h"
 #include "dynid/target_memory.h"
 #include "elf/got_slots.h"
+#include "jit/module_counts.h"
 #include "profiler/process_maps.h"
 #include "tests/integration/dyni_host.h"
 
@@ -532,6 +533,18 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
   EXPECT_EQ(counted[0].value("counter_sites_off", 0), counted[0].value("counter_sites", -1)) << counting.dump();
   EXPECT_EQ(counting.value("phase", ""), "ended") << counting.dump();
   EXPECT_TRUE(more[0].value("layout", "").starts_with("by counts")) << more.dump() << "\n" << host.log();
+  // Each module's counts in a file of its own, for dyni-scan --counts.
+  const nlohmann::json libc_file = counted[0].value("counts_file", nlohmann::json());
+  ASSERT_TRUE(libc_file.is_string()) << counting.dump();
+  EXPECT_EQ(libc_file.get<std::string>(), host.dir() + "/state/counts/" + name + "@libc.so.6.json");
+  EXPECT_EQ(counting.value("counts_file", ""), host.dir() + "/state/counts/" + name + "@" +
+                                                   in.library.substr(in.library.rfind('/') + 1) + ".json");
+  auto saved = read_file(libc_file.get<std::string>(), 64 << 20);
+  ASSERT_TRUE(saved) << "libc's counts file";
+  auto libc_counts = jit::ModuleCounts::from_json(nlohmann::json::parse(*saved));
+  ASSERT_TRUE(libc_counts) << libc_counts.error().message();
+  EXPECT_EQ(libc_counts->module, libc);
+  EXPECT_FALSE(libc_counts->functions.empty());
   EXPECT_EQ(caches_in(target), 2u);
   EXPECT_EQ(caches_in(target, CacheTier::Counting), 2u) << "libsqlite3's and libc's counting caches stay mapped (I8)";
   // libc's few hot functions take a small cache on small pages, not 2 MiB.
