@@ -55,7 +55,6 @@ constexpr const char* kCacheKeptBecause =
     "kept until the process exits: code addresses in it may be saved outside any stack (setjmp buffers, "
     "coroutine contexts), which no check can prove unused";
 
-
 }  // namespace
 
 nlohmann::json library_loaded(const Injection& in) {
