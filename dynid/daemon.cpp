@@ -271,7 +271,7 @@ void Daemon::sync_lifecycles() {
       const bool same_group = parent != lifecycles_.end() && live.contains(t.ppid) && live.at(t.ppid).group == t.group;
       lifecycles_.emplace(pid, std::make_unique<TargetLifecycle>(
                                    t, targets_, recorder_options(), dynimize_options(), /*adopt_only=*/true,
-                                   same_group ? parent->second->copies_for_children() : std::nullopt));
+                                   same_group ? parent->second->copies_for_children() : std::vector<ParentCopies>{}));
     }
   }
 }

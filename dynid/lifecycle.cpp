@@ -95,7 +95,7 @@ bool maps_cache_at(pid_t pid, uint64_t cache_addr) {
 
 TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
                                  profiler::RecorderOptions options, DynimizeOptions dynimize, bool adopt_only,
-                                 std::optional<ParentCopies> parent)
+                                 std::vector<ParentCopies> parent)
     : pid_(target.pid), ppid_(target.ppid), start_time_(target.start_time), image_(target.image), name_(target.name), table_(table),
       group_(target.group), follows_(target.follows), as_parent_(target.as_parent),
       with_descendants_(target.with_descendants), options_(across_group(options, target, table)), dynimize_(dynimize),
@@ -103,14 +103,40 @@ TargetLifecycle::TargetLifecycle(const Target& target, TargetTable& table,
       started_in_(target.state), parent_copies_(std::move(parent)),
       thread_([this] { run(); }) {}
 
-std::optional<ParentCopies> TargetLifecycle::copies_for_children() const {
+namespace {
+
+ParentCopies* copies_at(std::vector<ParentCopies>& all, uint64_t cache_addr) {
+  for (ParentCopies& p : all)
+    if (p.cache_addr == cache_addr) return &p;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<ParentCopies> TargetLifecycle::copies_for_children() const {
+  std::vector<ParentCopies> out;
   std::lock_guard lock(injection_mutex_);
-  if (adopted_copies_ && injection_ && injection_->cache.addr == adopted_copies_->cache_addr) return adopted_copies_;
-  if (!injection_ || injection_->copies.empty()) return std::nullopt;
-  ParentCopies out{injection_->cache.addr, {}, huge_page_bytes_};
-  out.copies.reserve(injection_->copies.size());
-  for (const CopyRange& c : injection_->copies)
-    out.copies.push_back({c.cache_addr, c.size, c.original_entry, c.name, {}, c.entry_patch, c.entry_probe_safe});
+  if (!injection_) return out;
+  auto add = [&](const Injection& in, std::optional<uint64_t> huge, const std::string& gdb) {
+    for (const ParentCopies& adopted : adopted_copies_)
+      if (adopted.cache_addr == in.cache.addr) {
+        out.push_back(adopted);
+        out.back().gdb_command = gdb;
+        return;
+      }
+    if (in.copies.empty()) return;
+    ParentCopies p{in.cache.addr, {}, huge, gdb};
+    p.copies.reserve(in.copies.size());
+    for (const CopyRange& c : in.copies)
+      p.copies.push_back({c.cache_addr, c.size, c.original_entry, c.name, {}, c.entry_patch, c.entry_probe_safe});
+    out.push_back(std::move(p));
+  };
+  add(*injection_, huge_page_bytes_, gdb_command_);
+  if (out.empty()) return out;  // the first module's first, or none
+  for (const Injection& in : more_) {
+    auto gdb = more_gdb_commands_.find(in.cache.addr);
+    add(in, std::nullopt, gdb != more_gdb_commands_.end() ? gdb->second : "");
+  }
   return out;
 }
 
@@ -213,7 +239,7 @@ bool TargetLifecycle::adopt_existing_cache() {
   const FoundRecord* first = nullptr;
   for (const FoundRecord& f : found) {
     if (!f.module) continue;
-    if (parent_copies_ && f.record->cache_addr == parent_copies_->cache_addr) {
+    if (!parent_copies_.empty() && f.record->cache_addr == parent_copies_.front().cache_addr) {
       first = &f;
       break;
     }
@@ -241,8 +267,8 @@ bool TargetLifecycle::adopt_existing_cache() {
   // An inherited cache is its parent's pages; smaps, slow to read, is read
   // outside the lock (status requests take it).
   std::optional<uint64_t> huge;
-  if (inherited && parent_copies_ && parent_copies_->cache_addr == best->cache_addr)
-    huge = parent_copies_->huge_page_bytes;
+  if (inherited && !parent_copies_.empty() && parent_copies_.front().cache_addr == best->cache_addr)
+    huge = parent_copies_.front().huge_page_bytes;
   else if (auto bytes = huge_page_bytes(pid_, adopted.cache))
     huge = *bytes;
   {
@@ -261,7 +287,19 @@ bool TargetLifecycle::adopt_existing_cache() {
                                 more_live ? fmt::format(", and {} of the further modules' caches'", more_live) : "");
   log::info("target {} pid {}: {}", name_, pid_, why);
   settle_adoption(to, why);  // first: -undo reaches it from now on
-  note_adopted_copies(*best);
+  // Each module's cache is named (perf, -addr2orig, gdb): the first's last,
+  // so that its gdb_command in -status says every file is written.
+  // Whose files: asked once, before this dynid appends to them.
+  const bool makers_files = ::access(origins_path(pid_, start_time_).c_str(), F_OK) == 0;
+  std::vector<AdoptedCache> caches;
+  {
+    std::lock_guard lock(injection_mutex_);
+    for (const Injection& in : more_)
+      for (const CacheRecord& r : records)
+        if (r.cache_addr == in.cache.addr) caches.push_back({&r, in.module, false, makers_files});
+    caches.push_back({best, injection_->module, true, makers_files});
+  }
+  for (const AdoptedCache& cache : caches) note_adopted_copies(cache);
   return true;
 }
 
@@ -604,36 +642,64 @@ void TargetLifecycle::write_copy_files(const Injection& in, const std::string& t
 // start time, is there): their paths are reported. Any other (a child forked
 // from a dynimized process, files lost) gets them made from its memory
 // (adopted_copies.h), without line tables.
-void TargetLifecycle::note_adopted_copies(const CacheRecord& record) {
+void TargetLifecycle::note_adopted_copies(const AdoptedCache& cache) {
   try {
-    write_adopted_copy_files(record);
+    write_adopted_copy_files(cache);
   } catch (const std::exception& e) {  // files for people: never the target's state
     log::warn("target {} pid {}: the adopted cache's perf map or origins: {}", name_, pid_, e.what());
   }
 }
 
-void TargetLifecycle::write_adopted_copy_files(const CacheRecord& record) {
+namespace {
+
+// The symbol file that process (pid, start_time) had made of its cache of
+// `module` (gdb_symbols.h), or "": its first module's file is untagged,
+// each further one's tagged with its module's file name, and the module
+// that comes first in an adopting dynid (the most live patches) need not be
+// the one that came first in the maker. So the tagged name, else the
+// untagged one: wrong only when the tagged file was never written.
+std::string symbol_file_of(pid_t pid, uint64_t start_time, const std::string& tier, const std::string& module) {
+  if (module.empty()) return "";
+  for (const std::string& tag : {"-" + std::string(paths::file_name(module)), std::string()}) {
+    std::string file = cache_symbol_file_path(pid, start_time, tier, tag);
+    if (::access(file.c_str(), F_OK) == 0) return file;
+  }
+  return "";
+}
+
+}  // namespace
+
+void TargetLifecycle::write_adopted_copy_files(const AdoptedCache& cache) {
+  const CacheRecord& record = *cache.record;
+  const std::string& module = cache.module;
+  const bool first = cache.first;
   const std::string tier = record.tier == CacheTier::Counting ? "counting" : "optimized";
-  if (::access(origins_path(pid_, start_time_).c_str(), F_OK) == 0) {
-    const std::string gdb = cache_symbol_file_path(pid_, start_time_, tier);
-    const bool have_gdb = ::access(gdb.c_str(), F_OK) == 0;
+  if (cache.makers_files) {
+    const std::string gdb = symbol_file_of(pid_, start_time_, tier, module);
     std::vector<CopyRange> copies = copies_from_origins(origins_path(pid_, start_time_), record, tier);
     std::lock_guard lock(injection_mutex_);
-    if (!copies.empty()) adopted_copies_ = ParentCopies{record.cache_addr, std::move(copies), huge_page_bytes_};
+    if (!copies.empty())
+      adopted_copies_.push_back(
+          ParentCopies{record.cache_addr, std::move(copies), first ? huge_page_bytes_ : std::nullopt, ""});
     perf_map_ = fmt::format("/tmp/perf-{}.map", pid_);
     perf_map_here_ = perf_map_seen_here(pid_);
-    gdb_command_ = have_gdb ? "add-symbol-file " + gdb : "";
-    gdb_error_ = have_gdb ? "" : "no symbol file left by the dynid that made the cache";
+    set_gdb_command(first, record.cache_addr, gdb.empty() ? "" : "add-symbol-file " + gdb,
+                    gdb.empty() ? "no symbol file left by the dynid that made the cache" : "");
     return;
   }
-  if (inherited_ && parent_copies_ && parent_copies_->cache_addr == record.cache_addr) {
+  // No symbol file of its own (it would hold unwind rows read from the
+  // target, for a root gdb to parse): a forked child has its caches where
+  // its parent has them, and the parent's files serve.
+  if (ParentCopies* parent = inherited_ ? copies_at(parent_copies_, record.cache_addr) : nullptr) {
     // Forked from a target this dynid dynimized: the same cache at the
     // same address, so the parent's copies (a child per connection must
-    // cost little: issue 21 item 3).
+    // cost little: issue 21 item 3), and its word for the symbol file.
     Injection in = from_record(pid_, start_time_, record);
-    in.copies = std::move(parent_copies_->copies);
+    in.copies = std::move(parent->copies);
     write_copy_files(in, tier, /*gdb_file=*/false);
-    note_parent_symbol_file(tier);
+    std::lock_guard lock(injection_mutex_);
+    set_gdb_command(first, record.cache_addr, parent->gdb_command,
+                    parent->gdb_command.empty() ? "no symbol file: its parent has none for this cache" : "");
     return;
   }
   auto copies = adopted_copies(pid_, record);
@@ -645,20 +711,24 @@ void TargetLifecycle::write_adopted_copy_files(const CacheRecord& record) {
   Injection in = from_record(pid_, start_time_, record);
   in.copies = std::move(copies->copies);
   write_copy_files(in, tier, /*gdb_file=*/false);
-  note_parent_symbol_file(tier);
-}
-
-// No symbol file of its own (it would hold unwind rows read from the
-// target, for a root gdb to parse): a forked child has its cache where its
-// parent has it, and the parent's file serves.
-void TargetLifecycle::note_parent_symbol_file(const std::string& tier) {
   auto stat = read_proc_stat("/proc", pid_);
   auto parent = stat ? read_proc_stat("/proc", stat->ppid) : fail("");
-  const std::string file = parent ? cache_symbol_file_path(stat->ppid, parent->start_time, tier) : "";
-  const bool have = !file.empty() && ::access(file.c_str(), F_OK) == 0;
+  const std::string gdb = parent ? symbol_file_of(stat->ppid, parent->start_time, tier, module) : "";
   std::lock_guard lock(injection_mutex_);
-  gdb_command_ = have ? "add-symbol-file " + file : "";
-  gdb_error_ = have ? "" : "no symbol file: the cache was adopted, and its maker's file is not there";
+  set_gdb_command(first, record.cache_addr, gdb.empty() ? "" : "add-symbol-file " + gdb,
+                  gdb.empty() ? "no symbol file: the cache was adopted, and its maker's file is not there" : "");
+}
+
+// How gdb loads an adopted cache's symbols: the first module's in
+// gdb_command_, a further module's in more_gdb_commands_.
+void TargetLifecycle::set_gdb_command(bool first, uint64_t cache_addr, const std::string& command,
+                                      const std::string& error) {
+  if (!first) {
+    if (!command.empty()) more_gdb_commands_[cache_addr] = command;
+    return;
+  }
+  gdb_command_ = command;
+  gdb_error_ = error;
 }
 
 // The latest counts of each listed name, for dyni-scan --counts (one file a

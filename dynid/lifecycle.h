@@ -79,11 +79,14 @@ struct DynimizeOptions {
 };
 
 // The copies of a parent's cache, for the children that inherit it (their
-// perf maps and origins, named without reading a symbol table again).
+// perf maps and origins, named without reading a symbol table again). A
+// parent hands over one a cache: its first module's first, then each
+// further module's (all_hot_modules).
 struct ParentCopies {
   uint64_t cache_addr = 0;
   std::vector<CopyRange> copies;  // without their instruction tables
   std::optional<uint64_t> huge_page_bytes;  // of the cache, as measured in the parent
+  std::string gdb_command;  // how gdb loads the parent's symbol file of the cache, or ""
 };
 
 class TargetLifecycle {
@@ -92,10 +95,10 @@ class TargetLifecycle {
   // dyni's in it (a restarted dynid must see an idle dynimized target, so
   // that -undo reaches it); the lifecycle ends when there is none.
   // `parent`: its parent's copies, where the parent is a target dynimized by
-  // this dynid (an adopted child that inherited that cache names its copies
-  // from them).
+  // this dynid (an adopted child that inherited those caches names their
+  // copies from them), the first module's first.
   TargetLifecycle(const Target& target, TargetTable& table, profiler::RecorderOptions options,
-                  DynimizeOptions dynimize, bool adopt_only = false, std::optional<ParentCopies> parent = {});
+                  DynimizeOptions dynimize, bool adopt_only = false, std::vector<ParentCopies> parent = {});
   ~TargetLifecycle();  // stops the thread and waits for it (≤ one step, ~100 ms)
 
   pid_t pid() const { return pid_; }
@@ -111,8 +114,10 @@ class TargetLifecycle {
   bool has_perf_map() const;
   // That map's path in dynid's own view, or "" (dynid/perf_map.h).
   PerfMapHere perf_map_here() const;
-  // Its cache's copies for a child that inherits them, once injected.
-  std::optional<ParentCopies> copies_for_children() const;
+  // Its caches' copies for a child that inherits them, once injected: the
+  // first module's first (none before, nor for a cache whose copies it
+  // does not know by name).
+  std::vector<ParentCopies> copies_for_children() const;
   uint64_t start_time() const { return start_time_; }
   uint64_t image() const { return image_; }
   // The profile so far (or final); null before sampling started.
@@ -152,9 +157,20 @@ class TargetLifecycle {
   std::string counts_path(const std::string& library) const;
   void note_copies(const Injection& in, const std::string& tier);  // never throws
   void write_copy_files(const Injection& in, const std::string& tier, bool gdb_file = true);
-  void note_adopted_copies(const CacheRecord& record);  // never throws
-  void write_adopted_copy_files(const CacheRecord& record);
-  void note_parent_symbol_file(const std::string& tier);
+  // How an adopted cache is named: `module`, the path of its module, or ""
+  // when it could not be matched; `first`, it is the first module's here;
+  // `makers_files`, this process's origins file was there when it was adopted
+  // (this dynid's maker, before a restart, wrote it).
+  struct AdoptedCache {
+    const CacheRecord* record = nullptr;
+    std::string module;
+    bool first = false;
+    bool makers_files = false;
+  };
+  void note_adopted_copies(const AdoptedCache& cache);  // never throws
+  void write_adopted_copy_files(const AdoptedCache& cache);
+  void set_gdb_command(bool first, uint64_t cache_addr, const std::string& command,
+                       const std::string& error);  // under injection_mutex_
   void end_counting();
   std::vector<CacheRecord> end_counting_caches(std::vector<CacheRecord> records);
   void fail_injection(const std::string& reason);
@@ -239,11 +255,11 @@ class TargetLifecycle {
   std::map<uint64_t, std::string> more_layouts_;       // by cache address: how its copies were laid out
   bool adopted_ = false;  // found in the target, not made by this dynid
   bool inherited_ = false;  // adopted, and its parent maps that cache: it came with a fork
-  std::optional<ParentCopies> parent_copies_;  // set before the thread starts
-  // An adopted cache's copies as its maker's origins file names them (a
+  std::vector<ParentCopies> parent_copies_;  // set before the thread starts
+  // Adopted caches' copies as their maker's origins file names them (a
   // restarted dynid): handed to the children it forks, which would each read
-  // the executable's symbols otherwise. Under injection_mutex_.
-  std::optional<ParentCopies> adopted_copies_;
+  // the modules' symbols otherwise. Under injection_mutex_.
+  std::vector<ParentCopies> adopted_copies_;
   std::optional<uint64_t> huge_page_bytes_;  // of the cache, measured once after injection
   std::size_t redo_count_ = 0, undo_count_ = 0;
 

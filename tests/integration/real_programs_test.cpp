@@ -584,12 +584,13 @@ TEST(RealProgramsInLibraries, Sqlite3WithAllHotModulesIsDynimizedInLibsqlite3And
   host.write_config({name}, "[options]\nbusy_threshold_percent = 100000\nbusy_window_ms = 600\nscan_interval_ms = 100\n");
   ASSERT_EQ(host.dyni({"-start"}).exit_code, 0);
   EXPECT_TRUE(host.wait_for_state(target, "dynimized", 20s)) << host.state_of(target) << "\n" << host.log();
-  nlohmann::json d = dynimized_facts(host, target);
+  nlohmann::json d = host.dynimized_with_files(target);
   EXPECT_EQ(d.value("adopted", false), true) << d.dump();
   EXPECT_EQ(d.value("module", ""), in.library) << d.dump();
   more = d.value("more_modules", nlohmann::json::array());
   ASSERT_EQ(more.size(), 1u) << d.dump();
   EXPECT_EQ(more[0].value("module", ""), libc) << d.dump();
+  EXPECT_EQ(more[0].value("gdb_command", ""), gdb) << "libc's symbol file, which the first dynid wrote\n" << d.dump();
   EXPECT_EQ(caches_in(target), 2u) << "injected again";
   undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;

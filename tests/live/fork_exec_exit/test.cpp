@@ -92,12 +92,31 @@ void expect_child_named_like_its_parent(const Scenario& s, pid_t child, const nl
   const std::string gdb = gdb_command.is_string() ? gdb_command.get<std::string>() : "";
   ASSERT_EQ(gdb.rfind("add-symbol-file ", 0), 0u) << facts.dump();
   EXPECT_EQ(::access(gdb.substr(gdb.find(' ') + 1).c_str(), R_OK), 0) << gdb;
-  if (child_map.empty()) return;
-  const std::string addr = "0x" + child_map.front().substr(0, child_map.front().find(' '));
-  RunResult where = s.host.dyni({fmt::format("-addr2orig={}", child), addr});
-  EXPECT_EQ(where.exit_code, 0) << where.out << where.err;
-  EXPECT_NE(where.out.find("(original 0x"), std::string::npos) << where.out;
-  EXPECT_NE(where.out.find("optimized copy"), std::string::npos) << where.out;
+  auto expect_mapped_back = [&](const std::string& line) {
+    const std::string addr = "0x" + line.substr(0, line.find(' '));
+    RunResult where = s.host.dyni({fmt::format("-addr2orig={}", child), addr});
+    EXPECT_EQ(where.exit_code, 0) << where.out << where.err;
+    EXPECT_NE(where.out.find("(original 0x"), std::string::npos) << where.out;
+    EXPECT_NE(where.out.find("optimized copy"), std::string::npos) << where.out;
+  };
+  if (!child_map.empty()) expect_mapped_back(child_map.front());
+  // Each further module's cache (libc's) is named too: its copies in the
+  // perf map, mapped back by -addr2orig, its parent's symbol file for gdb.
+  for (const nlohmann::json& m : facts.value("more_modules", nlohmann::json::array())) {
+    const uint64_t lo = std::stoull(m["cache"].value("addr", "0"), nullptr, 16);
+    const uint64_t hi = lo + m["cache"].value("bytes", uint64_t{0});
+    auto in_cache = std::find_if(child_map.begin(), child_map.end(), [&](const std::string& line) {
+      const uint64_t at = std::stoull(line.substr(0, line.find(' ')), nullptr, 16);
+      return lo <= at && at < hi;
+    });
+    EXPECT_NE(in_cache, child_map.end()) << "no copy of " << m.value("module", "?") << "'s cache in the child's map\n"
+                                         << m.dump();
+    if (in_cache != child_map.end()) expect_mapped_back(*in_cache);
+    const nlohmann::json more_gdb = m.value("gdb_command", nlohmann::json());
+    const std::string command = more_gdb.is_string() ? more_gdb.get<std::string>() : "";
+    ASSERT_EQ(command.rfind("add-symbol-file ", 0), 0u) << m.dump();
+    EXPECT_EQ(::access(command.substr(command.find(' ') + 1).c_str(), R_OK), 0) << command;
+  }
   ::unlink(fmt::format("/tmp/perf-{}.map", child).c_str());
 }
 
