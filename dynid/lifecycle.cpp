@@ -422,6 +422,7 @@ void TargetLifecycle::dynimize() {
   const bool settled = settle_injection(std::move(injected), share_copied, true);  // ends every counting cache
   end_counting();  // and when settling failed before it (a no-op when ended)
   save_more_counts();
+  if (for_group) for_group->more = std::move(more_plans_);  // the further modules injected by their counts
   if (settled && for_group) table_.publish_group_plan(group_, for_group);
 }
 
@@ -481,7 +482,8 @@ void TargetLifecycle::follow_group_plan() {
     injected = fail(std::string("internal error: ") + e.what());
   }
   seconds_optimizing_ = seconds_since(t0);
-  settle_injection(std::move(injected), std::nullopt);
+  following_ = plan;  // its further modules follow the plan too (inject_more_modules)
+  settle_injection(std::move(injected), std::nullopt, /*then_more_modules=*/true);
 }
 
 // Why the group's plan cannot serve this member, or "": a plan for the
@@ -489,17 +491,23 @@ void TargetLifecycle::follow_group_plan() {
 // needs that library mapped here, of the build the plan counted.
 std::string TargetLifecycle::why_plan_does_not_fit(const GroupPlan& plan) const {
   if (plan.module.empty()) return "";
+  return why_module_does_not_fit(plan.module, plan.counts.build_id);
+}
+
+// Why counts of `module` (a path as the maps name it) of build `build_id`
+// cannot serve this member, or "".
+std::string TargetLifecycle::why_module_does_not_fit(const std::string& module, const std::string& build_id) const {
   auto maps = profiler::read_maps(pid_);
   if (!maps) return maps.error().message();
   for (const profiler::Mapping& m : *maps) {
-    if (!m.executable || m.path != plan.module) continue;
+    if (!m.executable || m.path != module) continue;
     auto notes = elf::ElfFile::open_notes(fmt::format("/proc/{}/map_files/{:x}-{:x}", pid_, m.start, m.end));
     if (!notes) return notes.error().message();
-    if (notes->build_id() != plan.counts.build_id)
-      return fmt::format("{} is build {} here, the plan's is {}", plan.module, notes->build_id(), plan.counts.build_id);
+    if (notes->build_id() != build_id)
+      return fmt::format("{} is build {} here, the plan's is {}", module, notes->build_id(), build_id);
     return "";
   }
-  return plan.module + " is not mapped";
+  return module + " is not mapped";
 }
 
 // What every injection into this target asks, whatever its code.

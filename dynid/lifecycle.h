@@ -148,6 +148,7 @@ class TargetLifecycle {
   void dynimize();
   void follow_group_plan();
   std::string why_plan_does_not_fit(const GroupPlan& plan) const;
+  std::string why_module_does_not_fit(const std::string& module, const std::string& build_id) const;
   bool settle_injection(Result<Injection> injected, std::optional<double> share_copied, bool then_more_modules = false);
   InjectRequest base_request() const;
   Result<CountingPhase::Counts> count_hot_set(const InjectRequest& request);
@@ -181,6 +182,9 @@ class TargetLifecycle {
   // the hottest module's injection, before the target is dynimized.
   void inject_more_modules(Injection& first);
   void inject_one_more_module(Injection& first, const profiler::Recorder& recorder, const std::string& path);
+  void inject_more_by_plan(Injection& first, const GroupPlan& plan);
+  bool add_more_module(Injection& first, InjectRequest& request, const std::string& layout, const Injection* counting,
+                       const jit::ModuleProfile* sampled);
   // Their counting caches in the counting phase of the first (counting_phase.h add()).
   void count_more_modules(CountingPhase& phase);
   void count_one_more_module(CountingPhase& phase, const profiler::Recorder& recorder, const std::string& path,
@@ -219,6 +223,12 @@ class TargetLifecycle {
   // Their counts from the counting phase, by path (this thread's alone):
   // their optimized copies are laid out by them and replace their counting copies.
   std::map<std::string, jit::ModuleCounts> more_counts_;
+  // The further modules injected by their counts, for the group's plan
+  // (GroupPlan::more); this thread's alone.
+  std::vector<GroupPlan::Further> more_plans_;
+  // The group's plan this member follows (follow_group_plan), for its
+  // further modules; this thread's alone.
+  std::shared_ptr<const GroupPlan> following_;
   std::string perf_map_, perf_map_error_;  // under injection_mutex_: where perf's map is, or why not
   PerfMapHere perf_map_here_;              // under injection_mutex_: perf_map_ in dynid's view (perf_map_seen_here)
   std::string gdb_command_, gdb_error_;   // under injection_mutex_: how gdb loads the cache's symbols, or why not

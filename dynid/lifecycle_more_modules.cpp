@@ -28,6 +28,10 @@
 
 namespace dyni {
 void TargetLifecycle::inject_more_modules(Injection& first) {
+  if (following_) {  // a group's follower: its plan's further modules, no profile of its own
+    inject_more_by_plan(first, *following_);
+    return;
+  }
   const profiler::Recorder* recorder = nullptr;
   {
     std::lock_guard lock(mutex_);
@@ -127,6 +131,43 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     request.replacing = counting;
     layout = fmt::format("by counts ({:.1f} s of counting copies)", counts->second.seconds);
   }
+  if (add_more_module(first, request, layout, counting, &hot->profile) && counting)
+    more_plans_.push_back({path, counts->second, request.hot, request.callers});  // for the group's plan
+}
+
+// A follower of its group's plan (process_group.h): each further module the
+// member counted, that this one maps in the build counted, laid out by its
+// counts. One that does not fit is said and passed over.
+void TargetLifecycle::inject_more_by_plan(Injection& first, const GroupPlan& plan) {
+  for (const GroupPlan::Further& further : plan.more) {
+    if (stop_) return;
+    const std::string file = std::string(paths::file_name(further.module));
+    if (std::string why = why_module_does_not_fit(further.module, further.counts.build_id); !why.empty()) {
+      log::info("target {} pid {}: {} not optimized: its group's plan for it does not fit ({})", name_, pid_, file, why);
+      continue;
+    }
+    InjectRequest request = base_request();
+    request.module = further.module;
+    request.hot = further.hot;
+    request.callers = further.callers;
+    request.counts = &further.counts;
+    const std::string layout = fmt::format("by counts of pid {}, its group's plan ({:.1f} s of counting copies)",
+                                           plan.counted_in, further.counts.seconds);
+    try {
+      add_more_module(first, request, layout, nullptr, nullptr);
+    } catch (const std::exception& e) {  // a bug costs this module, not dynid its life
+      log::warn("target {} pid {}: {} not optimized: internal error: {}", name_, pid_, file, e.what());
+    }
+  }
+}
+
+// Injects a further module's cache (`request`, for its hot set) after the
+// first and those before it; keeps it for -undo at once. `counting`: its
+// counting cache, which it replaces; `sampled`: its profile, for the share
+// of sampled CPU copied (none for a follower). Whether it went in.
+bool TargetLifecycle::add_more_module(Injection& first, InjectRequest& request, const std::string& layout,
+                                      const Injection* counting, const jit::ModuleProfile* sampled) {
+  const std::string file = std::string(paths::file_name(request.module));
   // A thread may be stopped in any earlier cache's copies (the counting
   // copies' too, still looping).
   for (const std::vector<CopyRange>* copies : {&first.copies, &first.other_copies})
@@ -142,12 +183,13 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   auto injected = inject_module(request);
   if (!injected) {
     log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());
-    return;
+    return false;
   }
   if (counting) replaced_counting(*injected, *counting);
   // Laid out by the profile, or in its original order without LBR (the
   // plan then saw no samples): the share copied is the lifecycle's count.
-  injected->plan["sampled_cpu_accepted_percent"] = sampled_share_copied(hot->profile, *injected);
+  injected->plan["sampled_cpu_accepted_percent"] =
+      sampled ? nlohmann::json(sampled_share_copied(*sampled, *injected)) : nlohmann::json(nullptr);
   if (injected->error.empty() && injected->patched.empty())
     injected->error = "no entry could be patched" + first_reason(injected->skipped);
   // Kept at once, whatever follows: -undo reaches its patches from here on.
@@ -173,13 +215,13 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
     }
     log::warn("target {} pid {}: {} not optimized: {}; its cache stays mapped at {:#x}", name_, pid_, file, error,
               in.cache.addr);
-    return;
+    return false;
   }
   log::info("target {} pid {}: dynimized {} too: {} functions patched, {} call sites and {} other modules' GOT slots "
             "re-pointed, {} bytes of code at {:#x} laid out {}; {} patch windows, longest stop {:.1f} ms",
             name_, pid_, file, count_of(in.patched, PatchKind::Entry), count_of(in.patched, PatchKind::CallSite),
             in.slots_patched.size(), in.code_size, in.code_addr, layout, in.patch_windows, in.longest_stop.count() / 1000.0);
-  if (in.copies.empty()) return;
+  if (in.copies.empty()) return true;
   try {
     write_copy_files(in, "optimized", false);  // appended to the perf map and origins
     auto gdb = save_cache_symbol_file(in, "optimized", "-" + file);
@@ -189,6 +231,7 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
   } catch (const std::exception& e) {  // files for people: never the target's state
     log::warn("target {} pid {}: perf map, origins or gdb file of {}: {}", name_, pid_, file, e.what());
   }
+  return true;
 }
 
 namespace {

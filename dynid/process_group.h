@@ -115,6 +115,15 @@ struct GroupPlan {
   std::vector<uint64_t> hot;      // the functions that ran in its counting copies, or that its value sites saw called
   std::vector<uint64_t> callers;  // the functions its profile saw (their direct calls re-pointed)
   std::string module{};           // the library copied (InjectRequest::module), or "" for the executable
+  // Each further module's plan (all_hot_modules, issue 22), counted in the
+  // same phase: a follower injects each that it maps in the build counted,
+  // after the first, as the member counted did.
+  struct Further {
+    std::string module;  // its path as the maps name it (InjectRequest::module)
+    jit::ModuleCounts counts;
+    std::vector<uint64_t> hot, callers;  // as above
+  };
+  std::vector<Further> more{};
 };
 
 // The members of `targets` whose child is a member of the same group.

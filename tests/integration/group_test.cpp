@@ -121,6 +121,17 @@ TEST(Groups, APoolBusyOnlyAsAWholeHasEveryBusyWorkerDynimizedByOnePlanAndCompute
       EXPECT_EQ(t.value("counting", nlohmann::json()), nullptr) << "a follower counts nothing";
     }
     EXPECT_GE(t["dynimized"].value("functions_patched", 0), 1);
+    // libc's memcpy and memcmp (pool_copy) too, in every member: counted
+    // with the leader's own code, and the followers by the plan's counts.
+    nlohmann::json libc;
+    for (const auto& m : t["dynimized"].value("more_modules", nlohmann::json::array()))
+      if (m.value("module", "").ends_with("/libc.so.6")) libc = m;
+    ASSERT_TRUE(libc.is_object()) << "libc is not among its further modules\n" << host.log();
+    EXPECT_EQ(libc.value("error", "?"), "");
+    EXPECT_GE(libc.value("functions_patched", 0), 1);
+    EXPECT_NE(libc.value("layout", "").find(pid == leader ? std::string("by counts")
+                                                           : fmt::format("by counts of pid {}", leader)),
+              std::string::npos);
   }
   EXPECT_NE(host.log().find("busy as a group"), std::string::npos) << host.log();
   EXPECT_NE(host.log().find("follows the group's plan"), std::string::npos) << host.log();

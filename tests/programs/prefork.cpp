@@ -25,7 +25,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -39,10 +41,25 @@ __attribute__((noinline)) unsigned long pool_work(unsigned long x) {
   return x;
 }
 
+// Copies and compares a buffer through libc (lengths vary with x, so the
+// compiler calls memcpy and memcmp): libc holds a few percent of a worker's
+// time, and a group's plan has a further module (issue 22). 1 when they agree.
+__attribute__((noinline)) unsigned long pool_copy(unsigned long x) {
+  static std::string a(1 << 16, 'a'), b(1 << 16, 'b');
+  unsigned long same = 1;
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t n = (1 << 16) - (x + static_cast<unsigned long>(i)) % 4096;
+    a[n / 2] = static_cast<char>(x + static_cast<unsigned long>(i));
+    std::memcpy(b.data(), a.data(), n);
+    same &= std::memcmp(a.data(), b.data(), n) == 0;
+  }
+  return same;
+}
+
 template <int... K>
 unsigned long one_round(unsigned long x, std::integer_sequence<int, K...>) {
   ((x = pool_work<K>(x)), ...);
-  return x;
+  return x * pool_copy(x);  // 0 when a copy went wrong
 }
 
 unsigned long round_from_one() { return one_round(1, std::make_integer_sequence<int, 12>{}); }
