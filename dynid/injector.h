@@ -38,15 +38,6 @@
 
 namespace dyni {
 
-// A module of the target that dyni copied earlier (all_hot_modules): its
-// JUMP_SLOT GOT slots bound to this cache's functions are re-pointed at the
-// copies (inject/got_repoint.h). Its path as the target maps it, its file's
-// device and inode, and its load bias.
-struct SlotHolder {
-  std::string module;
-  uint64_t dev = 0, inode = 0, bias = 0;
-};
-
 struct InjectRequest {
   pid_t pid = 0;
   std::vector<uint64_t> hot;  // link-time entry addresses in the module
@@ -67,9 +58,11 @@ struct InjectRequest {
   // copies (link-time starts, jit/call_sites.h): those that ran; the copied
   // ones among them are passed over. An optimized cache's only. Empty: none.
   std::vector<uint64_t> callers{};
-  // Modules whose JUMP_SLOT slots bound to the copied functions are
-  // re-pointed at their copies, after the entries. Empty: none.
-  std::vector<SlotHolder> slot_holders{};
+  // The target's other copied modules (all_hot_modules), by path as the
+  // target maps them, before or after this one: their JUMP_SLOT GOT slots
+  // bound to the copied functions are re-pointed at the copies, after the
+  // entries (inject/got_repoint.h). Empty: none.
+  std::vector<std::string> slot_holders{};
   std::chrono::milliseconds call_timeout{2000};
   jit::JitOptions options{};
   // The image the caller profiled (ProcStat::image, 0: not checked): a

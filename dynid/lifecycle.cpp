@@ -134,6 +134,7 @@ std::vector<ParentCopies> TargetLifecycle::copies_for_children() const {
   add(*injection_, huge_page_bytes_, gdb_command_);
   if (out.empty()) return out;  // the first module's first, or none
   for (const Injection& in : more_) {
+    if (!in.error.empty()) continue;  // failed: its copies never run (nor a child's)
     auto gdb = more_gdb_commands_.find(in.cache.addr);
     add(in, std::nullopt, gdb != more_gdb_commands_.end() ? gdb->second : "");
   }
@@ -403,6 +404,9 @@ void TargetLifecycle::dynimize() {
         if (const Injection* theirs = counting_->injection_of(path))
           request.other_copies.insert(request.other_copies.end(), theirs->copies.begin(), theirs->copies.end());
     }
+    // The further modules' calls to its hot functions through their PLTs
+    // reach its copies (inject/got_repoint.h); not the counting copies'.
+    request.slot_holders = more_modules_;
     injected = inject_module(request);
     if (injected) share_copied = sampled_share_copied(hot->profile, *injected);
     if (injected && request.replacing) replaced_counting(*injected, *request.replacing);
@@ -475,6 +479,7 @@ void TargetLifecycle::follow_group_plan() {
   request.counts = &plan->counts;
   layout_ = fmt::format("by counts of pid {}, its group's plan ({:.1f} s of counting copies)", plan->counted_in,
                         plan->counts.seconds);
+  for (const GroupPlan::Further& further : plan->more) request.slot_holders.push_back(further.module);
   Result<Injection> injected = fail("not injected");
   try {
     injected = inject_module(request);
@@ -660,19 +665,31 @@ void TargetLifecycle::note_adopted_copies(const AdoptedCache& cache) {
 
 namespace {
 
-// The symbol file that process (pid, start_time) had made of its cache of
-// `module` (gdb_symbols.h), or "": its first module's file is untagged,
-// each further one's tagged with its module's file name, and the module
-// that comes first in an adopting dynid (the most live patches) need not be
-// the one that came first in the maker. So the tagged name, else the
-// untagged one: wrong only when the tagged file was never written.
-std::string symbol_file_of(pid_t pid, uint64_t start_time, const std::string& tier, const std::string& module) {
+// The symbol file that process (pid, start_time) had made of `record`'s
+// cache of `module` (gdb_symbols.h), or "": its first module's file is
+// untagged, each further one's tagged with its module's file name, and the
+// module that comes first in an adopting dynid (the most live patches) need
+// not be the one that came first in the maker. So the tagged name, else the
+// untagged one, each only if its .text is the record's code (a file never
+// written for a failed injection must not name another cache's).
+std::string symbol_file_of(pid_t pid, uint64_t start_time, const std::string& tier, const std::string& module,
+                           const CacheRecord& record) {
   if (module.empty()) return "";
   for (const std::string& tag : {"-" + std::string(paths::file_name(module)), std::string()}) {
     std::string file = cache_symbol_file_path(pid, start_time, tier, tag);
-    if (::access(file.c_str(), F_OK) == 0) return file;
+    if (::access(file.c_str(), F_OK) != 0) continue;
+    auto elf = elf::ElfFile::open_notes(file);  // dynid's own file (root's, 0600): headers only
+    const elf::Section* text = elf ? elf->find_section(".text") : nullptr;
+    if (text && text->addr == record.cache_addr + record.code_offset) return file;
   }
   return "";
+}
+
+// A forked child's cache is its parent's: so is the symbol file.
+std::string parents_symbol_file(pid_t pid, const std::string& tier, const std::string& module, const CacheRecord& record) {
+  auto stat = read_proc_stat("/proc", pid);
+  auto parent = stat ? read_proc_stat("/proc", stat->ppid) : fail("");
+  return parent ? symbol_file_of(stat->ppid, parent->start_time, tier, module, record) : "";
 }
 
 }  // namespace
@@ -683,7 +700,7 @@ void TargetLifecycle::write_adopted_copy_files(const AdoptedCache& cache) {
   const bool first = cache.first;
   const std::string tier = record.tier == CacheTier::Counting ? "counting" : "optimized";
   if (cache.makers_files) {
-    const std::string gdb = symbol_file_of(pid_, start_time_, tier, module);
+    const std::string gdb = symbol_file_of(pid_, start_time_, tier, module, record);
     std::vector<CopyRange> copies = copies_from_origins(origins_path(pid_, start_time_), record, tier);
     std::lock_guard lock(injection_mutex_);
     if (!copies.empty())
@@ -705,9 +722,11 @@ void TargetLifecycle::write_adopted_copy_files(const AdoptedCache& cache) {
     Injection in = from_record(pid_, start_time_, record);
     in.copies = std::move(parent->copies);
     write_copy_files(in, tier, /*gdb_file=*/false);
+    std::string gdb = parent->gdb_command;
+    if (gdb.empty())  // not written yet when the parent handed its copies over
+      if (std::string file = parents_symbol_file(pid_, tier, module, record); !file.empty()) gdb = "add-symbol-file " + file;
     std::lock_guard lock(injection_mutex_);
-    set_gdb_command(first, record.cache_addr, parent->gdb_command,
-                    parent->gdb_command.empty() ? "no symbol file: its parent has none for this cache" : "");
+    set_gdb_command(first, record.cache_addr, gdb, gdb.empty() ? "no symbol file: its parent has none for this cache" : "");
     return;
   }
   auto copies = adopted_copies(pid_, record);
@@ -719,9 +738,7 @@ void TargetLifecycle::write_adopted_copy_files(const AdoptedCache& cache) {
   Injection in = from_record(pid_, start_time_, record);
   in.copies = std::move(copies->copies);
   write_copy_files(in, tier, /*gdb_file=*/false);
-  auto stat = read_proc_stat("/proc", pid_);
-  auto parent = stat ? read_proc_stat("/proc", stat->ppid) : fail("");
-  const std::string gdb = parent ? symbol_file_of(stat->ppid, parent->start_time, tier, module) : "";
+  const std::string gdb = parents_symbol_file(pid_, tier, module, record);
   std::lock_guard lock(injection_mutex_);
   set_gdb_command(first, record.cache_addr, gdb.empty() ? "" : "add-symbol-file " + gdb,
                   gdb.empty() ? "no symbol file: the cache was adopted, and its maker's file is not there" : "");
@@ -981,6 +998,7 @@ nlohmann::json TargetLifecycle::injection_json() const {
           {"entries_at_first_byte", entries_at_first_byte(in)},
           {"entries_unsafe_for_uprobes", entries_unsafe_for_uprobes(in)},
           {"call_sites_repointed", count_of(in.patched, PatchKind::CallSite)},
+          {"got_slots_repointed", in.slots_patched.size()},
           {"functions_copied", in.copies.size()},
           {"promoted_calls", in.promoted_calls},
           // Left in the original code by policy (a USDT probe site), each named.

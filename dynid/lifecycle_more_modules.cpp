@@ -140,20 +140,22 @@ void TargetLifecycle::inject_one_more_module(Injection& first, const profiler::R
 // counts. One that does not fit is said and passed over.
 void TargetLifecycle::inject_more_by_plan(Injection& first, const GroupPlan& plan) {
   for (const GroupPlan::Further& further : plan.more) {
-    if (stop_) return;
+    // -undo of the group answered while this member was dynimizing: it is
+    // undone once settled (daemon.h keep_groups_undone); no more patches.
+    if (stop_ || table_.group_undone(group_)) return;
     const std::string file = std::string(paths::file_name(further.module));
-    if (std::string why = why_module_does_not_fit(further.module, further.counts.build_id); !why.empty()) {
-      log::info("target {} pid {}: {} not optimized: its group's plan for it does not fit ({})", name_, pid_, file, why);
-      continue;
-    }
-    InjectRequest request = base_request();
-    request.module = further.module;
-    request.hot = further.hot;
-    request.callers = further.callers;
-    request.counts = &further.counts;
-    const std::string layout = fmt::format("by counts of pid {}, its group's plan ({:.1f} s of counting copies)",
-                                           plan.counted_in, further.counts.seconds);
     try {
+      if (std::string why = why_module_does_not_fit(further.module, further.counts.build_id); !why.empty()) {
+        log::info("target {} pid {}: {} not optimized: its group's plan for it does not fit ({})", name_, pid_, file, why);
+        continue;
+      }
+      InjectRequest request = base_request();
+      request.module = further.module;
+      request.hot = further.hot;
+      request.callers = further.callers;
+      request.counts = &further.counts;
+      const std::string layout = fmt::format("by counts of pid {}, its group's plan ({:.1f} s of counting copies)",
+                                             plan.counted_in, further.counts.seconds);
       add_more_module(first, request, layout, nullptr, nullptr);
     } catch (const std::exception& e) {  // a bug costs this module, not dynid its life
       log::warn("target {} pid {}: {} not optimized: internal error: {}", name_, pid_, file, e.what());
@@ -174,12 +176,17 @@ bool TargetLifecycle::add_more_module(Injection& first, InjectRequest& request, 
     request.other_copies.insert(request.other_copies.end(), copies->begin(), copies->end());
   for (const Injection& earlier : more_)
     request.other_copies.insert(request.other_copies.end(), earlier.copies.begin(), earlier.copies.end());
-  // The modules copied before it: their calls to its hot functions through
-  // their PLTs reach its copies (inject/got_repoint.h).
-  // (One whose injection failed still calls through its PLT.)
-  request.slot_holders.push_back({first.module, first.module_dev, first.module_inode, first.module_bias});
-  for (const Injection& earlier : more_)
-    request.slot_holders.push_back({earlier.module, earlier.module_dev, earlier.module_inode, earlier.module_bias});
+  // Every other module copied, before it or after: their calls to its hot
+  // functions through their PLTs reach its copies (inject/got_repoint.h).
+  // (One whose injection failed, or is still to come, calls through its PLT
+  // all the same.)
+  std::vector<std::string> holders{first.module};
+  if (following_)
+    for (const GroupPlan::Further& further : following_->more) holders.push_back(further.module);
+  else
+    holders.insert(holders.end(), more_modules_.begin(), more_modules_.end());
+  for (const std::string& holder : holders)
+    if (holder != request.module) request.slot_holders.push_back(holder);
   auto injected = inject_module(request);
   if (!injected) {
     log::warn("target {} pid {}: {} not optimized: {}", name_, pid_, file, injected.error().message());

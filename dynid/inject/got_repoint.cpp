@@ -116,26 +116,27 @@ Result<std::optional<std::vector<std::string>>> repoint_window(const std::vector
 
 }  // namespace
 
-Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<SlotHolder>& holders, uint64_t lo,
+Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<std::string>& holders, uint64_t lo,
                                                    uint64_t hi) {
   std::vector<SlotCandidate> out;
   if (holders.empty()) return out;
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
-  for (const SlotHolder& holder : holders) {
+  for (const std::string& holder : holders) {
     auto m = std::find_if(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
-      return m.file_backed() && m.dev == holder.dev && m.inode == holder.inode && m.path == holder.module;
+      return m.file_backed() && m.executable && m.path == holder;
     });
-    if (m == maps->end()) continue;  // unloaded since it was copied
+    if (m == maps->end()) continue;  // not loaded (unloaded since it was copied)
     auto file = elf::ElfFile::open(map_files_path(pid, *m));
-    auto slots = file ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(std::unexpected(file.error()));
+    auto bias = file ? profiler::mapping_bias(*file, *m) : Result<uint64_t>(std::unexpected(file.error()));
+    auto slots = bias ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(std::unexpected(bias.error()));
     if (!slots) {
-      log::info("pid {}: no GOT slot of {} is re-pointed: {}", pid, holder.module, slots.error().message());
+      log::info("pid {}: no GOT slot of {} is re-pointed: {}", pid, holder, slots.error().message());
       continue;
     }
     for (const elf::GotSlot& s : *slots) {
       if (!s.jump_slot) continue;  // GLOB_DAT: an address-of may read it
-      const uint64_t addr = s.slot + holder.bias;
+      const uint64_t addr = s.slot + *bias;
       std::optional<uint64_t> value = word_of(read_target(pid, addr, 8));
       if (value && *value >= lo && *value < hi) out.push_back({addr, *value});
     }

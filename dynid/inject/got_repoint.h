@@ -38,10 +38,12 @@ struct SlotCandidate {
   uint64_t addr = 0, value = 0;
 };
 
-// Every JUMP_SLOT slot of `holders` whose live value lies in [lo, hi), read
-// from each holder's file (its relocations) and the target's memory. A
-// holder no longer loaded is passed over.
-Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<SlotHolder>& holders, uint64_t lo,
+// Every JUMP_SLOT slot of the modules `holders` (paths as the target maps
+// them) whose live value lies in [lo, hi), read from each holder's file
+// (its relocations, where its code mapping loads it now) and the target's
+// memory. A holder not loaded is passed over. What is read here only
+// proposes: each slot is proven (prove_slots) and checked in the window.
+Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<std::string>& holders, uint64_t lo,
                                                    uint64_t hi);
 
 // The candidates whose value is the start of a copy whose entry is patched:
