@@ -134,7 +134,9 @@ std::vector<ParentCopies> TargetLifecycle::copies_for_children() const {
   add(*injection_, huge_page_bytes_, gdb_command_);
   if (out.empty()) return out;  // the first module's first, or none
   for (const Injection& in : more_) {
-    if (!in.error.empty()) continue;  // failed: its copies never run (nor a child's)
+    // Failed when this dynid injected it: its copies never run (nor a
+    // child's). An adopted one with an error may have live patches.
+    if (!in.error.empty() && !adopted_) continue;
     auto gdb = more_gdb_commands_.find(in.cache.addr);
     add(in, std::nullopt, gdb != more_gdb_commands_.end() ? gdb->second : "");
   }

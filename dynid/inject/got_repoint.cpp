@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -123,13 +124,32 @@ Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   for (const std::string& holder : holders) {
-    auto m = std::find_if(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
-      return m.file_backed() && m.executable && m.path == holder;
-    });
-    if (m == maps->end()) continue;  // not loaded (unloaded since it was copied)
-    auto file = elf::ElfFile::open(map_files_path(pid, *m));
-    auto bias = file ? profiler::mapping_bias(*file, *m) : Result<uint64_t>(std::unexpected(file.error()));
-    auto slots = bias ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(std::unexpected(bias.error()));
+    // Its code mapping: the first of that path whose bias its file gives
+    // (an old binary may map its headers executable too).
+    std::optional<elf::ElfFile> file;
+    std::optional<uint64_t> bias;
+    std::string why;
+    bool mapped = false;
+    for (const profiler::Mapping& m : *maps) {
+      if (!m.file_backed() || !m.executable || m.path != holder) continue;
+      mapped = true;
+      if (!file) {
+        auto opened = elf::ElfFile::open(map_files_path(pid, m));
+        if (!opened) {
+          why = opened.error().message();
+          break;
+        }
+        file = std::move(*opened);
+      }
+      auto b = profiler::mapping_bias(*file, m);
+      if (b) {
+        bias = *b;
+        break;
+      }
+      why = b.error().message();
+    }
+    if (!mapped) continue;  // not loaded (unloaded since it was copied)
+    auto slots = bias ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(fail(why));
     if (!slots) {
       log::info("pid {}: no GOT slot of {} is re-pointed: {}", pid, holder, slots.error().message());
       continue;

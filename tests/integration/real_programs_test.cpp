@@ -728,6 +728,13 @@ TEST(RealProgramsInLibraries, ALoopInLibcIsDynimizedInLibcAndComparesTheSame) {
   EXPECT_GE(repointed, 1) << d.dump() << "\n" << host.log();
   EXPECT_EQ(slots_into_libc_copies(), std::make_pair(repointed, 0)) << d.dump();
   const std::map<uint64_t, uint64_t> originals = slots_with_originals(host, target, exe, libc_cache, libc_cache_end);
+  // ... and python3's own injection, over those slots, went in.
+  const nlohmann::json more = d.value("more_modules", nlohmann::json::array());
+  ASSERT_EQ(more.size(), 1u) << d.dump();
+  EXPECT_EQ(more[0].value("module", ""), exe) << d.dump();
+  EXPECT_EQ(more[0].value("error", "?"), "") << more.dump();
+  EXPECT_GE(more[0].value("functions_patched", 0), 1) << more.dump();
+  EXPECT_FALSE(text_equals_file(target, exe)) << "the executable's entries are patched";
   const uint64_t at_patch = python.chunks();
   auto rounds_after = [&](uint64_t from, uint64_t n) {
     for (int i = 0; i < 200 && python.chunks() < from + n; ++i) std::this_thread::sleep_for(100ms);
