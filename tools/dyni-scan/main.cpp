@@ -34,6 +34,7 @@
 #include "jit/block_profile.h"
 #include "jit/cfg.h"
 #include "jit/counting.h"
+#include "jit/entry_pads.h"
 #include "jit/layout_metrics.h"
 #include "jit/module_counts.h"
 #include "jit/module_image.h"
@@ -151,6 +152,28 @@ void print_entry_spots(const jit::ModulePlan& plan) {
   std::printf("entries:   %zu in a jmp rel32, %zu after a REX prefix (%zu after kept instructions); %zu change a byte "
               "where an instruction begins (probe_safe_entries = false)\n",
               in_jmp, after_rex, keeping, at_starts);
+}
+
+// Of the entries that change a byte where an instruction begins, how many
+// could take a 2-byte jump to a pad between functions instead (jit/entry_pads.h;
+// measured only, issue 23).
+void print_pad_reach(const jit::ModulePlan& plan, const elf::FunctionTable& table, const jit::ModuleImage& image) {
+  std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
+  for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
+  std::size_t unsafe = 0;
+  std::vector<uint64_t> spots;
+  for (const jit::CachedFunction& f : plan.cache.functions)
+    for (const jit::EntryPatch& p : f.patch.entries) {
+      const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
+      if (!jit::changes_an_instruction_start(cfg, p)) continue;
+      ++unsafe;
+      if (auto spot = jit::short_jump_spot(cfg)) spots.push_back(*spot);
+    }
+  const std::vector<jit::PaddingRun> runs = jit::padding_runs(table.functions(), image);
+  std::printf("pads:      of those %zu, %zu have a REX instruction of 3+ bytes before their first branch, %zu of them "
+              "reach 5 bytes of padding of their own between functions (%zu runs): a 2-byte jump there would leave "
+              "them probe-safe (not written yet)\n",
+              unsafe, spots.size(), jit::spots_with_pads(spots, runs), runs.size());
 }
 
 // The copies the verifier rejected while the cache was built, then every
@@ -384,6 +407,7 @@ int main(int argc, char** argv) {
   for (const auto& [kind, n] : unpatched)
     std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
   print_entry_spots(*plan);
+  print_pad_reach(*plan, *table, image);
   std::size_t rebuildable = 0, rebuilt = 0;
   for (const auto& c : plan->cfgs)
     for (const jit::JumpTable& t : c->tables) rebuildable += t.rebuildable;
