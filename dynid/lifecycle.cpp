@@ -408,7 +408,7 @@ void TargetLifecycle::dynimize() {
     }
     // The further modules' calls to its hot functions through their PLTs
     // reach its copies (inject/got_repoint.h); not the counting copies'.
-    request.slot_holders = more_modules_;
+    request.slot_holders = further_modules();
     injected = inject_module(request);
     if (injected) share_copied = sampled_share_copied(hot->profile, *injected);
     if (injected && request.replacing) replaced_counting(*injected, *request.replacing);
@@ -481,7 +481,8 @@ void TargetLifecycle::follow_group_plan() {
   request.counts = &plan->counts;
   layout_ = fmt::format("by counts of pid {}, its group's plan ({:.1f} s of counting copies)", plan->counted_in,
                         plan->counts.seconds);
-  for (const GroupPlan::Further& further : plan->more) request.slot_holders.push_back(further.module);
+  following_ = plan;  // its further modules follow the plan too (inject_more_modules)
+  request.slot_holders = further_modules();
   Result<Injection> injected = fail("not injected");
   try {
     injected = inject_module(request);
@@ -489,7 +490,6 @@ void TargetLifecycle::follow_group_plan() {
     injected = fail(std::string("internal error: ") + e.what());
   }
   seconds_optimizing_ = seconds_since(t0);
-  following_ = plan;  // its further modules follow the plan too (inject_more_modules)
   settle_injection(std::move(injected), std::nullopt, /*then_more_modules=*/true);
 }
 

@@ -183,6 +183,9 @@ class TargetLifecycle {
   void inject_more_modules(Injection& first);
   void inject_one_more_module(Injection& first, const profiler::Recorder& recorder, const std::string& path);
   void inject_more_by_plan(Injection& first, const GroupPlan& plan);
+  // The further modules this target copies after its first, by path: its
+  // own choice, or its group plan's for a follower.
+  std::vector<std::string> further_modules() const;
   bool add_more_module(Injection& first, InjectRequest& request, const std::string& layout, const Injection* counting,
                        const jit::ModuleProfile* sampled);
   // Their counting caches in the counting phase of the first (counting_phase.h add()).

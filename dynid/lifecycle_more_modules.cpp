@@ -53,6 +53,13 @@ void TargetLifecycle::inject_more_modules(Injection& first) {
   }
 }
 
+std::vector<std::string> TargetLifecycle::further_modules() const {
+  if (!following_) return more_modules_;
+  std::vector<std::string> out;
+  for (const GroupPlan::Further& further : following_->more) out.push_back(further.module);
+  return out;
+}
+
 InjectRequest TargetLifecycle::more_module_request(const HotModule& hot) const {
   InjectRequest request = base_request();
   request.module = hot.path;  // the executable's path names it too (read_target_module)
@@ -180,11 +187,8 @@ bool TargetLifecycle::add_more_module(Injection& first, InjectRequest& request, 
   // functions through their PLTs reach its copies (inject/got_repoint.h).
   // (One whose injection failed, or is still to come, calls through its PLT
   // all the same.)
-  std::vector<std::string> holders{first.module};
-  if (following_)
-    for (const GroupPlan::Further& further : following_->more) holders.push_back(further.module);
-  else
-    holders.insert(holders.end(), more_modules_.begin(), more_modules_.end());
+  std::vector<std::string> holders = further_modules();
+  holders.push_back(first.module);
   for (const std::string& holder : holders)
     if (holder != request.module) request.slot_holders.push_back(holder);
   auto injected = inject_module(request);

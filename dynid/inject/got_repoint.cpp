@@ -115,6 +115,30 @@ Result<std::optional<std::vector<std::string>>> repoint_window(const std::vector
   return std::optional{std::move(skipped)};
 }
 
+// Module `path`'s file and bias where its code is mapped now: the first
+// code mapping of that path whose bias the file gives (an old binary may
+// map its headers executable too).
+struct LoadedFile {
+  elf::ElfFile file;
+  uint64_t bias = 0;
+};
+Result<LoadedFile> loaded_file(pid_t pid, const std::vector<profiler::Mapping>& maps, const std::string& path) {
+  std::optional<elf::ElfFile> file;
+  Status why = fail(path + " is not mapped as code");
+  for (const profiler::Mapping& m : maps) {
+    if (!m.file_backed() || !m.executable || m.path != path) continue;
+    if (!file) {
+      auto opened = elf::ElfFile::open(map_files_path(pid, m));
+      if (!opened) return std::unexpected(opened.error());
+      file = std::move(*opened);
+    }
+    auto bias = profiler::mapping_bias(*file, m);
+    if (bias) return LoadedFile{std::move(*file), *bias};
+    why = std::unexpected(bias.error());
+  }
+  return std::unexpected(why.error());
+}
+
 }  // namespace
 
 Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<std::string>& holders, uint64_t lo,
@@ -124,39 +148,19 @@ Result<std::vector<SlotCandidate>> slot_candidates(pid_t pid, const std::vector<
   auto maps = profiler::read_maps(pid);
   if (!maps) return std::unexpected(maps.error());
   for (const std::string& holder : holders) {
-    // Its code mapping: the first of that path whose bias its file gives
-    // (an old binary may map its headers executable too).
-    std::optional<elf::ElfFile> file;
-    std::optional<uint64_t> bias;
-    std::string why;
-    bool mapped = false;
-    for (const profiler::Mapping& m : *maps) {
-      if (!m.file_backed() || !m.executable || m.path != holder) continue;
-      mapped = true;
-      if (!file) {
-        auto opened = elf::ElfFile::open(map_files_path(pid, m));
-        if (!opened) {
-          why = opened.error().message();
-          break;
-        }
-        file = std::move(*opened);
-      }
-      auto b = profiler::mapping_bias(*file, m);
-      if (b) {
-        bias = *b;
-        break;
-      }
-      why = b.error().message();
-    }
+    const bool mapped = std::any_of(maps->begin(), maps->end(), [&](const profiler::Mapping& m) {
+      return m.file_backed() && m.executable && m.path == holder;
+    });
     if (!mapped) continue;  // not loaded (unloaded since it was copied)
-    auto slots = bias ? elf::got_slots(*file) : Result<std::vector<elf::GotSlot>>(fail(why));
+    auto loaded = loaded_file(pid, *maps, holder);
+    auto slots = loaded ? elf::got_slots(loaded->file) : Result<std::vector<elf::GotSlot>>(std::unexpected(loaded.error()));
     if (!slots) {
       log::info("pid {}: no GOT slot of {} is re-pointed: {}", pid, holder, slots.error().message());
       continue;
     }
     for (const elf::GotSlot& s : *slots) {
       if (!s.jump_slot) continue;  // GLOB_DAT: an address-of may read it
-      const uint64_t addr = s.slot + *bias;
+      const uint64_t addr = s.slot + loaded->bias;
       std::optional<uint64_t> value = word_of(read_target(pid, addr, 8));
       if (value && *value >= lo && *value < hi) out.push_back({addr, *value});
     }
