@@ -151,6 +151,7 @@ const std::map<std::string, Setter>& option_setters() {
        [](Config& c, const std::string& v) { return parse_int(v, 10, 100, c.counting_duty_percent); }},
       {"copy_usdt_functions", [](Config& c, const std::string& v) { return parse_bool(v, c.copy_usdt_functions); }},
       {"probe_safe_entries", [](Config& c, const std::string& v) { return parse_bool(v, c.probe_safe_entries); }},
+      {"entry_pads", [](Config& c, const std::string& v) { return parse_bool(v, c.entry_pads); }},
       {"all_hot_modules", [](Config& c, const std::string& v) { return parse_bool(v, c.all_hot_modules); }},
       {"min_module_percent", [](Config& c, const std::string& v) { return parse_int(v, 1, 100, c.min_module_percent); }},
       {"small_cache_kib", [](Config& c, const std::string& v) { return parse_int(v, 0, 2048, c.small_cache_kib); }},

@@ -44,6 +44,10 @@ struct Config {
   // kept first instruction (twice the functions entered in their copies on
   // mariadbd), which a uprobe at the second instruction (uprobe:FUNC+N) breaks.
   bool probe_safe_entries = false;
+  // Entries with no spot for the 5-byte jmp whole enter through a 2-byte
+  // jump to 5 bytes of padding between functions (jit/entry_pads.h), also
+  // left whole by a uprobe at any instruction; false: for measurements.
+  bool entry_pads = true;
   // Every module that holds at least min_module_percent of the samples and
   // can be copied (issue 22: the executable and libc, say), each its own
   // cache after the hottest one's; false: the hottest alone.

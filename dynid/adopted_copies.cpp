@@ -21,12 +21,6 @@ constexpr uint64_t kMaxEhFrameBytes = 16 << 20;  // dyni writes well under 1 MiB
 
 }  // namespace
 
-uint64_t patched_jump_target(uint64_t addr, const std::array<uint8_t, 5>& replacement) {
-  if (replacement[0] != 0xe9) return 0;
-  int32_t rel = 0;
-  std::memcpy(&rel, replacement.data() + 1, 4);
-  return addr + 5 + static_cast<uint64_t>(static_cast<int64_t>(rel));
-}
 
 Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record) {
   AdoptedCopies out;
@@ -46,7 +40,7 @@ Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record) {
   std::vector<bool> named(fdes->size(), false);
   for (const PatchRecord& patch : record.patches) {
     if (patch.kind != PatchKind::Entry) continue;
-    const uint64_t to = patched_jump_target(patch.addr, patch.replacement);
+    const uint64_t to = entry_jump_target(patch, record.patches);  // through its pad, a short jump's
     if (to < code_lo || to >= code_hi) continue;
     auto fde = std::upper_bound(fdes->begin(), fdes->end(), to, [](uint64_t a, const elf::Fde& f) { return a < f.begin; });
     if (fde == fdes->begin()) continue;

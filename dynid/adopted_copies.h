@@ -38,8 +38,5 @@ Result<AdoptedCopies> adopted_copies(pid_t pid, const CacheRecord& record);
 std::vector<CopyRange> copies_from_origins(const std::string& path, const CacheRecord& record,
                                            const std::string& tier);
 
-// Where an entry patch's jmp rel32 at `addr` goes; 0 if `replacement` is no
-// such jmp. Pure.
-uint64_t patched_jump_target(uint64_t addr, const std::array<uint8_t, 5>& replacement);
 
 }  // namespace dyni

@@ -10,6 +10,7 @@
 
 #include "elf/byte_reader.h"
 #include "jit/call_sites.h"
+#include "jit/entry_pads.h"
 
 namespace dyni {
 namespace {
@@ -83,13 +84,27 @@ bool repoints_a_call(const PatchRecord& p, const std::set<uint64_t>& entries, ui
          target - cache_addr < cache_length;
 }
 
-// Every patch is an entry's jump into the cache, or a call site re-pointed
+// A short entry's other 3 bytes are the file's (only `eb rel8` is written).
+bool short_jump_only(const PatchRecord& p) {
+  return std::equal(p.original.begin() + 2, p.original.end(), p.replacement.begin() + 2);
+}
+
+// Every patch is an entry's jump into the cache (or a short jump to a pad
+// that jumps there, each pad reached by one), or a call site re-pointed
 // from one of those entries into the cache.
 Status check_patches(const CacheRecord& rec, uint32_t version) {
-  std::set<uint64_t> entries;
+  std::set<uint64_t> entries, pads, padded;
+  for (const PatchRecord& p : rec.patches)
+    if (p.kind == PatchKind::Pad) {
+      if (!jumps_into(p, rec.cache_addr, rec.cache_length))
+        return fail(fmt::format("cache record: pad at {:#x} is not a jump into the cache", p.addr));
+      pads.insert(p.addr);
+    }
   for (const PatchRecord& p : rec.patches) {
     if (p.kind != PatchKind::Entry) continue;
-    if (!jumps_into(p, rec.cache_addr, rec.cache_length))
+    const bool through_pad = is_short_entry(p) && short_jump_only(p) && pads.count(short_entry_pad(p)) &&
+                             padded.insert(short_entry_pad(p)).second;
+    if (!through_pad && !jumps_into(p, rec.cache_addr, rec.cache_length))
       return fail(fmt::format("cache record: patch at {:#x} is not a jump into the cache", p.addr));
     entries.insert(p.addr);
   }
@@ -105,9 +120,9 @@ Status check_patches(const CacheRecord& rec, uint32_t version) {
   std::sort(by_addr.begin(), by_addr.end(), [](const auto* a, const auto* b) { return a->addr < b->addr; });
   for (std::size_t i = 1; i < by_addr.size(); ++i) {
     const PatchRecord &a = *by_addr[i - 1], &b = *by_addr[i];
-    if (a.addr + 5 > b.addr && (a.kind == PatchKind::CallSite || b.kind == PatchKind::CallSite))
-      return fail(fmt::format("cache record: call site at {:#x} overlaps another patch",
-                              a.kind == PatchKind::CallSite ? a.addr : b.addr));
+    if (a.addr + 5 > b.addr && (a.kind != PatchKind::Entry || b.kind != PatchKind::Entry))
+      return fail(fmt::format("cache record: a call site or pad at {:#x} overlaps another patch",
+                              a.kind != PatchKind::Entry ? a.addr : b.addr));
   }
   return ok();
 }
@@ -156,6 +171,18 @@ std::size_t count_of(const std::vector<PatchRecord>& patches, PatchKind kind) {
       std::count_if(patches.begin(), patches.end(), [&](const PatchRecord& p) { return p.kind == kind; }));
 }
 
+bool is_short_entry(const PatchRecord& p) { return p.kind == PatchKind::Entry && p.replacement[0] == jit::kJmpRel8Opcode; }
+
+uint64_t short_entry_pad(const PatchRecord& p) { return p.addr + 2 + static_cast<int8_t>(p.replacement[1]); }
+
+uint64_t entry_jump_target(const PatchRecord& entry, std::span<const PatchRecord> patches) {
+  if (!is_short_entry(entry)) return jit::rel32_target(entry.addr, entry.replacement);
+  const uint64_t pad = short_entry_pad(entry);
+  for (const PatchRecord& p : patches)
+    if (p.kind == PatchKind::Pad && p.addr == pad) return jit::rel32_target(p.addr, p.replacement);
+  return 0;
+}
+
 std::size_t record_size(std::size_t patches, std::size_t counter_sites, std::size_t slots) {
   return kHeadBytes + kPatchEntryBytes * patches + kSiteEntryBytes * counter_sites + 8 + kSlotEntryBytes * slots + 8;
 }
@@ -181,7 +208,9 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
     if (it != entries.end()) entry_offset = std::max(entry_offset, *it - start);
   }
   const bool from_starts = entry_offset > 0;
-  put<uint32_t>(out, !r.slots.empty() ? 9
+  const bool pads = count_of(r.patches, PatchKind::Pad) > 0;
+  put<uint32_t>(out, pads ? 10
+                     : !r.slots.empty() ? 9
                      : entry_offset > jit::kMaxEntryPatchOffsetV7 ? 8
                      : from_starts  ? 7
                      : call_sites ? 6
@@ -211,7 +240,7 @@ std::vector<uint8_t> encode_record(const CacheRecord& r) {
     out.push_back(c.form.bits());
     out.resize(out.size() + kSiteEntryBytes - 9, 0);
   }
-  if (!r.slots.empty()) {  // version 9: a count, then the slots
+  if (pads || !r.slots.empty()) {  // version 9 and later: a count, then the slots
     put<uint32_t>(out, static_cast<uint32_t>(r.slots.size()));
     put<uint32_t>(out, 0);
     for (const SlotRecord& s : r.slots)
@@ -279,7 +308,8 @@ Result<CacheRecord> decode_record(std::span<const uint8_t> bytes, uint64_t mappi
     for (auto& b : p.replacement) b = *r.read<uint8_t>();
     const uint8_t kind = *r.read<uint8_t>();
     r.skip(kPatchEntryBytes - 19);
-    if (*version >= 6 && kind > static_cast<uint8_t>(PatchKind::CallSite))
+    const PatchKind newest = *version >= 10 ? PatchKind::Pad : PatchKind::CallSite;
+    if (*version >= 6 && kind > static_cast<uint8_t>(newest))
       return fail(fmt::format("cache record: patch at {:#x} has an unknown kind", p.addr));
     p.kind = *version >= 6 ? static_cast<PatchKind>(kind) : PatchKind::Entry;
     rec.patches.push_back(p);

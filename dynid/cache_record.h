@@ -22,9 +22,12 @@
 namespace dyni {
 
 // What a patch rewrites: a copied function's entry (a jmp rel32 into the
-// cache), or a direct call site left in the original code (jit/call_sites.h:
-// the same call or jmp, its displacement re-pointed at a copy).
-enum class PatchKind : uint8_t { Entry = 0, CallSite = 1 };
+// cache, or a short jump `eb rel8` to a pad, its other 3 bytes the file's),
+// a direct call site left in the original code (jit/call_sites.h: the same
+// call or jmp, its displacement re-pointed at a copy), or a pad (5 bytes of
+// padding between functions, jit/entry_pads.h: a jmp rel32 into the cache,
+// written before the short jump that reaches it and put back after it).
+enum class PatchKind : uint8_t { Entry = 0, CallSite = 1, Pad = 2 };
 
 struct PatchRecord {
   uint64_t addr = 0;                    // run-time address of the 5 bytes
@@ -35,6 +38,14 @@ struct PatchRecord {
 
 // How many of `patches` are of `kind`.
 std::size_t count_of(const std::vector<PatchRecord>& patches, PatchKind kind);
+
+// Whether entry patch `p` is a short jump to a pad; the pad's address.
+bool is_short_entry(const PatchRecord& p);
+uint64_t short_entry_pad(const PatchRecord& p);
+
+// Where entry patch `entry` sends its callers: its jmp's target, or through
+// a short jump its pad's (found among `patches`); 0 when that pad is not there.
+uint64_t entry_jump_target(const PatchRecord& entry, std::span<const PatchRecord> patches);
 
 // A JUMP_SLOT GOT slot of another module of the target (its PLT's: it
 // serves calls alone, never an address-of) that held the start of a function
@@ -71,10 +82,12 @@ struct CacheRecord {
   // instruction (jit/patch_plan.h), which 6 refuses; 8: that patch may lie
 // up to kMaxEntryPatchOffset bytes in, after several kept instructions,
 // where 7 allows kMaxEntryPatchOffsetV7; 9: other modules' GOT slots
-// re-pointed at the copies (slots), which 8 would not undo. Every older version is
+// re-pointed at the copies (slots), which 8 would not undo; 10: pads and
+// entries' short jumps to them, which 9 would take for a call site's kind
+// and refuse. Every older version is
   // still read (2: tier Optimized, no counters; before 6 every patch is an
   // entry; before 7 a call site's original target is an entry patch's address).
-  static constexpr uint32_t kVersion = 9;
+  static constexpr uint32_t kVersion = 10;
   static constexpr uint32_t kOldestVersion = 2;
   std::string build_id;  // the module's GNU build-id, lowercase hex
   uint64_t module_bias = 0;

@@ -50,7 +50,7 @@ Result<Injection> inject_counting(InjectRequest request) {
 // Why a counting cache just injected cannot count, or "".
 std::string why_it_cannot_count(const Injection& counting) {
   if (!counting.error.empty()) return counting.error;
-  return counting.patched.empty() ? "no entry could be patched" : "";
+  return count_of(counting.patched, PatchKind::Entry) == 0 ? "no entry could be patched" : "";  // pads alone reach nothing
 }
 
 }  // namespace
@@ -274,10 +274,10 @@ bool CountingPhase::resume_locked() {
     // never patched in again.
     if (!c.paused || !c.counts || c.ended) continue;
     auto again = resume_counting(c.injection);
-    const std::size_t resumed = again ? again->patched.size() : 0;
-    if (!again || !again->error.empty() || resumed < c.injection.patched.size())
+    const std::size_t resumed = again ? count_of(again->patched, PatchKind::Entry) : 0;
+    if (!again || !again->error.empty() || resumed < count_of(c.injection.patched, PatchKind::Entry))
       log::info("counting cache at {:#x} of pid {}: {} of {} entries patched in again{}{}", c.injection.cache.addr,
-                c.injection.pid, resumed, c.injection.patched.size(), again ? "" : ": ",
+                c.injection.pid, resumed, count_of(c.injection.patched, PatchKind::Entry), again ? "" : ": ",
                 again ? again->error : again.error().message());
     if (resumed) c.paused = false;  // else it stays paused: its counts so far stand
     entries_resumed_ += resumed;
@@ -370,7 +370,7 @@ Result<std::string> CountingPhase::stop() {
   }
   phase_ = "stopped by dyni -undo";
   std::size_t entries = 0;
-  for (const Cache& c : caches_) entries += c.injection.patched.size();
+  for (const Cache& c : caches_) entries += count_of(c.injection.patched, PatchKind::Entry);
   return fmt::format("counting stopped, original code restored ({} entries{})", entries,
                      caches_.size() > 1 ? fmt::format(" in {} modules", caches_.size()) : "");
 }
@@ -425,7 +425,7 @@ nlohmann::json CountingPhase::current_json() const {
     more.push_back({{"module", c.module},
                     {"counts", c.counts},
                     {"functions", c.injection.counted.size()},
-                    {"entries_patched", c.injection.patched.size()},
+                    {"entries_patched", count_of(c.injection.patched, PatchKind::Entry)},
                     {"counter_sites", c.injection.counter_sites.size()},
                     {"counter_sites_off", c.sites_off},
                     {"counts_file", c.counts_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.counts_file)},
@@ -442,7 +442,7 @@ nlohmann::json CountingPhase::current_json() const {
           {"longest_pause_ms", std::chrono::duration<double, std::milli>(longest_pause_).count()},
           {"longest_resume_ms", std::chrono::duration<double, std::milli>(longest_resume_).count()},
           {"functions", first.injection.counted.size()},
-          {"entries_patched", first.injection.patched.size()},
+          {"entries_patched", count_of(first.injection.patched, PatchKind::Entry)},
           {"counter_sites", first.injection.counter_sites.size()},
           {"counter_sites_off", first.sites_off},
           {"skipped", skipped_by_kind(first.injection.skipped)},

@@ -280,7 +280,7 @@ DynimizeOptions Daemon::dynimize_options() const {
   return {config_.dynimize, config_.counting, std::chrono::seconds(config_.counting_min_seconds),
           std::chrono::seconds(config_.counting_max_seconds), config_.counting_duty_percent,
           config_.copy_usdt_functions, static_cast<unsigned>(config_.loop_alignment), config_.probe_safe_entries,
-          config_.all_hot_modules, static_cast<uint64_t>(config_.small_cache_kib) << 10,
+          config_.entry_pads, config_.all_hot_modules, static_cast<uint64_t>(config_.small_cache_kib) << 10,
           config_.min_module_percent / 100.0};
 }
 

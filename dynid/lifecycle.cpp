@@ -539,11 +539,11 @@ bool TargetLifecycle::settle_injection(Result<Injection> injected, std::optional
     return false;
   }
   std::string error = injected->error;
+  if (error.empty() && count_of(injected->patched, PatchKind::Entry) == 0)  // pads alone reach nothing
+    error = "no entry could be patched" + first_reason(injected->skipped);
   if (!error.empty() && !injected->patched.empty()) {
     if (auto undone = undo_patches(*injected); !undone) error += "; undo failed too: " + undone.error().message();
   }
-  if (error.empty() && injected->patched.empty())
-    error = "no entry could be patched" + first_reason(injected->skipped);
   Injection& kept = *injected;
   if (!kept.plan.is_null()) {
     std::lock_guard lock(mutex_);
@@ -608,7 +608,7 @@ Result<CountingPhase::Counts> TargetLifecycle::count_hot_set(const InjectRequest
   const Injection& made = counting->injection();
   log::info("target {} pid {}: counting: {} entries on counting copies, {} counter sites, {} bytes of code at {:#x}; "
             "{} patch windows, longest stop {:.1f} ms; at most {} s, counting {} % of the time",
-            name_, pid_, made.patched.size(), made.counter_sites.size(), made.code_size, made.code_addr,
+            name_, pid_, count_of(made.patched, PatchKind::Entry), made.counter_sites.size(), made.code_size, made.code_addr,
             made.patch_windows, made.longest_stop.count() / 1000.0, dynimize_.counting_max.count(),
             dynimize_.counting_duty_percent);
   count_more_modules(*counting);
@@ -910,9 +910,11 @@ Result<std::string> TargetLifecycle::redo() {
     return fail("nothing was injected");
   }
   auto again = redo_patches(*injection_);
-  if ((!again || again->patched.empty()) && gone()) return fmt::format("{} (pid {}): exited, nothing to redo", name_, pid_);
+  // Pads an undo left (a thread was there) count as patched: entries decide.
+  const bool none = !again || count_of(again->patched, PatchKind::Entry) == 0;
+  if (none && gone()) return fmt::format("{} (pid {}): exited, nothing to redo", name_, pid_);
   if (!again) return fail("redo: " + again.error().message());
-  if (again->patched.empty())
+  if (none)
     return fail("redo: no entry could be patched" +
                 (again->error.empty() ? first_reason(again->skipped) : " (first reason: " + again->error + ")"));
   ++redo_count_;

@@ -66,6 +66,7 @@ struct DynimizeOptions {
   bool copy_usdt_functions = false;       // [options] copy_usdt_functions
   unsigned loop_alignment = 32;           // [options] loop_alignment
   bool probe_safe_entries = false;        // [options] probe_safe_entries
+  bool entry_pads = true;                 // [options] entry_pads
   bool all_hot_modules = true;            // [options] all_hot_modules
   uint64_t small_cache_bytes = kSmallCacheBytes;  // [options] small_cache_kib
   double min_module_share = kMinModuleShare;      // [options] min_module_percent / 100
@@ -73,6 +74,7 @@ struct DynimizeOptions {
     jit::JitOptions o;
     o.copy_probe_functions = copy_usdt_functions;
     o.cache.probe_safe_entries = probe_safe_entries;
+    o.cache.entry_pads = entry_pads;
     o.layout.loop_alignment = loop_alignment;
     return o;
   }

@@ -113,7 +113,7 @@ void TargetLifecycle::count_one_more_module(CountingPhase& phase, const profiler
   copies.insert(copies.end(), made->copies.begin(), made->copies.end());
   log::info("target {} pid {}: counting: {} too: {} entries on counting copies, {} counter sites, {} bytes of code "
             "at {:#x}; {} patch windows, longest stop {:.1f} ms",
-            name_, pid_, file, made->patched.size(), made->counter_sites.size(), made->code_size, made->code_addr,
+            name_, pid_, file, count_of(made->patched, PatchKind::Entry), made->counter_sites.size(), made->code_size, made->code_addr,
             made->patch_windows, made->longest_stop.count() / 1000.0);
 }
 
@@ -201,7 +201,7 @@ bool TargetLifecycle::add_more_module(Injection& first, InjectRequest& request, 
   // plan then saw no samples): the share copied is the lifecycle's count.
   injected->plan["sampled_cpu_accepted_percent"] =
       sampled ? nlohmann::json(sampled_share_copied(*sampled, *injected)) : nlohmann::json(nullptr);
-  if (injected->error.empty() && injected->patched.empty())
+  if (injected->error.empty() && count_of(injected->patched, PatchKind::Entry) == 0)  // pads alone reach nothing
     injected->error = "no entry could be patched" + first_reason(injected->skipped);
   // Kept at once, whatever follows: -undo reaches its patches from here on.
   // Threads may run in this cache from now on: every earlier cache's stack
@@ -344,7 +344,7 @@ std::string TargetLifecycle::redo_more_modules(std::size_t& entries, std::size_t
     if (!in.error.empty()) continue;  // failed when injected: never patched again
     auto again = redo_patches(in);
     const std::string file(paths::file_name(in.module));
-    if (!again || again->patched.empty()) {
+    if (!again || count_of(again->patched, PatchKind::Entry) == 0) {
       said += fmt::format("; {} not patched again: {}", file,
                           !again ? again.error().message() : again->error.empty() ? "no entry could be" : again->error);
       continue;

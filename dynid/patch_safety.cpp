@@ -22,10 +22,10 @@ std::vector<ThreadPc> all_pcs(const std::map<pid_t, ThreadStack>& stacks) {
   return pcs;
 }
 
-// The first thread with a PC strictly inside (addr, addr + 5), or null.
-const ThreadPc* inside(const std::vector<ThreadPc>& pcs, uint64_t addr) {
+// The first thread with a PC strictly inside (addr, addr + length), or null.
+const ThreadPc* inside(const std::vector<ThreadPc>& pcs, uint64_t addr, std::size_t length) {
   auto it = std::upper_bound(pcs.begin(), pcs.end(), addr, [](uint64_t a, const ThreadPc& p) { return a < p.pc; });
-  return it != pcs.end() && it->pc < addr + kPatchBytes ? &*it : nullptr;
+  return it != pcs.end() && it->pc < addr + length ? &*it : nullptr;
 }
 
 std::string unknown_stack(const std::map<pid_t, ThreadStack>& stacks) {
@@ -35,6 +35,14 @@ std::string unknown_stack(const std::map<pid_t, ThreadStack>& stacks) {
 }
 
 }  // namespace
+
+bool pad_may_go(uint64_t pad, const std::map<pid_t, ThreadStack>& stacks) {
+  if (!unknown_stack(stacks).empty()) return false;
+  for (const auto& [tid, stack] : stacks)
+    for (const StackFrame& f : stack.frames)
+      if (f.pc >= pad && f.pc < pad + kPatchBytes) return false;
+  return true;
+}
 
 std::vector<SiteCheck> check_patch_sites(
     std::span<const PatchSite> sites, const std::map<pid_t, ThreadStack>& stacks,
@@ -50,7 +58,7 @@ std::vector<SiteCheck> check_patch_sites(
       checks.push_back({SiteVerdict::LeaveAlone,
                         fmt::format("live bytes at {:#x} differ from the file's (a breakpoint, uprobe or other patch)",
                                     site.addr)});
-    } else if (const ThreadPc* t = inside(pcs, site.addr)) {
+    } else if (const ThreadPc* t = inside(pcs, site.addr, site.changed)) {
       checks.push_back({SiteVerdict::Wait, fmt::format("thread {} is at {:#x}, inside the entry bytes", t->tid, t->pc)});
     } else if (!unknown.empty()) {
       checks.push_back({SiteVerdict::Wait, unknown});

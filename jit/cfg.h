@@ -4,6 +4,7 @@
 // starts with a stable kind ("indirect jump unresolved", "data in code", ...).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -36,11 +37,21 @@ struct Block {
   bool exits = false;               // leaves the function (ret, tail call, stop)
 };
 
+// 5 bytes of padding between functions that this function's entry may
+// jump through (jit/entry_pads.h); addr 0: none.
+struct EntryPad {
+  uint64_t addr = 0;
+  std::array<uint8_t, 5> original{};  // the file's: nops and int3s
+};
+
 struct FunctionCfg {
   uint64_t start = 0, end = 0;
   std::vector<Instruction> instructions;
   std::vector<Block> blocks;  // in address order
   std::vector<JumpTable> tables;
+  // Set by the pipeline (EntryPads::pad_for), used by entry_spot: every
+  // caller of entry_spot then sees the same spot.
+  EntryPad entry_pad;
 
   const Block* block_at(uint64_t addr) const;
 };

@@ -119,7 +119,10 @@ CodeCache pack(const std::vector<HotCode>& functions, uint64_t base, const Redir
 PatchedBytes patched_bytes(const CodeCache& cache) {
   PatchedBytes out;
   for (const CachedFunction& f : cache.functions)
-    for (const EntryPatch& p : f.patch.entries) out[p.addr] = p.addr + kEntryPatchSize;
+    for (const EntryPatch& p : f.patch.entries) {
+      out[p.addr] = changed_end(p);
+      if (p.pad) out[p.pad] = p.pad + kEntryPatchSize;
+    }
   return out;
 }
 

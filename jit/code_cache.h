@@ -87,6 +87,9 @@ struct CacheOptions {
   // leaves whole (patch_plan.h); false: also those after a kept first
   // instruction, which one at the second instruction breaks.
   bool probe_safe_entries = false;
+  // Entries with no spot for the 5-byte jmp go through a pad between
+  // functions (entry_pads.h), probe-safe too; false: session 20's spot.
+  bool entry_pads = true;
   // jmp/jcc in rel8 form where the target's copy is within reach (emitter.h);
   // false: every one rel32, as before session 8 (for measurements).
   bool short_branches = true;

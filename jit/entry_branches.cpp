@@ -40,6 +40,15 @@ std::optional<uint64_t> landing(const PatchSpans& patches, uint64_t target) {
   return std::nullopt;
 }
 
+// The pad whose bytes `target` lands in, its first included, if any.
+std::optional<uint64_t> pad_landing(const PatchSpans& pads, uint64_t target) {
+  auto it = pads.upper_bound(target);
+  if (it == pads.begin()) return std::nullopt;
+  --it;
+  if (target < it->second) return it->first;
+  return std::nullopt;
+}
+
 // Whether some instruction of `bytes` (at `addr`) branches to `target`; a
 // function that does not decode may.
 bool branches_to(std::span<const uint8_t> bytes, uint64_t addr, uint64_t target) {
@@ -53,9 +62,9 @@ bool branches_to(std::span<const uint8_t> bytes, uint64_t addr, uint64_t target)
 }  // namespace
 
 std::set<uint64_t> entries_branched_into(const elf::FunctionTable& functions, const ModuleImage& image,
-                                         const PatchSpans& patches) {
+                                         const PatchSpans& patches, const PatchSpans& pads) {
   std::set<uint64_t> out;
-  if (patches.empty()) return out;
+  if (patches.empty() && pads.empty()) return out;
   for (const elf::Function& f : functions.functions()) {
     if (!image.is_code(f.addr)) continue;
     auto bytes = image.read(f.addr, f.size);
@@ -65,6 +74,7 @@ std::set<uint64_t> entries_branched_into(const elf::FunctionTable& functions, co
     for (std::size_t i = 0; i + 1 < bytes->size(); ++i)
       for (uint64_t target : encoded_targets(*bytes, i, f.addr + i))
         if (auto patch = landing(patches, target); patch && !own(*patch)) candidates[target] = *patch;
+        else if (auto pad = pad_landing(pads, target)) candidates[target] = *pad;
     for (const auto& [target, patch] : candidates)
       if (!out.count(patch) && branches_to(*bytes, f.addr, target)) out.insert(patch);
   }

@@ -23,8 +23,10 @@ namespace dyni::jit {
 using PatchSpans = std::map<uint64_t, uint64_t>;
 
 // The spans (by start) that a direct branch of another function lands
-// inside, after their start (a function's own are plan_patch's to refuse).
+// inside, after their start (a function's own are plan_patch's to refuse);
+// and the `pads` (entry_pads.h, by start) that any branch lands in, at
+// their start too: padding that is a branch target is no padding.
 std::set<uint64_t> entries_branched_into(const elf::FunctionTable& functions, const ModuleImage& image,
-                                         const PatchSpans& patches);
+                                         const PatchSpans& patches, const PatchSpans& pads = {});
 
 }  // namespace dyni::jit

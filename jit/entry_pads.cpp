@@ -1,8 +1,8 @@
-// Short jumps to pads between functions, measured (jit/entry_pads.h).
+// Short jumps to pads between functions (jit/entry_pads.h).
 #include "jit/entry_pads.h"
 
 #include <algorithm>
-#include <map>
+#include <cstring>
 
 #include "jit/call_sites.h"
 #include "jit/decoder.h"
@@ -13,6 +13,7 @@ namespace dyni::jit {
 namespace {
 
 constexpr uint64_t kMaxPaddingBytes = 4096;  // a longer gap is data or something else, not padding
+constexpr uint64_t kPageSize = 4096;
 
 bool is_padding(std::span<const uint8_t> bytes, uint64_t addr) {
   for (std::size_t at = 0; at < bytes.size();) {
@@ -21,6 +22,10 @@ bool is_padding(std::span<const uint8_t> bytes, uint64_t addr) {
     at += in->length;
   }
   return true;
+}
+
+bool never_falls_through(Flow flow) {
+  return flow == Flow::Branch || flow == Flow::IndirectBranch || flow == Flow::Return || flow == Flow::Stop;
 }
 
 }  // namespace
@@ -38,47 +43,73 @@ std::optional<uint64_t> short_jump_spot(const FunctionCfg& cfg) {
 }
 
 std::vector<PaddingRun> padding_runs(std::span<const elf::Function> functions, const ModuleImage& image) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const elf::Function& f : functions)
-    if (f.size) ranges.emplace_back(f.addr, f.addr + f.size);
-  std::sort(ranges.begin(), ranges.end());
+  struct Range {
+    uint64_t start, end;
+  };
+  std::vector<Range> ranges;
+  std::vector<uint64_t> starts;  // every symbol's, sized or not
+  for (const elf::Function& f : functions) {
+    starts.push_back(f.addr);
+    if (f.size) ranges.push_back({f.addr, f.addr + f.size});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  std::sort(starts.begin(), starts.end());
   std::vector<PaddingRun> out;
-  uint64_t covered = 0;  // the end of the functions so far
+  uint64_t covered = 0, covering = 0;  // the end of the functions so far, and the function that reaches it
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    covered = std::max(covered, ranges[i].second);
+    if (ranges[i].end > covered) covered = ranges[i].end, covering = ranges[i].start;
     if (i + 1 == ranges.size()) break;
-    const uint64_t start = covered, end = ranges[i + 1].first;
+    const uint64_t start = covered, end = ranges[i + 1].start;
     if (end <= start || end - start < kEntryPatchSize || end - start > kMaxPaddingBytes || !image.is_code(start)) continue;
+    auto symbol = std::lower_bound(starts.begin(), starts.end(), start);
+    if (symbol != starts.end() && *symbol < end) continue;
     auto bytes = image.read(start, end - start);
-    if (bytes && is_padding(*bytes, start)) out.push_back({start, end});
+    if (bytes && is_padding(*bytes, start)) out.push_back({start, end, covering});
   }
   return out;
 }
 
-std::size_t spots_with_pads(std::vector<uint64_t> spots, const std::vector<PaddingRun>& runs) {
-  std::sort(spots.begin(), spots.end());
-  std::map<uint64_t, uint64_t> next_free;  // run start → its first byte not handed out
-  for (const PaddingRun& r : runs) next_free[r.start] = r.start;
-  std::map<uint64_t, uint64_t> end_of;
-  for (const PaddingRun& r : runs) end_of[r.start] = r.end;
-  std::size_t served = 0;
-  for (uint64_t spot : spots) {
-    const uint64_t from = spot + kShortJumpSize;  // rel8 counts from the short jump's end
-    const uint64_t lo = from >= 128 ? from - 128 : 0, hi = from + 127;  // the pad's first byte
-    // Runs that may hold a pad in [lo, hi]: those starting before hi,
-    // from the last one starting before lo.
-    auto it = next_free.upper_bound(lo);
-    if (it != next_free.begin()) --it;
-    for (; it != next_free.end() && it->first <= hi; ++it) {
-      const uint64_t pad = std::max(it->second, lo);
-      if (pad <= hi && pad + kEntryPatchSize <= end_of[it->first]) {
-        it->second = pad + kEntryPatchSize;
-        ++served;
-        break;
-      }
-    }
+EntryPads::EntryPads(std::span<const elf::Function> functions, const ModuleImage& image)
+    : image_(&image), runs_(padding_runs(functions, image)) {
+  for (std::size_t i = 0; i < runs_.size(); ++i) {
+    by_start_[runs_[i].start] = i;
+    by_end_[runs_[i].end] = i;
   }
-  return served;
+}
+
+// Whether the function at `function`, decoded one instruction after the
+// other, ends exactly at `end` with one that never falls through.
+bool EntryPads::ends_without_falling_through(uint64_t function, uint64_t end) const {
+  if (end <= function) return false;
+  auto bytes = image_->read(function, end - function);
+  auto decoded = bytes ? decode_function(*bytes, function) : fail("");
+  return decoded && !decoded->empty() && decoded->back().end() == end && never_falls_through(decoded->back().flow);
+}
+
+std::optional<EntryPad> EntryPads::pad_at(uint64_t addr, uint64_t spot) const {
+  const int64_t rel = static_cast<int64_t>(addr) - static_cast<int64_t>(spot + kShortJumpSize);
+  if (rel < INT8_MIN || rel > INT8_MAX || addr % kPageSize > kPageSize - kEntryPatchSize) return std::nullopt;
+  auto bytes = image_->read(addr, kEntryPatchSize);
+  if (!bytes) return std::nullopt;
+  EntryPad pad{addr, {}};
+  std::memcpy(pad.original.data(), bytes->data(), kEntryPatchSize);
+  return pad;
+}
+
+std::optional<EntryPad> EntryPads::pad_for(const FunctionCfg& cfg, uint64_t spot) const {
+  if (auto before = by_end_.find(cfg.start); before != by_end_.end()) {
+    const PaddingRun& run = runs_[before->second];
+    if (ends_without_falling_through(run.before, run.start))
+      if (auto pad = pad_at(run.end - kEntryPatchSize, spot)) return pad;
+  }
+  if (auto after = by_start_.find(cfg.end); after != by_start_.end()) {
+    const PaddingRun& run = runs_[after->second];
+    auto last = std::find_if(cfg.instructions.begin(), cfg.instructions.end(),
+                             [&](const Instruction& in) { return in.end() == cfg.end; });
+    const bool ends = last != cfg.instructions.end() && never_falls_through(last->flow);
+    if (ends && run.end - run.start >= 2 * kEntryPatchSize) return pad_at(run.start, spot);
+  }
+  return std::nullopt;
 }
 
 }  // namespace dyni::jit

@@ -21,12 +21,15 @@
 //    64-bit operand size in 64-bit mode; REX.W only confirms it, and the
 //    other REX bits name no operand here: AMD APM vol. 3 1.2.7, Intel SDM
 //    vol. 2 2.2.1); its displacement counts from the end of the 6 bytes,
-//    the end of the 5 written.
+//    the end of the 5 written;
+//  - else, where the function has a pad (FunctionCfg::entry_pad,
+//    entry_pads.h), an instruction of 3 bytes or more that begins with a
+//    REX prefix: its first byte stays, and `eb rel8` follows it, to the
+//    pad, which holds the jmp rel32.
 // With a probe there, execution goes the original's way; with none, into
 // the copy just where the original would have run that instruction.
-// Many functions have no such instruction before their first branch (a
-// frame-pointer prologue of short instructions, then a test): about half
-// of mariadbd's hot ones. Their entry keeps its first instruction and puts
+// Some functions have neither before their first branch (short
+// instructions only, then a test), or no pad. Their entry keeps its first instruction and puts
 // the jmp at the second's start, as before; a uprobe at the function works,
 // one at the second instruction (uprobe:FUNC+N) breaks the jmp. Where an
 // operator probes such offsets, CacheOptions::probe_safe_entries leaves
@@ -51,8 +54,15 @@ constexpr uint8_t kJmpRel32Opcode = 0xe9;
 struct EntryPatch {
   uint64_t addr = 0;                                 // original entry
   std::array<uint8_t, kEntryPatchSize> original{};   // restored by undo
-  std::array<uint8_t, kEntryPatchSize> replacement{};  // jmp rel32 to the copy
+  // jmp rel32 to the copy; through a pad, `eb rel8` to the pad, then the
+  // original's last 3 bytes (unchanged: the 5 are written as one)
+  std::array<uint8_t, kEntryPatchSize> replacement{};
   bool probe_safe = true;  // EntrySpot::probe_safe: it changes no byte where an instruction begins
+  // Through a pad (entry_pads.h): its 5 bytes, written before the short
+  // jump and put back after it.
+  uint64_t pad = 0;
+  std::array<uint8_t, kEntryPatchSize> pad_original{};
+  std::array<uint8_t, kEntryPatchSize> pad_replacement{};  // jmp rel32 to the copy
 };
 
 // Where a function's entry patch goes. The first `kept` instructions run in
@@ -62,6 +72,7 @@ struct EntrySpot {
   uint64_t at = 0;    // the patched instruction's start: where execution enters the jmp
   uint64_t addr = 0;  // the jmp's first byte: `at`, or `at + 1` after a REX prefix
   bool probe_safe = true;  // the invariant above holds; else `at` is the second instruction
+  EntryPad pad;      // addr != 0: a short jump at `addr` to this pad (entry_pads.h)
 };
 
 struct FunctionPatch {
@@ -101,5 +112,9 @@ bool changes_an_instruction_start(const FunctionCfg& cfg, const EntryPatch& patc
 
 // entry_spot's jmp address, or the function's start where it has none.
 uint64_t patch_address(const FunctionCfg& cfg);
+
+// The end of the bytes `patch` changes: its 5, or a short jump's 2
+// (through a pad; the other 3 are written as the file has them).
+inline uint64_t changed_end(const EntryPatch& patch) { return patch.addr + (patch.pad ? 2 : kEntryPatchSize); }
 
 }  // namespace dyni::jit

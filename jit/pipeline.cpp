@@ -10,6 +10,7 @@
 #include "jit/block_profile.h"
 #include "jit/edge_profile.h"
 #include "jit/entry_branches.h"
+#include "jit/entry_pads.h"
 #include "jit/function_order.h"
 #include "jit/patch_plan.h"
 #include "jit/promotion.h"
@@ -96,9 +97,19 @@ std::string call_in(const FunctionCfg& cfg) {
   return "";
 }
 
+// `cfg`'s pad (entry_pads.h), where it has a short-jump spot and one: set
+// before anything asks for its entry_spot.
+void find_entry_pad(const EntryPads* pads, FunctionCfg& cfg) {
+  if (!pads) return;
+  if (auto spot = short_jump_spot(cfg))
+    if (auto pad = pads->pad_for(cfg, *spot)) cfg.entry_pad = *pad;
+}
+
 void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, const JitOptions& options,
              ModulePlan& plan) {
   std::set<uint64_t> entries = entry_points(in, fdes);
+  std::optional<EntryPads> pads;
+  if (options.cache.entry_pads) pads.emplace(in.functions->functions(), *in.image);
   std::set<uint64_t> seen;
   for (uint64_t addr : in.hot) {
     if (!seen.insert(addr).second) continue;
@@ -126,6 +137,7 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, co
       continue;
     }
     if (*unwind) plan.original_unwind[addr] = std::move(**unwind);
+    find_entry_pad(pads ? &*pads : nullptr, *cfg);
     auto next_entry = entries.upper_bound(addr);
     if (next_entry != entries.end() && *next_entry < patch_address(*cfg) + kEntryPatchSize) plan.shares_entry_bytes.insert(addr);
     plan.accepted_samples += samples;
@@ -138,14 +150,15 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, co
 // branches are looked for in all the module's code (entry_branches.h), jump
 // tables in the analysed functions.
 void mark_branches_into_entry_bytes(const ModuleInput& in, ModulePlan& plan) {
-  PatchSpans spans;
-  std::map<uint64_t, uint64_t> function_at;  // span start → function
+  PatchSpans spans, pads;
+  std::map<uint64_t, uint64_t> function_at;  // span or pad start → function
   for (const auto& cfg : plan.cfgs)
     if (auto spot = entry_spot(*cfg)) {
-      spans[spot->at] = spot->addr + kEntryPatchSize;
+      spans[spot->at] = spot->pad.addr ? spot->at + kShortJumpSize : spot->addr + kEntryPatchSize;
       function_at[spot->at] = cfg->start;
+      if (spot->pad.addr) pads[spot->pad.addr] = spot->pad.addr + kEntryPatchSize, function_at[spot->pad.addr] = cfg->start;
     }
-  std::set<uint64_t> hit = entries_branched_into(*in.functions, *in.image, spans);
+  std::set<uint64_t> hit = entries_branched_into(*in.functions, *in.image, spans, pads);
   for (const auto& cfg : plan.cfgs)
     for (const JumpTable& t : cfg->tables)
       for (uint64_t a : t.targets) {

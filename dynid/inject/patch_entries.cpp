@@ -5,6 +5,7 @@
 #include <array>
 #include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <thread>
 
@@ -42,7 +43,7 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches, const R
   for (const PatchRecord& p : patches) {
     auto old = replacing.find(p.addr);
     auto now = old != replacing.end() ? live(p.addr) : fail("");
-    sites.push_back({p.addr, now && *now == old->second ? old->second : p.original});
+    sites.push_back({p.addr, now && *now == old->second ? old->second : p.original, is_short_entry(p) ? 2u : kPatchBytes});
   }
   return sites;
 }
@@ -51,6 +52,24 @@ bool call_site_callee_is_ours(const PatchRecord& site, const EntryJumps& entries
   return callee_entry_is_ours(jit::rel32_target(site.addr, site.original), jit::rel32_target(site.addr, site.replacement),
                               entries, read);
 }
+
+}  // namespace
+
+// Every held thread's stack, as far as it unwinds.
+std::map<pid_t, ThreadStack> window_stacks(const Injection& in, const WorldStop& w) {
+  StackReader reader(in.pid, frame_tables(in));
+  std::map<pid_t, ThreadStack> stacks;
+  for (const auto& [tid, t] : w.threads()) {
+    auto s = reader.unwind(tid);
+    stacks[tid] = s ? std::move(*s) : ThreadStack{{{t.regs.rip, false}}, false, s.error().message()};
+    // In a system call the kernel may move it back onto the `syscall`
+    // instruction to restart it: that PC must not be inside an entry either.
+    if (static_cast<long>(t.regs.orig_rax) >= 0) stacks[tid].frames.push_back({t.regs.rip - 2, false});
+  }
+  return stacks;
+}
+
+namespace {
 
 // One stop window: the sites that are safe now are written, one write each.
 // A window whose threads did not all stop in time is missed: every site waits.
@@ -71,15 +90,7 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
   if (!maps) return std::unexpected(maps.error());
   if (auto slots = slots_unchanged(pid, in.bypassed_slots); !slots) return std::unexpected(slots.error());
   auto t1 = Clock::now();
-  StackReader reader(pid, frame_tables(in));
-  std::map<pid_t, ThreadStack> stacks;
-  for (const auto& [tid, t] : w->threads()) {
-    auto s = reader.unwind(tid);
-    stacks[tid] = s ? std::move(*s) : ThreadStack{{{t.regs.rip, false}}, false, s.error().message()};
-    // In a system call the kernel may move it back onto the `syscall`
-    // instruction to restart it: that PC must not be inside an entry either.
-    if (static_cast<long>(t.regs.orig_rax) >= 0) stacks[tid].frames.push_back({t.regs.rip - 2, false});
-  }
+  const std::map<pid_t, ThreadStack> stacks = window_stacks(in, *w);
   now.unwind = since(t1);
   auto t2 = Clock::now();
   WindowMemory memory(pid);
@@ -152,7 +163,14 @@ bool callee_entry_is_ours(uint64_t start, uint64_t copy, const EntryJumps& entri
   const PatchRecord& entry = *it->second;
   auto jump = read(entry.addr, kPatchBytes);
   if (!jump || !std::equal(jump->begin(), jump->end(), entry.replacement.begin())) return false;
-  const uint64_t landing = jit::rel32_target(entry.addr, entry.replacement), before_patch = entry.addr - start;
+  uint64_t landing = jit::rel32_target(entry.addr, entry.replacement);
+  if (is_short_entry(entry)) {  // through its pad, which nothing but dyni writes (padding)
+    const uint64_t at = short_entry_pad(entry);
+    auto pad = read(at, kPatchBytes);
+    if (!pad || pad->size() != kPatchBytes || (*pad)[0] != jit::kJmpRel32Opcode) return false;
+    landing = jit::rel32_target(at, std::span<const uint8_t, kPatchBytes>(pad->data(), kPatchBytes));
+  }
+  const uint64_t before_patch = entry.addr - start;
   if (landing < copy || landing - copy > before_patch) return false;
   const uint64_t kept = landing - copy;
   if (before_patch == 0) return true;
@@ -198,8 +216,22 @@ Status patch_all(std::vector<PatchRecord> pending, Injection& out, const Replace
 
 Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, const Replaced& replacing,
                       int windows) {
-  std::vector<PatchRecord> entries, sites;
-  for (const PatchRecord& p : patches) (p.kind == PatchKind::Entry ? entries : sites).push_back(p);
+  std::vector<PatchRecord> pads, entries, sites;
+  for (const PatchRecord& p : patches)
+    (p.kind == PatchKind::Pad ? pads : p.kind == PatchKind::Entry ? entries : sites).push_back(p);
+  // Pads in windows of their own first: a short jump is written only to a
+  // pad that holds its jmp (a dynid killed between them leaves a pad that
+  // nothing reaches).
+  if (!pads.empty())
+    if (auto r = patch_all(std::move(pads), out, replacing, windows); !r) return r;
+  std::set<uint64_t> pads_in;
+  for (const PatchRecord& p : out.patched)
+    if (p.kind == PatchKind::Pad) pads_in.insert(p.addr);
+  std::erase_if(entries, [&](const PatchRecord& p) {
+    if (!is_short_entry(p) || pads_in.count(short_entry_pad(p))) return false;
+    out.skipped.push_back(fmt::format("{:#x}: its pad at {:#x} was not written", p.addr, short_entry_pad(p)));
+    return true;
+  });
   if (auto r = patch_all(std::move(entries), out, replacing, windows); !r) return r;
   for (std::size_t at = 0; at < sites.size(); at += kCallSitesPerWindow) {
     auto from = sites.begin() + static_cast<std::ptrdiff_t>(at);
@@ -214,6 +246,7 @@ Status patch_in_order(const std::vector<PatchRecord>& patches, Injection& out, c
 namespace dyni {
 
 using inject::patch_in_order;
+using inject::window_stacks;
 using inject::same_target_with_record;
 
 namespace {
@@ -241,6 +274,10 @@ struct Restore {
 // restored. The starts within the patch, from its original bytes (a call
 // site's is one instruction).
 std::array<bool, kPatchBytes> instruction_starts(const PatchRecord& p) {
+  // A short jump's 2 bytes lie inside the instruction after its REX prefix
+  // (3 bytes or more); where the next one begins in the other 3 is not
+  // recorded: any of them may (a probe's int3 there is left, not restored).
+  if (is_short_entry(p)) return {false, false, true, true, true};
   std::array<bool, kPatchBytes> starts{};
   starts[0] = true;
   for (std::size_t at = 0; p.kind == PatchKind::Entry && at < kPatchBytes;) {
@@ -306,11 +343,13 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   // Other modules' GOT slots first, then call sites: none then leads past
   // an entry that holds the file's bytes again.
   inject::restore_slots(pid, proven, *maps);
+  // Pads last: no short jump leads to them any more.
   std::vector<const PatchRecord*> order;
-  for (PatchKind kind : {PatchKind::CallSite, PatchKind::Entry})
+  for (PatchKind kind : {PatchKind::CallSite, PatchKind::Entry, PatchKind::Pad})
     for (const PatchRecord& p : in.patched)
       if (p.kind == kind) order.push_back(&p);
-  std::vector<uint64_t> probed, foreign;
+  std::vector<uint64_t> probed, foreign, pads_kept;
+  std::optional<std::map<pid_t, ThreadStack>> stacks;  // unwound for the first pad to put back
   for (const PatchRecord* patch : order) {
     const PatchRecord& p = *patch;
     // Only where a patch can be (a record read from the target is
@@ -324,6 +363,13 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
     auto runs = live ? to_restore(*live, p) : std::nullopt;
     if (live && !runs) foreign.push_back(p.addr);
     if (!runs || runs->empty()) continue;  // not ours any more, or the file's already
+    if (p.kind == PatchKind::Pad) {
+      if (!stacks) stacks = window_stacks(in, *w);
+      if (!pad_may_go(p.addr, *stacks)) {
+        pads_kept.push_back(p.addr);
+        continue;
+      }
+    }
     for (const Restore& r : *runs)
       if (auto written = write_in_mapping(pid, *text, p.addr + r.from, std::span(p.original).subspan(r.from, r.length));
           !written)
@@ -336,6 +382,10 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
   if (!foreign.empty())
     log::warn("pid {}: {} of dyni's patches hold bytes neither dyni's nor the file's nor a uprobe's int3 at an "
               "instruction (first at {:#x}): left as they are", pid, foreign.size(), foreign.front());
+  if (!pads_kept.empty())
+    log::info("pid {}: {} pads (first at {:#x}) still jump into the cache: a thread was there, or a stack was not "
+              "known to its end; nothing reaches them now; left as they are", pid, pads_kept.size(),
+              pads_kept.front());
   if (under_int3) *under_int3 = std::move(probed);
   return ok();
 }

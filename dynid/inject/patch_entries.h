@@ -15,6 +15,7 @@
 #include "dynid/cache_record.h"
 #include "dynid/injector.h"
 #include "dynid/patch_safety.h"
+#include "dynid/world_stop.h"
 
 namespace dyni::inject {
 
@@ -32,6 +33,10 @@ EntryJumps entry_jumps(const Injection& in);
 using Reader = std::function<Result<std::vector<uint8_t>>(uint64_t, std::size_t)>;
 // Whether a call to `start` may go to `copy` instead (see the definition).
 bool callee_entry_is_ours(uint64_t start, uint64_t copy, const EntryJumps& entries, const Reader& read);
+
+// Every thread's stack held in `w`, as far as it unwinds (a thread in a
+// system call also at its `syscall`, where the kernel may restart it).
+std::map<pid_t, ThreadStack> window_stacks(const Injection& in, const WorldStop& w);
 
 // Whether `text` still maps the file the copies were made from where it was
 // then (injector.h: module_inode, module_load): a library can be unloaded

@@ -82,10 +82,11 @@ Result<PlanWithFrames> plan_with_frames(const TargetModule& exe, InjectRequest r
   return fail("copies kept losing their frames");
 }
 
-Layout layout_for(std::size_t functions, std::size_t call_sites, uint64_t code_size, uint64_t blob_size,
+// `other_patches`: call sites, GOT slots and pads, each an entry of the record.
+Layout layout_for(std::size_t functions, std::size_t other_patches, uint64_t code_size, uint64_t blob_size,
                   const jit::CounterLayout& counters) {
   Layout l;
-  l.code_offset = align_up(record_size(functions + call_sites + 64, counters.slots) + 64, 4096);
+  l.code_offset = align_up(record_size(functions + other_patches + 64, counters.slots) + 64, 4096);
   l.stub_offset = l.code_offset - 16;
   l.blob_offset = align_up(l.code_offset + code_size, 64);
   l.table_offset = align_up(l.blob_offset + blob_size, 8);
@@ -131,7 +132,11 @@ std::vector<const jit::CachedFunction*> all_copies(const jit::ModulePlan& plan) 
 void record_patches(Prepared& p, const jit::CallSitePlan& call_sites, std::vector<std::string>& skipped) {
   const uint64_t bias = p.target.module->bias;
   for (const jit::CachedFunction* f : p.planned.frames.copies) {
-    for (const jit::EntryPatch& e : f->patch.entries) p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
+    for (const jit::EntryPatch& e : f->patch.entries) {
+      if (e.pad)  // before its short jump: patch_in_order writes it first
+        p.record.patches.push_back({e.pad + bias, e.pad_original, e.pad_replacement, PatchKind::Pad});
+      p.record.patches.push_back({e.addr + bias, e.original, e.replacement});
+    }
     // Its copy still runs when other copies call it; its entry stays as it is.
     if (!f->unpatched.empty())
       skipped.push_back(fmt::format("func_{:x}: entry left unpatched: {}", f->original_entry, f->unpatched));
@@ -220,7 +225,10 @@ Result<Prepared> prepare(InjectRequest req, std::vector<std::string>& skipped) {
   auto draft = plan_with_frames(p.target, sizing, jit::provisional_cache_base(*p.target.module->functions), 0x10000000, ignored);
   if (!draft) return std::unexpected(draft.error());
   const std::size_t draft_call_sites = call_sites_for(p.target, req, draft->plan, all_copies(draft->plan), true).patches.size();
-  p.layout = layout_for(draft->plan.cache.functions.size(), draft_call_sites + slots->size(),
+  std::size_t draft_pads = 0;  // the final plan's functions, and so their pads, are among the draft's
+  for (const jit::CachedFunction& f : draft->plan.cache.functions)
+    for (const jit::EntryPatch& e : f.patch.entries) draft_pads += e.pad != 0;
+  p.layout = layout_for(draft->plan.cache.functions.size(), draft_call_sites + slots->size() + draft_pads,
                         draft->plan.cache.bytes.size() + 4096,
                         draft->frames.blob.size() + 4096, draft->plan.cache.counter_layout());
   const uint64_t bytes = p.layout.total + p.layout.counters_length;

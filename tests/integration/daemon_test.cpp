@@ -26,6 +26,7 @@
 #include "elf/function_table.h"
 #include "elf/usdt.h"
 #include "jit/decoder.h"
+#include "jit/entry_pads.h"
 #include "jit/module_counts.h"
 #include "profiler/process_maps.h"
 #include "tests/integration/dyni_host.h"
@@ -1698,26 +1699,53 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
 }
 
+// The bytes of `exe`'s code (its executable PT_LOAD) that differ in `pid`
+// from the file, by link-time address, outside every function of `table`
+// (pads, jit/entry_pads.h) and inside one.
+struct CodeChanges {
+  std::size_t outside = 0, inside = 0;
+};
+CodeChanges code_changes(pid_t pid, const std::string& exe, uint64_t base, const elf::FunctionTable& table) {
+  CodeChanges out;
+  auto file = elf::ElfFile::open(exe);
+  for (const elf::Segment& seg : file->segments()) {
+    if (seg.type != PT_LOAD || !(seg.flags & PF_X)) continue;
+    const std::vector<uint8_t> original = file_bytes(exe, seg.vaddr, seg.filesz), live = live_bytes(pid, base + seg.vaddr, seg.filesz);
+    for (std::size_t k = 0; k < original.size(); ++k) {
+      if (live[k] == original[k]) continue;
+      const elf::Function* f = table.find(seg.vaddr + k);
+      ++(f && seg.vaddr + k < f->addr + f->size ? out.inside : out.outside);
+    }
+  }
+  return out;
+}
+
 // Uprobes (bpftrace's uprobe:FUNC and uprobe:FUNC+N, perf probe) sit where
 // the file's instructions begin; the kernel runs the file's instruction out
 // of line and resumes after it, and writes the file's byte back when the
 // probe goes. With probe_safe_entries = true an entry patch changes no byte
-// where an instruction begins (jit/patch_plan.h): the jmp goes into a jmp rel32 or
-// after the REX prefix of a long instruction, after instructions that only
-// fall through. So uprobes attached after injection at every instruction
-// of every patched entry, up to the patch's end, fire, the target runs on
-// with the right results, removing them leaves dyni's entries whole, and
-// -undo then brings back the file's bytes.
-TEST_F(Daemon, UprobesAttachedAfterInjectionAtEveryInstructionOfPatchedEntriesFireAndTheTargetRunsOn) {
-  std::string exe = host.install_program(DYNI_TEST_HOT, "dyni-hot-upa");
+// where an instruction begins (jit/patch_plan.h): the jmp goes into a jmp
+// rel32 or after the REX prefix of a long instruction, or a short jump
+// after the REX prefix of a shorter one goes to a pad between functions,
+// after instructions that only fall through. So uprobes attached after
+// injection at every instruction of every patched entry, up to the patch's
+// end, fire, the target runs on with the right results, removing them
+// leaves dyni's entries whole, and -undo then brings back the file's bytes,
+// the pads' too. `padded`: how many entries at least go through a pad.
+void uprobes_at_every_instruction(DyniHost& host, const std::string& program, const std::string& name,
+                                  std::size_t padded) {
+  std::string exe = host.install_program(program, name);
   auto file = elf::ElfFile::open(exe);
   ASSERT_TRUE(file) << file.error().message();
   auto table = elf::FunctionTable::build(*file, &*file);
   ASSERT_TRUE(table) << table.error().message();
   pid_t pid = host.spawn({exe, "60", "0"});  // main works, in the original run() it entered before injection
   RemovesPerfMap removes{pid};
-  start({"dyni-hot-upa"},
-        std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\nprobe_safe_entries = true\n");
+  host.write_config({name}, std::string(kFastOptions) +
+                                "profile_min_samples = 600\nprofile_max_seconds = 20\nprobe_safe_entries = true\n");
+  host.license_this_host();
+  RunResult started = host.dyni({"-start"});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
   ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
   auto maps = profiler::read_maps(pid);
   ASSERT_TRUE(maps);
@@ -1735,14 +1763,17 @@ TEST_F(Daemon, UprobesAttachedAfterInjectionAtEveryInstructionOfPatchedEntriesFi
   constexpr std::size_t kSpan = 64;  // past the furthest entry patch (jit::kMaxEntryPatchOffset + 5)
   std::vector<Probe> probes;
   std::vector<Entry> entries;
+  std::size_t short_jumps = 0;
+  const CodeChanges patched = code_changes(pid, exe, base, *table);  // before the probes' int3s
   for (const auto& f : table->functions()) {
     if (f.size < 8) continue;
     const std::size_t n = std::min<std::size_t>(kSpan, f.size);
     std::vector<uint8_t> original = file_bytes(exe, f.addr, n), live = live_bytes(pid, base + f.addr, n);
     if (live == original) continue;  // not patched
-    std::size_t last_changed = 0;
+    std::size_t first_changed = n, last_changed = 0;
     for (std::size_t k = 0; k < n; ++k)
-      if (live[k] != original[k]) last_changed = k;
+      if (live[k] != original[k]) first_changed = std::min(first_changed, k), last_changed = k;
+    short_jumps += live[first_changed] == jit::kJmpRel8Opcode && last_changed == first_changed + 1;
     entries.push_back({base + f.addr, original});
     for (uint64_t at : instruction_starts(exe, f, last_changed + 1)) {
       EXPECT_EQ(live[at - f.addr], original[at - f.addr])
@@ -1753,14 +1784,16 @@ TEST_F(Daemon, UprobesAttachedAfterInjectionAtEveryInstructionOfPatchedEntriesFi
     }
   }
   ASSERT_GE(entries.size(), 3u) << "patched entries";
+  EXPECT_GE(short_jumps, padded) << "entries through a pad: " << target_json(host, pid).dump();
+  EXPECT_EQ(patched.outside, short_jumps * 5) << "each short jump's pad: 5 bytes outside every function";
   nlohmann::json d = target_json(host, pid)["dynimized"];
   EXPECT_EQ(d["entries_at_first_byte"].value("count", 99u), 0u) << d.dump();
   EXPECT_EQ(d["entries_unsafe_for_uprobes"].value("count", 99u), 0u) << d.dump();
   std::this_thread::sleep_for(1500ms);
   uint64_t fired = 0;
   for (const Probe& p : probes) fired += hits(p.fd);
-  std::printf("%zu uprobes on %zu patched entries: %lu hits\n", probes.size(), entries.size(),
-              static_cast<unsigned long>(fired));
+  std::printf("%zu uprobes on %zu patched entries (%zu through a pad): %lu hits\n", probes.size(), entries.size(),
+              short_jumps, static_cast<unsigned long>(fired));
   EXPECT_GT(fired, 0u) << "the probes fire";
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died with probes attached: status " << status;
@@ -1770,9 +1803,31 @@ TEST_F(Daemon, UprobesAttachedAfterInjectionAtEveryInstructionOfPatchedEntriesFi
   RunResult undo = host.dyni({"-undo"});
   EXPECT_EQ(undo.exit_code, 0) << undo.out << undo.err;
   for (const Entry& e : entries) EXPECT_EQ(live_bytes(pid, e.addr, e.file.size()), e.file) << std::hex << e.addr;
+  CodeChanges undone = code_changes(pid, exe, base, *table);
+  EXPECT_EQ(undone.outside + undone.inside, 0u) << "every byte of the code is the file's again, the pads' too";
+  // Redone, the pads and their short jumps come back; the results stay right.
+  RunResult redo = host.dyni({"-redo"});
+  EXPECT_EQ(redo.exit_code, 0) << redo.out << redo.err;
+  const CodeChanges again = code_changes(pid, exe, base, *table);
+  EXPECT_EQ(again.outside, patched.outside) << redo.out;
+  EXPECT_EQ(again.inside, patched.inside) << redo.out;
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the target died after -redo: status " << status;
   kill(pid, SIGTERM);
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "target ended otherwise: status " << status;
+}
+
+TEST_F(Daemon, UprobesAttachedAfterInjectionAtEveryInstructionOfPatchedEntriesFireAndTheTargetRunsOn) {
+  uprobes_at_every_instruction(host, DYNI_TEST_HOT, "dyni-hot-upa", 0);
+}
+
+// Functions aligned as -O2 aligns them leave padding between them: the
+// entries with no room for the 5-byte jmp before their first branch go
+// through a pad (jit/entry_pads.h), and a uprobe at any instruction leaves
+// them whole too.
+TEST_F(Daemon, UprobesAtEveryInstructionOfEntriesThroughPadsFireAndUndoPutsThePadsBack) {
+  uprobes_at_every_instruction(host, DYNI_TEST_HOT_ALIGNED, "dyni-hot-pad", 1);  // hot_short_entry
 }
 
 }  // namespace

@@ -366,5 +366,81 @@ TEST(CacheRecord, RefusesForgedGotSlots) {
   EXPECT_TRUE(decode_record(encode_record(ok), kCache, kLength));
 }
 
+// An entry through a pad (jit/entry_pads.h): the pad's jmp into the cache
+// (PatchKind::Pad), and the entry's short jump to it, its other 3 bytes the
+// file's. Version 10; undo writes both originals back, so a record may name
+// a short jump only to one of its own pads, each pad reached once.
+PatchRecord short_jump(uint64_t at, uint64_t pad) {
+  PatchRecord p;
+  p.addr = at;
+  p.original = {0x89, 0xe5, 0x85, 0xff, 0x74};  // mov %rsp,%rbp after its REX; test; je
+  p.replacement = p.original;
+  p.replacement[0] = 0xeb;
+  p.replacement[1] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int64_t>(pad) - static_cast<int64_t>(at + 2)));
+  return p;
+}
+
+CacheRecord with_pad(uint64_t at, uint64_t pad, uint64_t copy) {
+  CacheRecord r = sample();
+  PatchRecord p = jump_to(pad, copy);
+  p.original = {0x0f, 0x1f, 0x44, 0x00, 0x00};  // a nop of the padding
+  p.kind = PatchKind::Pad;
+  r.patches.push_back(p);
+  r.patches.push_back(short_jump(at, pad));
+  return r;
+}
+
+TEST(CacheRecord, PadsAndShortJumpsRoundTripAsVersion10) {
+  const uint64_t at = 0x55d3a1400001, pad = 0x55d3a13ffffb, copy = kCache + 4096 + 3200;
+  CacheRecord r = with_pad(at, pad, copy);
+  std::vector<uint8_t> bytes = encode_record(r);
+  EXPECT_EQ(version_of(bytes), 10u);
+  auto back = decode_record(bytes, kCache, kLength);
+  ASSERT_TRUE(back) << back.error().message();
+  ASSERT_EQ(back->patches.size(), r.patches.size());
+  EXPECT_EQ(back->patches[50].kind, PatchKind::Pad);
+  EXPECT_EQ(back->patches[51].kind, PatchKind::Entry);
+  EXPECT_TRUE(is_short_entry(back->patches[51]));
+  EXPECT_EQ(short_entry_pad(back->patches[51]), pad);
+  EXPECT_EQ(entry_jump_target(back->patches[51], back->patches), copy) << "through the pad";
+  EXPECT_EQ(entry_jump_target(back->patches[3], back->patches), kCache + 4096 + 3 * 64);
+  EXPECT_EQ(count_of(back->patches, PatchKind::Entry), 51u);
+  // Call sites may be re-pointed from an entry through a pad too.
+  PatchRecord call = jump_to(0x55d3a1500000, copy);
+  call.original = call.replacement;
+  const int32_t rel = static_cast<int32_t>(static_cast<int64_t>(at - 1 - (call.addr + 5)));  // the function's start
+  std::memcpy(call.original.data() + 1, &rel, 4);
+  call.original[0] = call.replacement[0] = 0xe8;
+  call.kind = PatchKind::CallSite;
+  r.patches.push_back(call);
+  EXPECT_TRUE(decode_record(encode_record(r), kCache, kLength));
+}
+
+TEST(CacheRecord, RefusesShortJumpsToNoPadOfItsOwn) {
+  const uint64_t at = 0x55d3a1400001, pad = 0x55d3a13ffffb, copy = kCache + 4096 + 3200;
+  ASSERT_TRUE(decode_record(encode_record(with_pad(at, pad, copy)), kCache, kLength));
+  auto refused = [&](CacheRecord r, const std::string& what) {
+    auto back = decode_record(encode_record(r), kCache, kLength);
+    ASSERT_FALSE(back) << what;
+    EXPECT_NE(back.error().message().find("cache record"), std::string::npos) << back.error().message();
+  };
+  CacheRecord r = with_pad(at, pad, copy);
+  r.patches[51] = short_jump(at, pad + 1);
+  refused(r, "a short jump to no pad");
+  r = with_pad(at, pad, copy);
+  r.patches[51].replacement[4] = 0xcc;
+  refused(r, "a short jump that changes more than its 2 bytes");
+  r = with_pad(at, pad, copy);
+  r.patches.push_back(short_jump(at + 0x10, pad));
+  refused(r, "a pad reached twice");
+  r = with_pad(at, pad, copy);
+  r.patches[50] = jump_to(pad, 0x7f0000000000);
+  r.patches[50].kind = PatchKind::Pad;
+  refused(r, "a pad that jumps outside the cache");
+  r = with_pad(at, pad, copy);
+  r.patches[50].addr = r.patches[3].addr + 2;
+  refused(r, "a pad over another patch");
+}
+
 }  // namespace
 }  // namespace dyni

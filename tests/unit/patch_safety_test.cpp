@@ -59,5 +59,27 @@ TEST(PatchSafety, LeavesAloneBytesThatDifferFromTheFile) {
   EXPECT_EQ(check_one({{1, stack_of({0x402000})}}, unreadable).verdict, SiteVerdict::Wait);
 }
 
+// A short jump to a pad (jit/entry_pads.h) changes 2 of its 5 bytes: a
+// thread at the next instruction, inside the 5 but past the 2, waits for
+// nothing; one inside the 2 waits.
+TEST(PatchSafety, AShortJumpWaitsOnlyForThreadsInsideItsTwoBytes) {
+  PatchSite site{kEntry, kFileBytes, 2};
+  auto at = [&](uint64_t pc) { return check_patch_sites(std::span(&site, 1), {{1, stack_of({pc})}}, same_as_file).at(0).verdict; };
+  EXPECT_EQ(at(kEntry + 1), SiteVerdict::Wait);
+  EXPECT_EQ(at(kEntry + 2), SiteVerdict::Patch) << "the next instruction, written as the file has it";
+  EXPECT_EQ(at(kEntry + 4), SiteVerdict::Patch);
+}
+
+// A pad goes back to the file's padding only when no thread can run it:
+// no PC on any stack in its 5 bytes, its first included, and every stack known.
+TEST(PatchSafety, APadGoesOnlyWhenNoThreadIsInItAndEveryStackIsKnown) {
+  const uint64_t pad = 0x400ffb;
+  EXPECT_TRUE(pad_may_go(pad, {{1, stack_of({0x402000, 0x403000})}, {2, stack_of({pad + 5})}}));
+  EXPECT_FALSE(pad_may_go(pad, {{1, stack_of({pad})}})) << "about to run the pad's jmp";
+  EXPECT_FALSE(pad_may_go(pad, {{1, stack_of({0x7f0000000100, pad, 0x403000})}})) << "a signal frame's PC";
+  EXPECT_FALSE(pad_may_go(pad, {{1, stack_of({pad + 4})}}));
+  EXPECT_FALSE(pad_may_go(pad, {{1, stack_of({0x402000})}, {2, stack_of({0x402000}, false)}})) << "an unknown stack";
+}
+
 }  // namespace
 }  // namespace dyni

@@ -158,7 +158,7 @@ dyni::Result<dyni::jit::ModuleCounts> count_for(dyni::InjectRequest request, dou
   if (!counting) return std::unexpected(counting.error());
   write_perf_map(request.pid, counting->copies, true, false);
   std::fprintf(stderr, "counting: %zu entries patched, %zu counter sites, %llu bytes of code, counters at %#llx "
-               "(%u stripes)\n", counting->patched.size(), counting->counter_sites.size(),
+               "(%u stripes)\n", count_of(counting->patched, PatchKind::Entry), counting->counter_sites.size(),
                static_cast<unsigned long long>(counting->code_size),
                static_cast<unsigned long long>(counting->counters.addr), counting->counter_layout.stripes);
   if (!counting->error.empty()) {

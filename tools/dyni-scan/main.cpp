@@ -145,7 +145,7 @@ void print_entry_spots(const jit::ModulePlan& plan) {
       keeping += !cfg.instructions.empty() && cfg.instructions[0].end() <= p.addr;
       for (const jit::Instruction& in : cfg.instructions) {
         in_jmp += in.addr == p.addr && p.original[0] == jit::kJmpRel32Opcode;
-        after_rex += in.addr + 1 == p.addr && (in.bytes[0] & 0xf0) == 0x40 && in.length > jit::kEntryPatchSize;
+        after_rex += in.addr + 1 == p.addr && (in.bytes[0] & 0xf0) == 0x40 && in.length > jit::kEntryPatchSize && !p.pad;
       }
       at_starts += jit::changes_an_instruction_start(cfg, p);
     }
@@ -154,26 +154,24 @@ void print_entry_spots(const jit::ModulePlan& plan) {
               in_jmp, after_rex, keeping, at_starts);
 }
 
-// Of the entries that change a byte where an instruction begins, how many
-// could take a 2-byte jump to a pad between functions instead (jit/entry_pads.h;
-// measured only, issue 23).
-void print_pad_reach(const jit::ModulePlan& plan, const elf::FunctionTable& table, const jit::ModuleImage& image) {
+// The entries through a pad between functions (jit/entry_pads.h), and of
+// those that still change a byte where an instruction begins, how many have
+// a short-jump spot but no pad of their own.
+void print_pads(const jit::ModulePlan& plan, const elf::FunctionTable& table, const jit::ModuleImage& image) {
   std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
   for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
-  std::size_t unsafe = 0;
-  std::vector<uint64_t> spots;
+  std::size_t padded = 0, unsafe = 0, spot_no_pad = 0;
   for (const jit::CachedFunction& f : plan.cache.functions)
     for (const jit::EntryPatch& p : f.patch.entries) {
       const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
+      padded += p.pad != 0;
       if (!jit::changes_an_instruction_start(cfg, p)) continue;
       ++unsafe;
-      if (auto spot = jit::short_jump_spot(cfg)) spots.push_back(*spot);
+      spot_no_pad += jit::short_jump_spot(cfg).has_value();
     }
-  const std::vector<jit::PaddingRun> runs = jit::padding_runs(table.functions(), image);
-  std::printf("pads:      of those %zu, %zu have a REX instruction of 3+ bytes before their first branch, %zu of them "
-              "reach 5 bytes of padding of their own between functions (%zu runs): a 2-byte jump there would leave "
-              "them probe-safe (not written yet)\n",
-              unsafe, spots.size(), jit::spots_with_pads(spots, runs), runs.size());
+  std::printf("pads:      %zu entries through a pad (%zu runs of padding in the file); of the %zu that change a byte "
+              "where an instruction begins, %zu have a short-jump spot but no pad of their own\n",
+              padded, jit::padding_runs(table.functions(), image).size(), unsafe, spot_no_pad);
 }
 
 // The copies the verifier rejected while the cache was built, then every
@@ -187,7 +185,10 @@ std::size_t verify_all(const jit::ModulePlan& plan) {
   for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
   jit::PatchedBytes patched;
   for (const jit::CachedFunction& f : plan.cache.functions)
-    for (const jit::EntryPatch& p : f.patch.entries) patched[p.addr] = p.addr + jit::kEntryPatchSize;
+    for (const jit::EntryPatch& p : f.patch.entries) {
+      patched[p.addr] = jit::changed_end(p);
+      if (p.pad) patched[p.pad] = p.pad + jit::kEntryPatchSize;
+    }
   for (const jit::CachedFunction& f : plan.cache.functions) {
     const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
     auto checked = jit::verify(cfg, f.code, plan.cache.redirects, patched);
@@ -407,7 +408,7 @@ int main(int argc, char** argv) {
   for (const auto& [kind, n] : unpatched)
     std::printf("entry not patched (reached from cache code only): %-35s %6zu functions\n", kind.c_str(), n);
   print_entry_spots(*plan);
-  print_pad_reach(*plan, *table, image);
+  print_pads(*plan, *table, image);
   std::size_t rebuildable = 0, rebuilt = 0;
   for (const auto& c : plan->cfgs)
     for (const jit::JumpTable& t : c->tables) rebuildable += t.rebuildable;
