@@ -175,6 +175,13 @@ bool is_short_entry(const PatchRecord& p) { return p.kind == PatchKind::Entry &&
 
 uint64_t short_entry_pad(const PatchRecord& p) { return p.addr + 2 + static_cast<int8_t>(p.replacement[1]); }
 
+std::map<uint64_t, uint64_t> pad_entries(std::span<const PatchRecord> patches) {
+  std::map<uint64_t, uint64_t> out;
+  for (const PatchRecord& p : patches)
+    if (is_short_entry(p)) out[short_entry_pad(p)] = p.addr;
+  return out;
+}
+
 uint64_t entry_jump_target(const PatchRecord& entry, std::span<const PatchRecord> patches) {
   if (!is_short_entry(entry)) return jit::rel32_target(entry.addr, entry.replacement);
   const uint64_t pad = short_entry_pad(entry);

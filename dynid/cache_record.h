@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +43,13 @@ std::size_t count_of(const std::vector<PatchRecord>& patches, PatchKind kind);
 // Whether entry patch `p` is a short jump to a pad; the pad's address.
 bool is_short_entry(const PatchRecord& p);
 uint64_t short_entry_pad(const PatchRecord& p);
+// How many of `p`'s 5 bytes dyni writes: a short jump's 2 (the other 3 are
+// the next instruction's, never written: a uprobe's int3 there stays its
+// own), else 5.
+inline std::size_t changed_bytes(const PatchRecord& p) { return is_short_entry(p) ? 2 : 5; }
+
+// Each pad among `patches` → the short entry that jumps to it.
+std::map<uint64_t, uint64_t> pad_entries(std::span<const PatchRecord> patches);
 
 // Where entry patch `entry` sends its callers: its jmp's target, or through
 // a short jump its pad's (found among `patches`); 0 when that pad is not there.

@@ -61,7 +61,7 @@ std::vector<std::string> unreadable_cache_records(pid_t pid, const std::vector<p
 }
 
 bool holds_jump(pid_t pid, const PatchRecord& patch) {
-  auto bytes = read_target(pid, patch.addr, patch.replacement.size());
+  auto bytes = read_target(pid, patch.addr, changed_bytes(patch));
   return bytes && std::equal(bytes->begin(), bytes->end(), patch.replacement.begin());
 }
 
@@ -74,7 +74,8 @@ bool holds_jump(pid_t pid, const PatchRecord& patch) {
 std::size_t live_patches(pid_t pid, const std::vector<PatchRecord>& patches) {
   WindowMemory memory(pid);
   return static_cast<std::size_t>(std::count_if(patches.begin(), patches.end(), [&](const PatchRecord& p) {
-    auto bytes = memory.read(p.addr, p.replacement.size());
+    if (p.kind == PatchKind::Pad) return false;  // a pad alone reaches nothing (an undo may leave one)
+    auto bytes = memory.read(p.addr, changed_bytes(p));
     return bytes && std::equal(bytes->begin(), bytes->end(), p.replacement.begin());
   }));
 }

@@ -135,6 +135,7 @@ Result<Injection> inject_module(const InjectRequest& req) {
     return out;
   }
   collapse_if_split(*p, out, *mapped);
+  out.pad_entries = pad_entries(p->record.patches);
   if (auto r = patch_in_order(p->record.patches, out, replaced_jumps(req)); !r) out.error = r.error().message();
   // Last, the other modules' calls: their GOT slots bound to the copied
   // functions whose entries now hold dyni's jump.
@@ -169,6 +170,7 @@ Injection from_record(pid_t pid, uint64_t start_time, const CacheRecord& record)
   in.frames = {in.code_addr, in.code_addr + in.code_size, record.cache_addr + record.search_table_offset,
                record.search_table_size / jit::kSearchEntryBytes};
   in.patched = record.patches;
+  in.pad_entries = pad_entries(record.patches);
   in.slots = in.slots_patched = record.slots;
   return in;
 }

@@ -156,6 +156,11 @@ struct Injection {
   std::vector<CopyRange> other_copies;  // their copies, where known (the counting cache replaced)
   std::string frames_registered;  // with the target's unwinder: "yes: …" or "no: why"
   std::vector<PatchRecord> patched;
+  // Each pad of the record → the short entry that jumps to it, written or
+  // not (jit/entry_pads.h): undo puts a pad back only where no short jump
+  // leads to it any more, this cache's or another's (a counting cache's,
+  // the same 2 bytes).
+  std::map<uint64_t, uint64_t> pad_entries;
   // Other modules' GOT slots to re-point at the copies (inject/got_repoint.h):
   // those its record names, and those written (a cache adopted from its
   // record: all it names).

@@ -317,11 +317,17 @@ std::vector<CacheRecord> TargetLifecycle::end_counting_caches(std::vector<CacheR
   for (const CacheRecord& r : records)
     if (r.tier != CacheTier::Counting)
       for (const PatchRecord& p : r.patches) optimized[p.addr] = p.replacement;
-  auto re_pointed = [&](const PatchRecord& p) {
-    auto it = optimized.find(p.addr);
+  auto holds_optimized = [&](uint64_t addr, std::size_t n) {
+    auto it = optimized.find(addr);
     if (it == optimized.end()) return false;
-    auto live = read_target(pid_, p.addr, it->second.size());
-    return live && std::equal(live->begin(), live->end(), it->second.begin(), it->second.end());
+    auto live = read_target(pid_, addr, n);
+    return live && live->size() == n && std::equal(live->begin(), live->end(), it->second.begin());
+  };
+  // A short jump is the same 2 bytes in both caches (entry_pads.h): it is
+  // the optimized cache's only once its pad holds that cache's jmp too.
+  auto re_pointed = [&](const PatchRecord& p) {
+    return holds_optimized(p.addr, changed_bytes(p)) &&
+           (!is_short_entry(p) || holds_optimized(short_entry_pad(p), kPatchBytes));
   };
   std::vector<CacheRecord> others;
   for (CacheRecord& r : records) {

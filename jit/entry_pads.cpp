@@ -104,6 +104,7 @@ std::optional<EntryPad> EntryPads::pad_for(const FunctionCfg& cfg, uint64_t spot
   }
   if (auto after = by_start_.find(cfg.end); after != by_start_.end()) {
     const PaddingRun& run = runs_[after->second];
+    if (run.before != cfg.start) return std::nullopt;  // another function ends there too: its, not this one's
     auto last = std::find_if(cfg.instructions.begin(), cfg.instructions.end(),
                              [&](const Instruction& in) { return in.end() == cfg.end; });
     const bool ends = last != cfg.instructions.end() && never_falls_through(last->flow);

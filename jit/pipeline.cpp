@@ -109,7 +109,7 @@ void analyse(const ModuleInput& in, const std::map<uint64_t, elf::Fde>& fdes, co
              ModulePlan& plan) {
   std::set<uint64_t> entries = entry_points(in, fdes);
   std::optional<EntryPads> pads;
-  if (options.cache.entry_pads) pads.emplace(in.functions->functions(), *in.image);
+  if (options.cache.entry_pads && !in.patchable_function_entries) pads.emplace(in.functions->functions(), *in.image);
   std::set<uint64_t> seen;
   for (uint64_t addr : in.hot) {
     if (!seen.insert(addr).second) continue;
@@ -156,17 +156,27 @@ void mark_branches_into_entry_bytes(const ModuleInput& in, ModulePlan& plan) {
     if (auto spot = entry_spot(*cfg)) {
       spans[spot->at] = spot->pad.addr ? spot->at + kShortJumpSize : spot->addr + kEntryPatchSize;
       function_at[spot->at] = cfg->start;
-      if (spot->pad.addr) pads[spot->pad.addr] = spot->pad.addr + kEntryPatchSize, function_at[spot->pad.addr] = cfg->start;
+      if (!spot->pad.addr) continue;
+      // One pad, one function (entry_pads.h): were it ever another's too,
+      // neither is patched.
+      if (auto other = function_at.find(spot->pad.addr); other != function_at.end())
+        plan.shares_entry_bytes.insert({other->second, cfg->start});
+      pads[spot->pad.addr] = spot->pad.addr + kEntryPatchSize;
+      function_at[spot->pad.addr] = cfg->start;
     }
   std::set<uint64_t> hit = entries_branched_into(*in.functions, *in.image, spans, pads);
+  auto inside = [](const PatchSpans& in_spans, uint64_t a, bool from_start) -> std::optional<uint64_t> {
+    auto it = in_spans.upper_bound(a);
+    if (it == in_spans.begin()) return std::nullopt;
+    --it;
+    return (from_start ? it->first <= a : it->first < a) && a < it->second ? std::optional(it->first) : std::nullopt;
+  };
   for (const auto& cfg : plan.cfgs)
     for (const JumpTable& t : cfg->tables)
       for (uint64_t a : t.targets) {
-        auto span = spans.lower_bound(a);
-        if (span == spans.begin()) continue;
-        --span;
         bool foreign = a < cfg->start || a >= cfg->end;
-        if (foreign && span->first < a && a < span->second) hit.insert(span->first);
+        if (auto span = inside(spans, a, false); span && foreign) hit.insert(*span);
+        if (auto pad = inside(pads, a, true)) hit.insert(*pad);  // a table entry in padding: it is no padding
       }
   for (uint64_t span : hit) plan.shares_entry_bytes.insert(function_at.at(span));
 }
@@ -334,6 +344,7 @@ Status use_probe_sites(ModuleInput& input, const elf::ElfFile& file) {
   auto probes = elf::usdt_probes(file);
   if (!probes) return fail("USDT probe notes unreadable: " + probes.error().message());
   for (const elf::UsdtProbe& p : *probes) input.probe_sites[p.pc] = p.provider + ":" + p.name;
+  input.patchable_function_entries = file.find_section("__patchable_function_entries") != nullptr;
   return ok();
 }
 

@@ -102,6 +102,10 @@ struct ModuleInput {
   // copy's frame, skipping the landing pads above it, and a leaf's copy is
   // never below another frame at a cancellation point.
   bool only_leaves = false;
+  // The file has __patchable_function_entries (-fpatchable-function-entry):
+  // nops before functions that a live patcher (libpulp) may write. No pads
+  // there (entry_pads.h).
+  bool patchable_function_entries = false;
 };
 
 // A cache address for planning, in the module's link-time numbering: 256 MiB

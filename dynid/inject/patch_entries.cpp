@@ -21,6 +21,7 @@
 #include "dynid/world_stop.h"
 #include "jit/call_sites.h"
 #include "jit/decoder.h"
+#include "jit/entry_pads.h"
 #include "profiler/symbolizer.h"
 
 namespace dyni::inject {
@@ -43,7 +44,7 @@ std::vector<PatchSite> sites_of(const std::vector<PatchRecord>& patches, const R
   for (const PatchRecord& p : patches) {
     auto old = replacing.find(p.addr);
     auto now = old != replacing.end() ? live(p.addr) : fail("");
-    sites.push_back({p.addr, now && *now == old->second ? old->second : p.original, is_short_entry(p) ? 2u : kPatchBytes});
+    sites.push_back({p.addr, now && *now == old->second ? old->second : p.original, changed_bytes(p)});
   }
   return sites;
 }
@@ -124,7 +125,8 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
       checks[i] = {SiteVerdict::LeaveAlone, "the code there is no longer the module's that was copied (unloaded?)"};
       continue;
     }
-    if (auto r = memory.write_in_mapping(*text, patches[i].addr, patches[i].replacement); !r)
+    if (auto r = memory.write_in_mapping(*text, patches[i].addr, std::span(patches[i].replacement).first(changed_bytes(patches[i])));
+        !r)
       checks[i] = {SiteVerdict::LeaveAlone, r.error().message()};
     else
       ++now.writes;
@@ -161,8 +163,9 @@ bool callee_entry_is_ours(uint64_t start, uint64_t copy, const EntryJumps& entri
   auto it = entries.lower_bound(start);
   if (it == entries.end() || it->first - start > jit::kMaxEntryPatchOffset) return false;
   const PatchRecord& entry = *it->second;
-  auto jump = read(entry.addr, kPatchBytes);
-  if (!jump || !std::equal(jump->begin(), jump->end(), entry.replacement.begin())) return false;
+  auto jump = read(entry.addr, changed_bytes(entry));
+  if (!jump || jump->size() != changed_bytes(entry) || !std::equal(jump->begin(), jump->end(), entry.replacement.begin()))
+    return false;
   uint64_t landing = jit::rel32_target(entry.addr, entry.replacement);
   if (is_short_entry(entry)) {  // through its pad, which nothing but dyni writes (padding)
     const uint64_t at = short_entry_pad(entry);
@@ -274,11 +277,8 @@ struct Restore {
 // restored. The starts within the patch, from its original bytes (a call
 // site's is one instruction).
 std::array<bool, kPatchBytes> instruction_starts(const PatchRecord& p) {
-  // A short jump's 2 bytes lie inside the instruction after its REX prefix
-  // (3 bytes or more); where the next one begins in the other 3 is not
-  // recorded: any of them may (a probe's int3 there is left, not restored).
-  if (is_short_entry(p)) return {false, false, true, true, true};
   std::array<bool, kPatchBytes> starts{};
+  if (is_short_entry(p)) return starts;  // its 2 bytes lie inside the instruction after a REX prefix
   starts[0] = true;
   for (std::size_t at = 0; p.kind == PatchKind::Entry && at < kPatchBytes;) {
     auto in = jit::decode_one(std::span(p.original).subspan(at), p.addr + at);
@@ -292,13 +292,14 @@ std::array<bool, kPatchBytes> instruction_starts(const PatchRecord& p) {
 // The runs cover every byte but a foreign int3's (writing the file's byte
 // where it already is changes nothing), so that without one a patch is put
 // back in one write, as it was made (I2: a dynid killed between two writes
-// would leave half a jmp).
+// would leave half a jmp). A short jump's: its 2 bytes only, never the next
+// instruction's 3 (not dyni's, whatever they hold).
 std::optional<std::vector<Restore>> to_restore(std::span<const uint8_t> live, const PatchRecord& p) {
   if (live.size() != kPatchBytes) return std::nullopt;
   const std::array<bool, kPatchBytes> starts = instruction_starts(p);
   bool any_ours = false;
   std::vector<Restore> runs;
-  for (std::size_t i = 0; i < kPatchBytes; ++i) {
+  for (std::size_t i = 0; i < changed_bytes(p); ++i) {
     const bool ours = live[i] == p.replacement[i];
     const bool int3 = !ours && live[i] == 0xcc && live[i] != p.original[i];
     if (int3 && !starts[i]) return std::nullopt;
@@ -310,6 +311,19 @@ std::optional<std::vector<Restore>> to_restore(std::span<const uint8_t> live, co
   }
   if (!any_ours) runs.clear();
   return runs;
+}
+
+// Whether a short jump still leads to pad `pad`: its entry (the only one
+// whose jump can reach it, entry_pads.h) holds `eb rel8` to it now, this
+// cache's not put back or another cache's, the same 2 bytes (a counting
+// cache's still live when an optimized one failed). True when the entry is
+// not known, or cannot be read.
+bool short_jump_leads_to(pid_t pid, const Injection& in, uint64_t pad) {
+  auto entry = in.pad_entries.find(pad);
+  if (entry == in.pad_entries.end()) return true;
+  auto live = read_target(pid, entry->second, 2);
+  if (!live || live->size() != 2) return true;
+  return (*live)[0] == jit::kJmpRel8Opcode && entry->second + 2 + static_cast<int8_t>((*live)[1]) == pad;
 }
 
 // Whether the held window has anything to do at `p`: restore bytes of ours,
@@ -365,7 +379,7 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
     if (!runs || runs->empty()) continue;  // not ours any more, or the file's already
     if (p.kind == PatchKind::Pad) {
       if (!stacks) stacks = window_stacks(in, *w);
-      if (!pad_may_go(p.addr, *stacks)) {
+      if (short_jump_leads_to(pid, in, p.addr) || !pad_may_go(p.addr, *stacks)) {
         pads_kept.push_back(p.addr);
         continue;
       }
@@ -374,7 +388,8 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
       if (auto written = write_in_mapping(pid, *text, p.addr + r.from, std::span(p.original).subspan(r.from, r.length));
           !written)
         return written;
-    if (!std::equal(live->begin(), live->end(), p.replacement.begin())) probed.push_back(p.addr);
+    if (!std::equal(live->begin(), live->begin() + static_cast<std::ptrdiff_t>(changed_bytes(p)), p.replacement.begin()))
+      probed.push_back(p.addr);
   }
   if (!probed.empty())
     log::warn("pid {}: {} of dyni's patches held a uprobe's int3 or byte (first at {:#x}): the file's bytes are back "
@@ -383,9 +398,9 @@ Status undo_patches(const Injection& in, bool one_window, std::vector<uint64_t>*
     log::warn("pid {}: {} of dyni's patches hold bytes neither dyni's nor the file's nor a uprobe's int3 at an "
               "instruction (first at {:#x}): left as they are", pid, foreign.size(), foreign.front());
   if (!pads_kept.empty())
-    log::info("pid {}: {} pads (first at {:#x}) still jump into the cache: a thread was there, or a stack was not "
-              "known to its end; nothing reaches them now; left as they are", pid, pads_kept.size(),
-              pads_kept.front());
+    log::info("pid {}: {} pads (first at {:#x}) still jump into the cache, which stays mapped: a short jump still "
+              "leads there (another cache's, or one not put back), a thread was there, or a stack was not known to "
+              "its end; left as they are", pid, pads_kept.size(), pads_kept.front());
   if (under_int3) *under_int3 = std::move(probed);
   return ok();
 }
@@ -401,6 +416,7 @@ Injection patch_again(const Injection& in, int windows) {
   again.module_inode = in.module_inode, again.module_load = in.module_load, again.bypassed_slots = in.bypassed_slots;
   again.module_dev = in.module_dev;
   again.slots = in.slots;
+  again.pad_entries = in.pad_entries;
   std::vector<PatchRecord> pending;
   for (const PatchRecord& p : in.patched)  // entries and call sites still patched need nothing
     (holds_jump(in.pid, p) ? again.patched : pending).push_back(p);

@@ -64,18 +64,27 @@ Status LoadedModule::write(const jit::CodeCache& cache) {
   return ok();
 }
 
+// `replacement` over the file's `original` at link-time `addr`.
+Status LoadedModule::write_patch(uint64_t addr, const std::array<uint8_t, jit::kEntryPatchSize>& original,
+                                 const std::array<uint8_t, jit::kEntryPatchSize>& replacement) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  auto* at = reinterpret_cast<uint8_t*>(live(addr));
+  if (std::memcmp(at, original.data(), original.size()) != 0) return fail("live bytes differ from the file's");
+  uint64_t first = reinterpret_cast<uint64_t>(at) & ~(page - 1);
+  uint64_t last = (reinterpret_cast<uint64_t>(at) + replacement.size() + page - 1) & ~(page - 1);
+  if (mprotect(reinterpret_cast<void*>(first), last - first, PROT_READ | PROT_WRITE | PROT_EXEC) != 0)
+    return fail("mprotect failed");
+  std::memcpy(at, replacement.data(), replacement.size());
+  __builtin___clear_cache(reinterpret_cast<char*>(at), reinterpret_cast<char*>(at) + replacement.size());
+  return ok();
+}
+
 Status LoadedModule::apply_patches(const jit::CodeCache& cache) {
-  uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   for (const jit::CachedFunction& f : cache.functions)
     for (const jit::EntryPatch& p : f.patch.entries) {
-      auto* at = reinterpret_cast<uint8_t*>(live(p.addr));
-      if (std::memcmp(at, p.original.data(), p.original.size()) != 0) return fail("live bytes differ from the file's");
-      uint64_t first = reinterpret_cast<uint64_t>(at) & ~(page - 1);
-      uint64_t last = (reinterpret_cast<uint64_t>(at) + p.replacement.size() + page - 1) & ~(page - 1);
-      if (mprotect(reinterpret_cast<void*>(first), last - first, PROT_READ | PROT_WRITE | PROT_EXEC) != 0)
-        return fail("mprotect failed");
-      std::memcpy(at, p.replacement.data(), p.replacement.size());
-      __builtin___clear_cache(reinterpret_cast<char*>(at), reinterpret_cast<char*>(at) + p.replacement.size());
+      if (p.pad)  // its pad first, as dynid writes them (jit/entry_pads.h)
+        if (auto r = write_patch(p.pad, p.pad_original, p.pad_replacement); !r) return r;
+      if (auto r = write_patch(p.addr, p.original, p.replacement); !r) return r;
     }
   return ok();
 }

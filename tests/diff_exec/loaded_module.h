@@ -39,6 +39,8 @@ class LoadedModule {
   Status apply_patches(const jit::CodeCache& cache);
 
  private:
+  Status write_patch(uint64_t addr, const std::array<uint8_t, jit::kEntryPatchSize>& original,
+                     const std::array<uint8_t, jit::kEntryPatchSize>& replacement);
   void* handle_ = nullptr;
   uint64_t bias_ = 0;
   void* area_ = nullptr;
