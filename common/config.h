@@ -40,10 +40,12 @@ struct Config {
   // probe there then fires only where the original code runs.
   bool copy_usdt_functions = false;
   // Only entry patches that a uprobe or breakpoint at any of the function's
-  // instructions leaves whole (jit/patch_plan.h); false: also those after a
-  // kept first instruction (twice the functions entered in their copies on
-  // mariadbd), which a uprobe at the second instruction (uprobe:FUNC+N) breaks.
-  bool probe_safe_entries = false;
+  // instructions leaves whole (jit/patch_plan.h, jit/entry_pads.h); false:
+  // also those after a kept first instruction, which a uprobe at the second
+  // instruction (uprobe:FUNC+N) breaks. True by default since session 30:
+  // with pads, the functions it leaves unpatched cost mariadbd about 3 % of
+  // TPS (docs/levers.md), and no uprobe can crash a target.
+  bool probe_safe_entries = true;
   // Entries with no spot for the 5-byte jmp whole enter through a 2-byte
   // jump to 5 bytes of padding between functions (jit/entry_pads.h), also
   // left whole by a uprobe at any instruction; false: for measurements.

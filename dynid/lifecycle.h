@@ -65,7 +65,7 @@ struct DynimizeOptions {
   int counting_duty_percent = 33;         // [options] counting_duty_percent
   bool copy_usdt_functions = false;       // [options] copy_usdt_functions
   unsigned loop_alignment = 32;           // [options] loop_alignment
-  bool probe_safe_entries = false;        // [options] probe_safe_entries
+  bool probe_safe_entries = true;         // [options] probe_safe_entries
   bool entry_pads = true;                 // [options] entry_pads
   bool all_hot_modules = true;            // [options] all_hot_modules
   uint64_t small_cache_bytes = kSmallCacheBytes;  // [options] small_cache_kib

@@ -77,13 +77,12 @@ EntryPads::EntryPads(std::span<const elf::Function> functions, const ModuleImage
   }
 }
 
-// Whether the function at `function`, decoded one instruction after the
-// other, ends exactly at `end` with one that never falls through.
-bool EntryPads::ends_without_falling_through(uint64_t function, uint64_t end) const {
-  if (end <= function) return false;
+std::optional<Flow> EntryPads::last_flow(uint64_t function, uint64_t end) const {
+  if (end <= function) return std::nullopt;
   auto bytes = image_->read(function, end - function);
   auto decoded = bytes ? decode_function(*bytes, function) : fail("");
-  return decoded && !decoded->empty() && decoded->back().end() == end && never_falls_through(decoded->back().flow);
+  if (!decoded || decoded->empty() || decoded->back().end() != end) return std::nullopt;
+  return decoded->back().flow;
 }
 
 std::optional<EntryPad> EntryPads::pad_at(uint64_t addr, uint64_t spot) const {
@@ -99,7 +98,7 @@ std::optional<EntryPad> EntryPads::pad_at(uint64_t addr, uint64_t spot) const {
 std::optional<EntryPad> EntryPads::pad_for(const FunctionCfg& cfg, uint64_t spot) const {
   if (auto before = by_end_.find(cfg.start); before != by_end_.end()) {
     const PaddingRun& run = runs_[before->second];
-    if (ends_without_falling_through(run.before, run.start))
+    if (auto flow = last_flow(run.before, run.start); flow && never_falls_through(*flow))
       if (auto pad = pad_at(run.end - kEntryPatchSize, spot)) return pad;
   }
   if (auto after = by_start_.find(cfg.end); after != by_start_.end()) {
@@ -111,6 +110,22 @@ std::optional<EntryPad> EntryPads::pad_for(const FunctionCfg& cfg, uint64_t spot
     if (ends && run.end - run.start >= 2 * kEntryPatchSize) return pad_at(run.start, spot);
   }
   return std::nullopt;
+}
+
+std::string EntryPads::why_none(const FunctionCfg& cfg, uint64_t spot) const {
+  if (pad_for(cfg, spot)) return "";
+  auto before = by_end_.find(cfg.start);
+  auto after = by_start_.find(cfg.end);
+  const bool long_after = after != by_start_.end() && runs_[after->second].end - runs_[after->second].start >= 2 * kEntryPatchSize;
+  if (before == by_end_.end() && !long_after) return "no padding of 5 bytes before it, nor of 10 after it";
+  if (before != by_end_.end()) {
+    const PaddingRun& run = runs_[before->second];
+    auto flow = last_flow(run.before, run.start);
+    if (!flow) return "the function before it does not decode up to its padding";
+    if (*flow == Flow::Call || *flow == Flow::IndirectCall) return "the function before it ends in a call";
+    if (!never_falls_through(*flow)) return "the function before it falls through into its padding";
+  }
+  return "its padding is out of reach, across a page, or after another function's end";
 }
 
 }  // namespace dyni::jit

@@ -30,6 +30,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "elf/function_table.h"
@@ -64,12 +65,17 @@ class EntryPads {
   // The pad `cfg` may enter through from its short-jump spot `spot`, or none.
   std::optional<EntryPad> pad_for(const FunctionCfg& cfg, uint64_t spot) const;
 
-  // Every run's bytes, for entries_branched_into (no branch may land there).
+  // Why `cfg` has no pad (pad_for gives none), for dyni-scan: "no padding
+  // around it", "the function before ends in a call", ...
+  std::string why_none(const FunctionCfg& cfg, uint64_t spot) const;
+
   const std::vector<PaddingRun>& runs() const { return runs_; }
 
  private:
   std::optional<EntryPad> pad_at(uint64_t addr, uint64_t spot) const;
-  bool ends_without_falling_through(uint64_t function, uint64_t end) const;
+  // The flow of the last instruction of the function at `function`, if it
+  // decodes one instruction after the other up to exactly `end`.
+  std::optional<Flow> last_flow(uint64_t function, uint64_t end) const;
 
   const ModuleImage* image_;
   std::vector<PaddingRun> runs_;

@@ -1615,7 +1615,7 @@ std::vector<uint64_t> instruction_starts(const std::string& exe, const elf::Func
   return out;
 }
 
-// By default (probe_safe_entries = false), an entry with no uprobe-safe spot takes
+// With probe_safe_entries = false, an entry with no uprobe-safe spot takes
 // the jmp at its second instruction (jit/patch_plan.h). A uprobe attached
 // after injection there (uprobe:FUNC+N) writes an int3 over the jmp, and
 // the kernel then runs the FILE's instruction there out of line and
@@ -1635,7 +1635,8 @@ TEST_F(Daemon, UndoPutsTheFilesBytesUnderAUprobeAttachedAfterInjection) {
   pid_t pid = host.spawn({exe, "60", "0"});  // main works, in the original run() it entered before injection
   ::unsetenv("DYNI_HOT_PAUSE");
   RemovesPerfMap removes{pid};
-  start({"dyni-hot-upr"}, std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\n");
+  start({"dyni-hot-upr"},
+        std::string(kFastOptions) + "profile_min_samples = 600\nprofile_max_seconds = 20\nprobe_safe_entries = false\n");
   ASSERT_TRUE(host.wait_for_state(pid, "dynimized", 40s)) << host.state_of(pid) << host.log();
   ASSERT_TRUE(write_file_atomic(pause, "", 0644));
   std::this_thread::sleep_for(300ms);  // the worker waits between rounds, outside the hot code

@@ -38,7 +38,10 @@ int exit_status_of(pid_t pid, std::chrono::seconds timeout) {
 // busy_threshold_percent 40 (kFastOptions): a worker busy 25 ms of each
 // 100 ms can never reach it; a pool of four does.
 std::string start_for_pools(DyniHost& host) {
-  host.write_config({"dyni-prefork"}, std::string(kFastOptions) + "profile_min_samples = 300\nprofile_max_seconds = 10\n");
+  // probe_safe_entries = false: libc's memcpy and memcmp are patched (most of
+  // libc's string functions have no probe-safe spot, jit/entry_pads.h).
+  host.write_config({"dyni-prefork"}, std::string(kFastOptions) +
+                                          "profile_min_samples = 300\nprofile_max_seconds = 10\nprobe_safe_entries = false\n");
   host.license_this_host();
   EXPECT_EQ(host.dyni({"-start"}).exit_code, 0);
   return host.install_program(DYNI_TEST_PREFORK, "dyni-prefork");

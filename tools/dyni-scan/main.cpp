@@ -160,18 +160,21 @@ void print_entry_spots(const jit::ModulePlan& plan) {
 void print_pads(const jit::ModulePlan& plan, const elf::FunctionTable& table, const jit::ModuleImage& image) {
   std::map<uint64_t, const jit::FunctionCfg*> cfg_of;
   for (const auto& c : plan.cfgs) cfg_of[c->start] = c.get();
+  const jit::EntryPads pads(table.functions(), image);
   std::size_t padded = 0, unsafe = 0, spot_no_pad = 0;
+  std::map<std::string, std::size_t> why;
   for (const jit::CachedFunction& f : plan.cache.functions)
     for (const jit::EntryPatch& p : f.patch.entries) {
       const jit::FunctionCfg& cfg = *cfg_of.at(f.original_entry);
       padded += p.pad != 0;
       if (!jit::changes_an_instruction_start(cfg, p)) continue;
       ++unsafe;
-      spot_no_pad += jit::short_jump_spot(cfg).has_value();
+      if (auto spot = jit::short_jump_spot(cfg)) ++spot_no_pad, ++why[pads.why_none(cfg, *spot)];
     }
   std::printf("pads:      %zu entries through a pad (%zu runs of padding in the file); of the %zu that change a byte "
               "where an instruction begins, %zu have a short-jump spot but no pad of their own\n",
-              padded, jit::padding_runs(table.functions(), image).size(), unsafe, spot_no_pad);
+              padded, pads.runs().size(), unsafe, spot_no_pad);
+  for (const auto& [reason, n] : why) std::printf("  no pad: %-70s %zu\n", reason.c_str(), n);
 }
 
 // The copies the verifier rejected while the cache was built, then every

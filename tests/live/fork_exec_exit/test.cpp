@@ -128,7 +128,8 @@ TEST(ForkExecExit, ForkedChildrenKeepWorkingAndALongLivedOneShowsAsDynimized) {
   const std::string pid_file = s.host.dir() + "/child.pid";
   // Its hot set is small: on a huge page all the same (small_cache_kib = 0),
   // where a fork splits it.
-  s.start({"fork", pid_file}, scenario_options() + "small_cache_kib = 0\n");
+  // probe_safe_entries = false: libc's string functions have no probe-safe spot (jit/entry_pads.h).
+  s.start({"fork", pid_file}, scenario_options() + "small_cache_kib = 0\nprobe_safe_entries = false\n");
   ASSERT_TRUE(s.wait_for_state("dynimized")) << s.host.state_of(s.pid()) << s.host.log();
   ASSERT_TRUE(s.wait_for_more_lines(3)) << s.check_output(expected);
   expect_huge_cache_and_flag_kept(s);
