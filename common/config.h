@@ -44,7 +44,8 @@ struct Config {
   // also those after a kept first instruction, which a uprobe at the second
   // instruction (uprobe:FUNC+N) breaks. True by default since session 30:
   // with pads, the functions it leaves unpatched cost mariadbd about 3 % of
-  // TPS (docs/levers.md), and no uprobe can crash a target.
+  // TPS (docs/levers.md), and no uprobe can break an entry that this dynid
+  // patched (a cache an older dynid made, adopted, keeps its own spots).
   bool probe_safe_entries = true;
   // Entries with no spot for the 5-byte jmp whole enter through a 2-byte
   // jump to 5 bytes of padding between functions (jit/entry_pads.h), also

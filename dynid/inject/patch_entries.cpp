@@ -72,6 +72,21 @@ std::map<pid_t, ThreadStack> window_stacks(const Injection& in, const WorldStop&
 
 namespace {
 
+// Whether the pad that short entry `entry` jumps to holds this cache's jmp
+// now, in this window: it was written in an earlier one (or found there by
+// a redo), and a library unloaded and loaded again at the same place since
+// would hold padding there again, which a short jump would run into the
+// next function.
+bool pad_is_ours(const PatchRecord& entry, const Injection& in, const Reader& read) {
+  const uint64_t pad = short_entry_pad(entry);
+  for (const PatchRecord& p : in.patched)
+    if (p.kind == PatchKind::Pad && p.addr == pad) {
+      auto live = read(pad, kPatchBytes);
+      return live && live->size() == kPatchBytes && std::equal(live->begin(), live->end(), p.replacement.begin());
+    }
+  return false;
+}
+
 // One stop window: the sites that are safe now are written, one write each.
 // A window whose threads did not all stop in time is missed: every site waits.
 Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vector<PatchRecord>& patches,
@@ -110,6 +125,8 @@ Result<std::vector<SiteCheck>> patch_window(const Injection& in, const std::vect
     if (patches[i].kind == PatchKind::CallSite && checks[i].verdict == SiteVerdict::Patch &&
         !call_site_callee_is_ours(patches[i], entries, read))
       checks[i] = {SiteVerdict::LeaveAlone, "its callee's entry does not hold dyni's jump"};
+    else if (is_short_entry(patches[i]) && checks[i].verdict == SiteVerdict::Patch && !pad_is_ours(patches[i], in, read))
+      checks[i] = {SiteVerdict::LeaveAlone, "its pad does not hold dyni's jump now"};
   now.check = since(t2);
   auto t3 = Clock::now();
   for (std::size_t i = 0; i < patches.size(); ++i) {
