@@ -43,7 +43,7 @@ struct Config {
   // instructions leaves whole (jit/patch_plan.h, jit/entry_pads.h); false:
   // also those after a kept first instruction, which a uprobe at the second
   // instruction (uprobe:FUNC+N) breaks. True by default since session 30:
-  // with pads, the functions it leaves unpatched cost mariadbd about 3 % of
+  // with pads, the functions it leaves unpatched cost mariadbd 0 to 3 % of
   // TPS (docs/levers.md), and no uprobe can break an entry that this dynid
   // patched (a cache an older dynid made, adopted, keeps its own spots).
   bool probe_safe_entries = true;
